@@ -1,0 +1,17 @@
+"""nsys2prv: NVIDIA Nsight Systems exports -> Paraver traces.
+
+Library use::
+
+    import nsys2prv
+    nsys2prv.translate(["rank0.sqlite", "rank1.sqlite"], "job.prv")
+    report = nsys2prv.open_report("rank0.sqlite")
+    kernels = nsys2prv.tables.kernels(report)   # polars DataFrame
+"""
+
+__version__ = "0.1.0"
+
+from .errors import Nsys2PrvError  # noqa: E402
+from .translate import open_report, translate  # noqa: E402
+from . import tables  # noqa: E402
+
+__all__ = ["translate", "open_report", "tables", "Nsys2PrvError", "__version__"]

@@ -1,0 +1,201 @@
+"""Command line: `nsys2prv INPUT... OUTPUT.prv`, `nsys2prv check TRACE.prv`.
+
+Errors are one line on stderr and an exit code (1 bad input/environment, 2 usage, 130
+interrupted); `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import warnings
+
+from . import __version__
+from .errors import Interrupted, Nsys2PrvError, UsageError
+
+SUBCOMMANDS = ("translate", "check")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit code 2
+        raise UsageError(message)
+
+
+def _translate_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="nsys2prv",
+        description="Translate Nsight Systems exports (.sqlite, or .nsys-rep/.qdrep with nsys "
+                    "installed) into a Paraver trace. Several inputs are merged into one trace.",
+        epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace.")
+    p.add_argument("paths", nargs="+", metavar="INPUT... OUTPUT",
+                   help="one or more reports, then the output trace name (.prv or .prv.gz)")
+    p.add_argument("--only", metavar="KINDS",
+                   help="translate only these kinds, comma separated "
+                        "(cuda_api,kernels,memcpy,memset,cuda_sync,nvtx,osrt)")
+    p.add_argument("--exclude", metavar="KINDS", default="",
+                   help="translate everything present except these kinds")
+    p.add_argument("-z", "--compress", action="store_true", help="write OUTPUT.prv.gz")
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="reports prepared in parallel (default: number of cores)")
+    p.add_argument("-m", "--multi-report", action="store_true",
+                   help="accepted for compatibility: several inputs are always merged")
+    p.add_argument("--host", action="append", metavar="REPORT=HOST", default=[],
+                   help="host (Paraver node) of a report without a recorded host name")
+    p.add_argument("--workdir", help="directory for temporary files (default: next to OUTPUT)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"nsys2prv {__version__}")
+    return p
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsys2prv check",
+                description="Validate a Paraver trace strictly (header, ids, order, states, "
+                            ".pcf/.row consistency).")
+    p.add_argument("trace", help="TRACE.prv or TRACE.prv.gz")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--debug", action="store_true")
+    return p
+
+
+def _kinds(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def _run_translate(argv: list[str]) -> int:
+    args = _translate_parser().parse_args(argv)
+    if len(args.paths) < 2:
+        raise UsageError("give at least one input and the output trace name")
+    from .translate import translate
+
+    *inputs, output = args.paths
+    hosts = None
+    if args.host:
+        names = {}
+        for item in args.host:
+            if "=" not in item:
+                raise UsageError(f"--host expects REPORT=HOST, got '{item}'")
+            k, v = item.split("=", 1)
+            names[k] = v
+        hosts = [names.get(os.path.basename(i)) or names.get(i) for i in inputs]
+    bars = _Progress(enabled=not args.quiet)
+    t0 = time.time()
+    result = translate(inputs, output, only=_kinds(args.only), exclude=_kinds(args.exclude) or [],
+                       compress=args.compress, jobs=max(1, args.jobs), hosts=hosts,
+                       workdir=args.workdir, on_report=bars.report, on_merge=bars.merge)
+    bars.close()
+    if not args.quiet:
+        _summary(result, time.time() - t0)
+    return 0
+
+
+class _Progress:
+    """tqdm bars on stderr (only on a terminal): reports prepared, then the merge."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._reports = None
+        self._merge = None
+        self._done = 0
+
+    def report(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+        if self._reports is None:
+            self._reports = tqdm(total=total, desc="reports", unit="report", disable=None,
+                                 leave=False)
+        self._reports.update(done - self._reports.n)
+
+    def merge(self, t: int, end: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+        if self._merge is None:
+            self._merge = tqdm(total=100, desc="writing trace", unit="%", disable=None,
+                               leave=False)
+        pct = int(100 * t / end) if end else 100
+        self._merge.update(max(0, pct - self._merge.n))
+
+    def close(self) -> None:
+        for b in (self._reports, self._merge):
+            if b is not None:
+                b.close()
+
+
+def _summary(result, seconds: float) -> None:
+    err = sys.stderr
+    m = result.model
+    print(f"nsys2prv: wrote {result.output} ({result.bytes_written / 1e6:.1f} MB) in "
+          f"{seconds:.1f} s: {len(m.nodes)} node(s), {len(m.tasks)} task(s), "
+          f"{len(m.rows)} rows, {result.end_time / 1e9:.3f} s of trace", file=err)
+    if result.counts:
+        items = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+        print(f"nsys2prv: translated {items}", file=err)
+    if len(result.alignment.details) > 1:
+        for d in result.alignment.details:
+            print(f"nsys2prv: {d['report']}: clock offset {d['offset_ns'] / 1e6:.3f} ms",
+                  file=err)
+    if result.warnings:
+        print("nsys2prv: warnings: " + "; ".join(f"{k}: {v}" for k, v in
+                                                  sorted(result.warnings.items())), file=err)
+
+
+def _run_check(argv: list[str]) -> int:
+    args = _check_parser().parse_args(argv)
+    from .paraver.check import check_trace
+
+    report = check_trace(args.trace)
+    if not args.quiet:
+        for line in report.messages():
+            print(line, file=sys.stderr if not report.ok else sys.stdout)
+    return 0 if report.ok else 1
+
+
+def _on_signal(signum, frame):
+    raise Interrupted(f"interrupted by signal {signum}; partial outputs removed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    signal.signal(signal.SIGTERM, _on_signal)
+    warnings.simplefilter("default")
+    warnings.showwarning = _show_warning
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            cmd, rest = argv[0], argv[1:]
+        else:
+            cmd, rest = "translate", argv
+        if cmd == "check":
+            return _run_check(rest)
+        return _run_translate(rest)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("nsys2prv: error: interrupted; partial outputs removed", file=sys.stderr)
+        return Interrupted.exit_code
+    except Nsys2PrvError as e:
+        if debug:
+            raise
+        print(f"nsys2prv: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except MemoryError:
+        if debug:
+            raise
+        print("nsys2prv: error: out of memory (try --workdir on a larger disk or -j 1)",
+              file=sys.stderr)
+        return 1
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"nsys2prv: warning: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

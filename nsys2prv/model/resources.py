@@ -1,0 +1,161 @@
+"""The Paraver resource and process model of the whole trace.
+
+* one node per host (reports from the same host share it);
+* one task per process that has any record, ordered by MPI rank where known, then by input
+  order and pid;
+* inside a task: its CPU threads (main thread first, then by tid), then one row per GPU
+  stream ordered by (device, context, stream);
+* one virtual CPU per row, numbered node by node, so node- and CPU-level views add up the
+  rows of each host.
+
+Rows are keyed by (report, local row), so equal pids or stream ids in different reports, or
+equal stream ids on different devices, never collide.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Row:
+    report: int
+    local: int
+    kind: str  # "cpu" | "gpu"
+    pid: int
+    tid: int | None
+    device: int | None
+    context: int | None
+    stream: int | None
+    first: int
+    last: int
+    label: str = ""
+    thread: int = 0  # 1-based within its task
+    cpu: int = 0  # 1-based global virtual CPU
+
+
+@dataclass
+class Task:
+    report: int
+    pid: int
+    rank: int | None
+    name: str | None
+    node: int = 0  # 1-based
+    rows: list[Row] = field(default_factory=list)
+    number: int = 0  # 1-based
+
+    @property
+    def label(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+        name = f" {self.name}" if self.name else ""
+        return f"{who}{name} (pid {self.pid})" if self.rank is not None else f"{who}{name}"
+
+
+@dataclass
+class ResourceModel:
+    nodes: list[str]
+    tasks: list[Task]
+    reports: int
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for t in self.tasks for r in t.rows]
+
+    def cpus_per_node(self) -> list[int]:
+        counts = [0] * len(self.nodes)
+        for t in self.tasks:
+            counts[t.node - 1] += len(t.rows)
+        return counts
+
+    def lookup(self, report: int, n_local: int) -> dict[str, np.ndarray]:
+        """Arrays indexed by local row id: global order, cpu, task, thread (0 = no row)."""
+        order = np.zeros(n_local, dtype=np.int64)
+        cpu = np.zeros(n_local, dtype=np.int64)
+        task = np.zeros(n_local, dtype=np.int64)
+        thread = np.zeros(n_local, dtype=np.int64)
+        for g, r in enumerate(self.rows):
+            if r.report == report:
+                order[r.local] = g
+                cpu[r.local] = r.cpu
+                task[r.local] = self._task_of[(r.report, r.local)]
+                thread[r.local] = r.thread
+        return {"order": order, "cpu": cpu, "task": task, "thread": thread}
+
+    def __post_init__(self) -> None:
+        self._task_of = {(r.report, r.local): t.number for t in self.tasks for r in t.rows}
+
+    def task_of(self, row: Row) -> int:
+        return self._task_of[(row.report, row.local)]
+
+
+def _row_label(row: Row, task: Task, thread_names: dict[str, str], gpus: dict[str, str]) -> str:
+    if row.kind == "gpu":
+        model = gpus.get(str(row.device))
+        if model is None and len(set(gpus.values())) == 1:
+            model = next(iter(gpus.values()))
+        suffix = f" ({model})" if model else ""
+        return f"GPU {row.device} ctx {row.context} stream {row.stream}{suffix}"
+    name = thread_names.get(f"{row.pid}:{row.tid}")
+    main = " main" if row.tid == row.pid else ""
+    return f"{name or 'thread'}{main} (tid {row.tid})"
+
+
+def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> ResourceModel:
+    """Resource model from the partial metadata of every report (in input order)."""
+    hosts = list(hosts) if hosts else [None] * len(metas)
+    tasks: list[Task] = []
+    node_of_report: list[str] = []
+    missing_host = []
+    for i, meta in enumerate(metas):
+        host = hosts[i] or meta["report"].get("host")
+        if not host:
+            host = meta["report"]["name"]
+            missing_host.append(meta["report"]["name"])
+        node_of_report.append(host)
+        report_rank = meta["report"].get("rank")
+        by_pid: dict[int, list[Row]] = {}
+        for r in meta["rows"]:
+            row = Row(i, r["row"], r["kind"], r["pid"], r.get("tid"), r.get("device"),
+                      r.get("context"), r.get("stream"), r.get("first") or 0, r.get("last") or 0)
+            by_pid.setdefault(row.pid, []).append(row)
+        for pid, rows in by_pid.items():
+            proc = meta["processes"].get(str(pid), {})
+            rank = proc.get("rank")
+            if rank is None and report_rank is not None:
+                rank = report_rank
+            task = Task(i, pid, rank, proc.get("name"))
+            cpu = sorted((r for r in rows if r.kind == "cpu"),
+                         key=lambda r: (r.tid != r.pid, r.tid))
+            gpu = sorted((r for r in rows if r.kind == "gpu"),
+                         key=lambda r: (r.device, r.context, r.stream))
+            task.rows = cpu + gpu
+            for n, r in enumerate(task.rows, start=1):
+                r.thread = n
+                r.label = _row_label(r, task, meta.get("thread_names", {}), meta.get("gpus", {}))
+            tasks.append(task)
+    if missing_host and len(metas) > 1:
+        warnings.warn("no host name in " + ", ".join(missing_host) +
+                      ": each of them gets a node of its own (give --host-map to group them)",
+                      stacklevel=2)
+    tasks.sort(key=lambda t: (t.rank if t.rank is not None else math.inf, t.report, t.pid))
+    nodes: list[str] = []
+    for t in tasks:
+        host = node_of_report[t.report]
+        if host not in nodes:
+            nodes.append(host)
+        t.node = nodes.index(host) + 1
+    for n, t in enumerate(tasks, start=1):
+        t.number = n
+    # Virtual CPUs: node by node, each node's rows in task order.
+    next_cpu = 1
+    for node in range(1, len(nodes) + 1):
+        for t in tasks:
+            if t.node == node:
+                for r in t.rows:
+                    r.cpu = next_cpu
+                    next_cpu += 1
+    return ResourceModel(nodes, tasks, len(metas))

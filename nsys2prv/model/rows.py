@@ -1,0 +1,86 @@
+"""Local timeline rows of one report: CPU threads and GPU streams, numbered as discovered.
+
+Rows get final Paraver (task, thread) numbers only when every report is known (see
+`resources.py`); until then records refer to these local ids. Discovery order follows the
+data's rowid order, so the ids are deterministic for a given export.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+CPU = "cpu"
+GPU = "gpu"
+
+_CPU_KEYS = ["pid", "tid"]
+_GPU_KEYS = ["pid", "device", "context", "stream"]
+
+
+class RowRegistry:
+    """Assigns a small int per (pid, tid) thread and per (pid, device, context, stream)."""
+
+    def __init__(self) -> None:
+        self._cpu = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "row": pl.Int32})
+        self._gpu = pl.DataFrame(schema={"pid": pl.Int64, "device": pl.Int64,
+                                         "context": pl.Int64, "stream": pl.Int64,
+                                         "row": pl.Int32})
+        self.count = 0
+
+    def _assign(self, table: pl.DataFrame, keys: list[str], df: pl.DataFrame
+                ) -> tuple[pl.DataFrame, pl.Series]:
+        probe = df.select([pl.col(k).fill_null(-1).cast(pl.Int64) for k in keys])
+        new = (probe.unique(maintain_order=True)
+               .join(table, on=keys, how="anti", nulls_equal=True))
+        if new.height:
+            new = new.with_columns(
+                pl.int_range(self.count, self.count + new.height, dtype=pl.Int32).alias("row"))
+            self.count += new.height
+            table = pl.concat([table, new], how="vertical")
+        rows = probe.join(table, on=keys, how="left", maintain_order="left")["row"]
+        return table, rows
+
+    def cpu_rows(self, df: pl.DataFrame) -> pl.Series:
+        """Row id of each (pid, tid) in `df`, adding unseen threads."""
+        self._cpu, rows = self._assign(self._cpu, _CPU_KEYS, df)
+        return rows
+
+    def gpu_rows(self, df: pl.DataFrame) -> pl.Series:
+        """Row id of each (pid, device, context, stream) in `df`, adding unseen streams."""
+        self._gpu, rows = self._assign(self._gpu, _GPU_KEYS, df)
+        return rows
+
+    def lookup_gpu(self, df: pl.DataFrame) -> pl.Series:
+        """Row id of existing streams only (null where the stream has no row)."""
+        probe = df.select([pl.col(k).fill_null(-1).cast(pl.Int64) for k in _GPU_KEYS])
+        return probe.join(self._gpu, on=_GPU_KEYS, how="left", maintain_order="left")["row"]
+
+    def table(self) -> pl.DataFrame:
+        """All rows: row, kind, pid, tid, device, context, stream (nulls where n/a)."""
+        cpu = self._cpu.with_columns(pl.lit(CPU).alias("kind"),
+                                     pl.lit(None, pl.Int64).alias("device"),
+                                     pl.lit(None, pl.Int64).alias("context"),
+                                     pl.lit(None, pl.Int64).alias("stream"))
+        gpu = self._gpu.with_columns(pl.lit(GPU).alias("kind"),
+                                     pl.lit(None, pl.Int64).alias("tid"))
+        cols = ["row", "kind", "pid", "tid", "device", "context", "stream"]
+        return pl.concat([cpu.select(cols), gpu.select(cols)], how="vertical").sort("row")
+
+
+class RowSpans:
+    """First and last record time per row (a CPU thread exists from its first record)."""
+
+    def __init__(self) -> None:
+        self._parts: list[pl.DataFrame] = []
+
+    def add(self, rows: pl.Series, start: pl.Series, end: pl.Series | None = None) -> None:
+        end = start if end is None else end
+        df = pl.DataFrame({"row": rows, "first": start, "last": end.fill_null(start)})
+        self._parts.append(df.group_by("row").agg(pl.col("first").min(), pl.col("last").max()))
+        if len(self._parts) > 64:
+            self._parts = [self.table()]
+
+    def table(self) -> pl.DataFrame:
+        if not self._parts:
+            return pl.DataFrame(schema={"row": pl.Int32, "first": pl.Int64, "last": pl.Int64})
+        return (pl.concat(self._parts, how="vertical").group_by("row")
+                .agg(pl.col("first").min(), pl.col("last").max()).sort("row"))

@@ -1,0 +1,417 @@
+"""A strict validator for Paraver traces (`nsys2prv check`).
+
+Paraver itself accepts many broken traces silently (see docs/troubleshooting.md), so this
+checks what it does not: the header grammar; that every object id is inside the header; that
+CPUs belong to their task's node; record field counts and integer syntax; non-decreasing
+record times; no overlapping states on a row (and whether states tile each row); one event
+record per (row, time); every event type and labelled value in the `.pcf`; `.pcf` numbers
+within int32; `.row` level sizes. The body is parsed column-wise in chunks, so large traces
+are checked in bounded memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+HEADER_RE = re.compile(
+    r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?P<unit>_ns|_us|_ms)?:"
+    r"(?P<res>0|\d+(?:\([\d,]+\))?):(?P<nappl>\d+):(?P<appls>.*)$")
+INT_RE = r"^-?\d+$"
+CHUNK_BYTES = 64 << 20
+MAX_MESSAGES = 50
+
+
+@dataclass
+class Header:
+    end_time: int
+    cpus_per_node: list[int]
+    tasks: list[tuple[int, int]]  # per task of appl 1: (threads, node)
+    applications: list[list[tuple[int, int]]]
+
+    @property
+    def total_cpus(self) -> int:
+        return sum(self.cpus_per_node)
+
+
+@dataclass
+class CheckReport:
+    path: Path
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    event_counts: dict[int, int] = field(default_factory=dict)  # type -> non-zero values
+    header: Header | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def error(self, msg: str) -> None:
+        if len(self.errors) < MAX_MESSAGES:
+            self.errors.append(msg)
+        elif len(self.errors) == MAX_MESSAGES:
+            self.errors.append("... more errors not shown")
+
+    def messages(self) -> list[str]:
+        out = [f"{self.path}: error: {e}" for e in self.errors]
+        out += [f"{self.path}: warning: {w}" for w in self.warnings]
+        if self.ok:
+            c = self.counts
+            out.append(f"{self.path}: OK ({c.get('states', 0)} states, {c.get('events', 0)} "
+                       f"event records, {c.get('comms', 0)} communications)")
+        return out
+
+
+def parse_header(line: str) -> Header:
+    m = HEADER_RE.match(line.rstrip("\n"))
+    if not m:
+        raise ValueError("first line is not a Paraver header '#Paraver (date):end_ns:...'")
+    if m.group("unit") != "_ns":
+        raise ValueError("header end time must be in nanoseconds ('_ns')")
+    res = m.group("res")
+    if res == "0":
+        cpus: list[int] = []
+    elif "(" in res:
+        n, inner = res[:-1].split("(")
+        cpus = [int(x) for x in inner.split(",")]
+        if len(cpus) != int(n):
+            raise ValueError(f"header declares {n} nodes but lists {len(cpus)} CPU counts")
+    else:
+        cpus = [1] * int(res)
+    nappl = int(m.group("nappl"))
+    rest = m.group("appls")
+    apps = []
+    pos = 0
+    for _ in range(nappl):
+        am = re.compile(r"(\d+)\(([^)]*)\)").match(rest, pos)
+        if not am:
+            raise ValueError("malformed application list in header")
+        ntasks = int(am.group(1))
+        specs = am.group(2).split(",")
+        if len(specs) != ntasks or ntasks < 1:
+            raise ValueError(f"application declares {ntasks} tasks but lists {len(specs)}")
+        tasks = []
+        for s in specs:
+            th, node = (int(x) for x in s.split(":"))
+            if th < 1:
+                raise ValueError("a task has no threads")
+            if cpus and not 1 <= node <= len(cpus):
+                raise ValueError(f"task on node {node}, but the header has {len(cpus)} nodes")
+            tasks.append((th, node))
+        apps.append(tasks)
+        pos = am.end()
+        if pos < len(rest) and rest[pos] in ":,":
+            pos += 1
+    tail = rest[pos:]
+    if tail and not re.fullmatch(r"\d+", tail):
+        raise ValueError(f"unexpected text after the applications: {tail[:40]!r}")
+    if tail and int(tail):
+        raise ValueError("communicator lines are not supported by this checker")
+    return Header(int(m.group("end")), cpus, apps[0], apps)
+
+
+def parse_pcf(text: str) -> tuple[dict[int, dict[int, str]], list[str]]:
+    """type -> {value: label} (empty dict for types without VALUES), and problems found."""
+    problems = []
+    types: dict[int, dict[int, str]] = {}
+    section = None
+    group: list[int] = []
+    in_values = False
+    names = {"DEFAULT_OPTIONS", "DEFAULT_SEMANTIC", "STATES", "STATES_COLOR", "EVENT_TYPE",
+             "GRADIENT_COLOR", "GRADIENT_NAMES"}
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.replace("\t", " ").strip()
+        if not line or line.startswith("#"):
+            continue
+        if line in names:
+            section, group, in_values = line, [], False
+            continue
+        if section != "EVENT_TYPE":
+            continue
+        if line == "VALUES":
+            in_values = True
+            continue
+        if line.startswith("PRECISION"):
+            continue
+        parts = line.split(None, 2)
+        try:
+            if in_values:
+                v = int(parts[0])
+                if not -2**31 <= v < 2**31:
+                    problems.append(f".pcf line {n}: value {v} outside int32")
+                for t in group:
+                    types[t][v] = parts[1] if len(parts) > 1 else ""
+            else:
+                t = int(parts[1])
+                if not 0 < t < 2**31:
+                    problems.append(f".pcf line {n}: type {t} outside int32")
+                group.append(t)
+                types.setdefault(t, {})
+        except (ValueError, IndexError):
+            problems.append(f".pcf line {n}: cannot parse {line[:60]!r}")
+    return types, problems
+
+
+def parse_row(text: str) -> dict[str, list[str]]:
+    levels: dict[str, list[str]] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^LEVEL (\w+) SIZE (\d+)$", lines[i].rstrip("\r"))
+        if m:
+            n = int(m.group(2))
+            levels[m.group(1)] = [x.rstrip("\r") for x in lines[i + 1:i + 1 + n]]
+            i += 1 + n
+        else:
+            i += 1
+    return levels
+
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+
+
+def check_trace(path: str | Path) -> CheckReport:
+    path = Path(path)
+    rep = CheckReport(path)
+    if not path.is_file():
+        rep.error("no such file")
+        return rep
+    base = path.name[:-7] if path.name.endswith(".prv.gz") else path.name[:-4]
+    pcf_path, row_path = path.with_name(base + ".pcf"), path.with_name(base + ".row")
+    with _open_text(path) as fh:
+        first = fh.readline()
+        try:
+            header = parse_header(first)
+        except ValueError as e:
+            rep.error(f"header: {e}")
+            return rep
+        rep.header = header
+        pcf_types: dict[int, dict[int, str]] | None = None
+        if pcf_path.is_file():
+            pcf_types, problems = parse_pcf(pcf_path.read_text(encoding="utf-8",
+                                                               errors="replace"))
+            for p in problems:
+                rep.error(p)
+        else:
+            rep.error(f"missing {pcf_path.name}")
+        if row_path.is_file():
+            _check_row(rep, header, parse_row(row_path.read_text(encoding="utf-8",
+                                                                 errors="replace")))
+        else:
+            rep.error(f"missing {row_path.name}")
+        _check_body(rep, header, fh, pcf_types)
+    return rep
+
+
+def _check_row(rep: CheckReport, header: Header, levels: dict[str, list[str]]) -> None:
+    expect = {"CPU": header.total_cpus, "NODE": len(header.cpus_per_node),
+              "TASK": len(header.tasks), "THREAD": sum(t for t, _ in header.tasks)}
+    for level, n in expect.items():
+        if level in levels and len(levels[level]) != n:
+            rep.error(f".row: LEVEL {level} has {len(levels[level])} names, header needs {n}")
+    if "THREAD" not in levels:
+        rep.error(".row: no LEVEL THREAD section")
+
+
+class _BodyState:
+    def __init__(self, header: Header) -> None:
+        # Global thread index of (task, thread) and node of each task.
+        self.thread_base = np.zeros(len(header.tasks) + 2, dtype=np.int64)
+        acc = 0
+        for i, (th, _) in enumerate(header.tasks, start=1):
+            self.thread_base[i] = acc
+            acc += th
+        self.n_threads = acc
+        self.threads_of_task = np.array([0] + [t for t, _ in header.tasks], dtype=np.int64)
+        self.node_of_task = np.array([0] + [n for _, n in header.tasks], dtype=np.int64)
+        cpu_node = [0]
+        for node, n in enumerate(header.cpus_per_node, start=1):
+            cpu_node += [node] * n
+        self.node_of_cpu = np.array(cpu_node, dtype=np.int64)
+        self.last_time = -1
+        self.last_state_end = np.full(acc + 1, -1, dtype=np.int64)
+        self.covered = np.zeros(acc + 1, dtype=np.int64)
+        self.last_event_keys: set[tuple[int, int]] = set()
+
+
+def _check_body(rep: CheckReport, header: Header, fh, pcf_types) -> None:
+    st = _BodyState(header)
+    counts = {"states": 0, "events": 0, "comms": 0, "comments": 0}
+    event_counts: dict[int, int] = {}
+    unlabelled: dict[int, set[int]] = {}
+    missing_types: set[int] = set()
+    line_no = 1
+    while True:
+        lines = fh.readlines(CHUNK_BYTES)  # whole lines, about CHUNK_BYTES at a time
+        if not lines:
+            break
+        lines = [x.rstrip("\n").rstrip("\r") for x in lines]
+        _check_lines(rep, st, lines, line_no, header, counts, event_counts, pcf_types,
+                     unlabelled, missing_types)
+        line_no += len(lines)
+    if missing_types:
+        rep.error(f"event types not in the .pcf: {sorted(missing_types)[:20]}")
+    for t, vals in sorted(unlabelled.items()):
+        rep.error(f"type {t}: values without a .pcf label: {sorted(vals)[:10]}")
+    rep.counts = counts
+    rep.event_counts = event_counts
+    gaps = int(np.sum(st.covered[1:] != header.end_time))
+    if counts["states"] and gaps:
+        rep.warnings.append(f"{gaps} of {st.n_threads} rows are not fully covered by states")
+
+
+def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, event_counts,
+                 pcf_types, unlabelled, missing_types) -> None:
+    s = pl.Series("l", lines, dtype=pl.Utf8)
+    df = pl.DataFrame({"l": s, "n": np.arange(first_line_no + 1, first_line_no + 1 + len(lines))})
+    comments = df.filter(pl.col("l").str.starts_with("#"))
+    counts["comments"] += comments.height
+    df = df.filter(~pl.col("l").str.starts_with("#"))
+    parts = df.with_columns(pl.col("l").str.split(":").alias("f"))
+    parts = parts.with_columns(pl.col("f").list.len().alias("nf"),
+                               pl.col("f").list.get(0, null_on_oob=True).alias("k"))
+    bad_kind = parts.filter(~pl.col("k").is_in(["1", "2", "3"]))
+    for n, l in bad_kind.select("n", "l").head(5).iter_rows():
+        rep.error(f"line {n}: unknown record kind: {l[:60]!r}")
+    shape = ((pl.col("k") == "1") & (pl.col("nf") != 8)) | (
+        (pl.col("k") == "3") & (pl.col("nf") != 15)) | (
+        (pl.col("k") == "2") & ((pl.col("nf") < 8) | (pl.col("nf") % 2 == 1)))
+    for n, l in parts.filter(shape).select("n", "l").head(5).iter_rows():
+        rep.error(f"line {n}: wrong number of fields: {l[:80]!r}")
+    parts = parts.filter(pl.col("k").is_in(["1", "2", "3"]) & ~shape)
+    nonint = parts.filter(~pl.col("f").list.eval(pl.element().str.contains(INT_RE)).list.all())
+    for n, l in nonint.select("n", "l").head(5).iter_rows():
+        rep.error(f"line {n}: a field is not an integer: {l[:80]!r}")
+    parts = parts.filter(pl.col("f").list.eval(pl.element().str.contains(INT_RE)).list.all())
+    if parts.height == 0:
+        return
+    g = [pl.col("f").list.get(i).cast(pl.Int64).alias(name) for i, name in
+         enumerate(["kind", "cpu", "appl", "task", "thread", "time"])]
+    df = parts.select("n", "l", "f", *g)
+    end = header.end_time
+    n_tasks = len(header.tasks)
+    tt = st.threads_of_task
+    nt = st.node_of_task
+    nc = st.node_of_cpu
+    # object ids
+    task = df["task"].to_numpy()
+    thread = df["thread"].to_numpy()
+    cpu = df["cpu"].to_numpy()
+    appl = df["appl"].to_numpy()
+    ok_obj = (appl == 1) & (task >= 1) & (task <= n_tasks)
+    ok_obj &= thread >= 1
+    safe_task = np.where(ok_obj, task, 0)
+    ok_obj &= thread <= tt[safe_task]
+    ok_cpu = (cpu >= 0) & (cpu <= header.total_cpus)
+    safe_cpu = np.where(ok_cpu, cpu, 0)
+    ok_cpu &= (cpu == 0) | (nc[safe_cpu] == nt[safe_task])
+    bad = ~(ok_obj & ok_cpu)
+    for i in np.flatnonzero(bad)[:5]:
+        rep.error(f"line {df['n'][int(i)]}: object or CPU outside the header / on another node: "
+                  f"{df['l'][int(i)][:60]!r}")
+    times = df["time"].to_numpy()
+    if (times < 0).any():
+        rep.error(f"line {df['n'][int(np.argmax(times < 0))]}: negative time")
+    if (times > end).any():
+        rep.error(f"line {df['n'][int(np.argmax(times > end))]}: record after the header end "
+                  f"time {end}")
+    order = np.diff(np.concatenate(([st.last_time], times)))
+    if (order < 0).any():
+        i = int(np.argmax(order < 0))
+        rep.error(f"line {df['n'][i]}: records out of time order")
+    st.last_time = int(times[-1])
+    gthread = st.thread_base[safe_task] + np.where(bad, 0, thread)
+    kind = df["kind"].to_numpy()
+    # states
+    sm = (kind == 1) & ~bad
+    if sm.any():
+        sdf = df.filter(pl.Series(sm)).select(
+            "n", pl.col("f").list.get(6).cast(pl.Int64).alias("end"),
+            pl.col("f").list.get(7).cast(pl.Int64).alias("state"), "time")
+        begin, send = sdf["time"].to_numpy(), sdf["end"].to_numpy()
+        gt = gthread[sm]
+        if (send <= begin).any():
+            i = int(np.argmax(send <= begin))
+            rep.error(f"line {sdf['n'][i]}: state ends before it begins (or is empty)")
+        if (send > end).any():
+            rep.error(f"line {sdf['n'][int(np.argmax(send > end))]}: state ends after the "
+                      "header end time")
+        # overlap per thread (rows sorted by begin time already)
+        order_idx = np.lexsort((begin, gt))
+        gts, bs, es = gt[order_idx], begin[order_idx], send[order_idx]
+        prev_end = np.concatenate(([0], es[:-1]))
+        same = np.concatenate(([False], gts[1:] == gts[:-1]))
+        prev_end = np.where(same, prev_end, st.last_state_end[gts])
+        overlap = bs < prev_end
+        if overlap.any():
+            i = int(np.flatnonzero(overlap)[0])
+            rep.error(f"line {int(sdf['n'][int(order_idx[i])])}: state overlaps the previous "
+                      f"state of its row")
+        last = np.zeros_like(st.last_state_end)
+        np.maximum.at(last, gts, es)
+        st.last_state_end = np.maximum(st.last_state_end, last)
+        np.add.at(st.covered, gts, es - bs)
+        counts["states"] += int(sm.sum())
+    # events
+    em = (kind == 2) & ~bad
+    if em.any():
+        edf = df.filter(pl.Series(em))
+        keys = np.stack([gthread[em], times[em]], axis=1)
+        uniq, cnt = np.unique(keys, axis=0, return_counts=True)
+        if (cnt > 1).any():
+            k = uniq[int(np.argmax(cnt > 1))]
+            rep.error(f"two event records for one row at time {int(k[1])} (must be one "
+                      "multi-event line)")
+        edge = {(int(a), int(b)) for a, b in keys if int(b) == st.last_time}
+        if st.last_event_keys & {(int(a), int(b)) for a, b in keys[:64]}:
+            rep.error("two event records for one row at the same time across lines")
+        st.last_event_keys = edge
+        pairs = edf.select(pl.col("f").list.slice(6).alias("p"))
+        flat = pairs.select(pl.col("p").list.gather_every(2).alias("t"),
+                            pl.col("p").list.gather_every(2, offset=1).alias("v")).explode(
+            ["t", "v"]).select(pl.col("t").cast(pl.Int64), pl.col("v").cast(pl.Int64))
+        nz = flat.filter(pl.col("v") != 0).group_by("t").len()
+        for t, c in nz.iter_rows():
+            event_counts[t] = event_counts.get(t, 0) + c
+        if pcf_types is not None:
+            types = set(flat["t"].unique().to_list())
+            missing_types.update(types - set(pcf_types))
+            labelled = {t for t in types if pcf_types.get(t)}
+            if labelled:
+                vals = flat.filter(pl.col("t").is_in(sorted(labelled))).unique()
+                for t, v in vals.iter_rows():
+                    if v not in pcf_types[t]:
+                        unlabelled.setdefault(t, set()).add(v)
+        counts["events"] += int(em.sum())
+    # communications
+    cm = (kind == 3) & ~bad
+    if cm.any():
+        cdf = df.filter(pl.Series(cm)).select(
+            "n", *[pl.col("f").list.get(i).cast(pl.Int64).alias(n) for i, n in
+                   [(6, "ps"), (7, "rcpu"), (8, "rappl"), (9, "rtask"), (10, "rthread"),
+                    (11, "lr"), (12, "pr")]])
+        rt = cdf["rtask"].to_numpy()
+        ok = (cdf["rappl"].to_numpy() == 1) & (rt >= 1) & (rt <= n_tasks)
+        srt = np.where(ok, rt, 0)
+        ok &= (cdf["rthread"].to_numpy() >= 1) & (cdf["rthread"].to_numpy() <= tt[srt])
+        rc = cdf["rcpu"].to_numpy()
+        ok &= (rc >= 0) & (rc <= header.total_cpus)
+        ok &= (rc == 0) | (nc[np.where((rc >= 0) & (rc <= header.total_cpus), rc, 0)] == nt[srt])
+        for i in np.flatnonzero(~ok)[:5]:
+            rep.error(f"line {cdf['n'][int(i)]}: communication receiver outside the header")
+        for col in ("ps", "lr", "pr"):
+            v = cdf[col].to_numpy()
+            if ((v < 0) | (v > end)).any():
+                rep.error(f"line {cdf['n'][int(np.argmax((v < 0) | (v > end)))]}: "
+                          "communication time outside the trace")
+        counts["comms"] += int(cm.sum())

@@ -1,0 +1,111 @@
+"""Atomic writing of a `.prv(.gz)/.pcf/.row` triple.
+
+Everything is written to hidden temporary files in the output directory and renamed into
+place only when all three are complete; on any error (disk full, interruption) the
+temporaries are removed and an older trace of the same name is left untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import OutputError
+
+
+def trace_paths(output: str | os.PathLike[str], compress: bool = False) -> tuple[Path, Path, Path]:
+    """(.prv or .prv.gz, .pcf, .row) for an output name given with or without suffix."""
+    out = Path(output)
+    name = out.name
+    for suffix in (".prv.gz", ".prv"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    base = out.with_name(name)
+    prv = base.with_name(name + (".prv.gz" if compress or str(output).endswith(".gz") else ".prv"))
+    return prv, base.with_name(name + ".pcf"), base.with_name(name + ".row")
+
+
+class TraceWriter:
+    def __init__(self, output: str | os.PathLike[str], compress: bool = False) -> None:
+        self.prv, self.pcf, self.row = trace_paths(output, compress)
+        self.compress = self.prv.name.endswith(".gz")
+        self.directory = self.prv.parent
+        self._temps: list[Path] = []
+        self._fh = None
+        self.bytes_written = 0
+
+    def _temp(self, final: Path) -> Path:
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp",
+                                        dir=self.directory)
+        except OSError as e:
+            raise OutputError(f"{self.directory}: cannot write the trace here "
+                              f"({e.strerror})") from None
+        os.close(fd)
+        path = Path(name)
+        self._temps.append(path)
+        return path
+
+    def __enter__(self) -> "TraceWriter":
+        if not self.directory.is_dir():
+            raise OutputError(f"{self.directory}: output directory does not exist")
+        self._prv_tmp = self._temp(self.prv)
+        raw = open(self._prv_tmp, "wb")  # noqa: SIM115 - closed in commit/abort
+        self._fh = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) \
+            if self.compress else raw
+        self._raw = raw
+        return self
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        try:
+            self._fh.write(data)
+        except OSError as e:
+            raise _output_error(self.prv, e) from None
+        self.bytes_written += len(data)
+
+    def commit(self, pcf_text: str, row_text: str) -> None:
+        pcf_tmp, row_tmp = self._temp(self.pcf), self._temp(self.row)
+        try:
+            self._fh.close()
+            if self._raw is not self._fh:
+                self._raw.close()
+            pcf_tmp.write_text(pcf_text, encoding="utf-8")
+            row_tmp.write_text(row_text, encoding="utf-8")
+            for tmp in (self._prv_tmp, pcf_tmp, row_tmp):
+                os.chmod(tmp, 0o644)
+            os.replace(pcf_tmp, self.pcf)
+            os.replace(row_tmp, self.row)
+            os.replace(self._prv_tmp, self.prv)
+        except OSError as e:
+            raise _output_error(self.prv, e) from None
+        self._temps = []
+
+    def abort(self) -> None:
+        try:
+            if self._fh is not None:
+                self._fh.close()
+                if self._raw is not self._fh:
+                    self._raw.close()
+        except OSError:
+            pass
+        for p in self._temps:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        self._temps = []
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or self._temps:
+            self.abort()
+
+
+def _output_error(path: Path, e: OSError) -> OutputError:
+    if e.errno == errno.ENOSPC:
+        return OutputError(f"{path}: disk full while writing the trace (nothing was written)")
+    return OutputError(f"{path}: cannot write ({e.strerror or e})")

@@ -1,0 +1,79 @@
+"""The numeric record layout shared by partial traces and the final writer.
+
+One table shape for every record (Paraver state, event, communication), so that sorting,
+spilling and merging handle a single schema:
+
+========  =====================================================================================
+time      record time in the report's own ns (state begin, event time, logical send)
+row       local row id in its report
+kind      1 state, 2 event, 3 communication
+phase     order inside one (time, row): 0 end of an earlier region, 1 start, 2 end of a
+          zero-length region -> "end" pairs come before "start" pairs of the same type
+src       data kind that made the record (ties are broken by it, then by `ord`)
+ord       position in the source (rowid), for a total, deterministic order
+a..f      state: a=end, b=state
+          event: a=type, b=value (a name id to renumber, or a plain number)
+          comm:  a=physical send, b=receiver row, c=logical recv, d=physical recv,
+                 e=size, f=tag
+text      event only: further ":type:value" pairs that need no renumbering
+========  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+STATE, EVENT, COMM = 1, 2, 3
+PHASE_END, PHASE_START, PHASE_ZERO_END = 0, 1, 2
+
+# Source ids (tie-breakers, stable across releases only as far as ordering goes).
+SRC_STATE, SRC_API, SRC_SYNC, SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET = 0, 1, 2, 3, 4, 5
+SRC_NVTX, SRC_NVTX_SE, SRC_OSRT, SRC_LAUNCH = 6, 7, 8, 9
+
+RECORD_SCHEMA: dict[str, pl.DataType] = {
+    "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "src": pl.Int8,
+    "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64, "d": pl.Int64,
+    "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8,
+}
+SORT_KEYS = ["time", "row", "kind", "phase", "src", "ord"]
+
+INTERVAL_SCHEMA: dict[str, pl.DataType] = {
+    "row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "state": pl.Int8, "ord": pl.Int64,
+}
+INTERVAL_KEYS = ["row", "start", "ord"]
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Add missing record columns as nulls and fix dtypes and column order."""
+    exprs = []
+    for name, dtype in RECORD_SCHEMA.items():
+        if name in df.columns:
+            exprs.append(pl.col(name).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype).alias(name))
+    return df.select(exprs)
+
+
+def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl.Expr,
+           type_: int | pl.Expr, value: pl.Expr, text: pl.Expr | None = None) -> list[pl.Expr]:
+    """Expressions building event records from a normalised frame."""
+    return [
+        time.alias("time"), row.alias("row"), pl.lit(EVENT).alias("kind"),
+        (phase if isinstance(phase, pl.Expr) else pl.lit(phase)).alias("phase"),
+        pl.lit(src).alias("src"), ord_.alias("ord"),
+        (type_ if isinstance(type_, pl.Expr) else pl.lit(type_)).alias("a"),
+        value.alias("b"),
+        (text if text is not None else pl.lit(None, pl.Utf8)).alias("text"),
+    ]
+
+
+def end_phase(start: pl.Expr, end: pl.Expr) -> pl.Expr:
+    """Phase of an end event: zero-length regions end after they start."""
+    return pl.when(end == start).then(pl.lit(PHASE_ZERO_END)).otherwise(pl.lit(PHASE_END))
+
+
+def pairs(*items: tuple[int, pl.Expr]) -> pl.Expr:
+    """':type:value' text for the non-null values among `items`."""
+    parts = [pl.when(expr.is_not_null()).then(pl.format(f":{t}:{{}}", expr)).otherwise(pl.lit(""))
+             for t, expr in items]
+    return pl.concat_str(parts)

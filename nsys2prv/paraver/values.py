@@ -1,0 +1,144 @@
+"""Name tables: local ids inside one report, and the trace-wide numbering of every name.
+
+Inside a report a name is an id (its StringIds id, or an interned id for inline text). When
+all reports are known, each value family numbers its names once: the family's fixed values
+(e.g. Extrae's CUDA call numbers) first, then every other name in name order from
+`first_free`. So the same name gets the same value in every rank, and the same inputs give
+the same numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import polars as pl
+
+from . import registry as reg
+
+INLINE_ID_BASE = 1 << 40  # ids of interned inline strings (above any StringIds id)
+STRING_ID_OFFSET = 1  # local id = StringIds id + 1, so that no name is ever value 0 ("end")
+
+try:
+    import cxxfilt as _cxxfilt
+except ImportError:  # pragma: no cover
+    _cxxfilt = None
+
+
+def _demangle(name: str) -> str:
+    if _cxxfilt is not None and name.startswith("_Z"):
+        try:
+            return _cxxfilt.demangle(name)
+        except Exception:  # noqa: BLE001 - keep the mangled name if it cannot be demangled
+            return name
+    return name
+
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+NORMALISERS = {
+    "cuda_api": lambda s: _VERSION_SUFFIX.sub("", s),
+    "kernel_names": _demangle,
+}
+
+
+def clean_label(name: str | None) -> str:
+    """A label that keeps the `.pcf` line-oriented: no control characters, never empty."""
+    if name is None:
+        return "(unnamed)"
+    text = re.sub(r"[\x00-\x1f\x7f]+", " ", str(name)).strip()
+    return text or "(unnamed)"
+
+
+class LocalNames:
+    """Per-report: which string ids each family uses, plus interned inline strings."""
+
+    def __init__(self, strings: pl.DataFrame) -> None:
+        self._strings = strings
+        self._used: dict[str, list[pl.Series]] = {}
+        self._inline: dict[str, int] = {}
+        self._inline_family: dict[str, set[int]] = {}
+
+    def use(self, family: str, ids: pl.Series) -> None:
+        """Record that `family` uses these StringIds ids (their local id is id + 1)."""
+        self._used.setdefault(family, []).append(ids.drop_nulls().unique())
+
+    def intern(self, family: str, names: pl.Series) -> pl.Series:
+        """Local ids for inline strings (null stays null)."""
+        uniq = [n for n in names.drop_nulls().unique().to_list()]
+        fam = self._inline_family.setdefault(family, set())
+        mapping = {}
+        for n in uniq:  # one step per distinct name, not per event
+            i = self._inline.get(n)
+            if i is None:
+                i = INLINE_ID_BASE + len(self._inline)
+                self._inline[n] = i
+            fam.add(i)
+            mapping[n] = i
+        if not mapping:
+            return pl.Series(names.name, [None] * names.len(), dtype=pl.Int64)
+        return names.replace_strict(mapping, default=None, return_dtype=pl.Int64)
+
+    def family_table(self, family: str) -> pl.DataFrame:
+        """(local_id, name) of every name the family uses in this report."""
+        parts = []
+        used = self._used.get(family)
+        if used:
+            ids = pl.concat(used).unique()
+            parts.append(pl.DataFrame({"id": ids.cast(pl.Int64)}).join(
+                self._strings.rename({"value": "name"}), on="id", how="left").select(
+                    (pl.col("id") + STRING_ID_OFFSET).alias("local_id"),
+                    pl.col("name").fill_null(pl.format("(string {})", pl.col("id")))))
+        fam = self._inline_family.get(family)
+        if fam:
+            inv = {i: n for n, i in self._inline.items() if i in fam}
+            parts.append(pl.DataFrame({"local_id": list(inv), "name": list(inv.values())},
+                                      schema={"local_id": pl.Int64, "name": pl.Utf8}))
+        if not parts:
+            return pl.DataFrame(schema={"local_id": pl.Int64, "name": pl.Utf8})
+        return pl.concat(parts, how="vertical").unique("local_id", keep="first").sort("local_id")
+
+    def families(self) -> list[str]:
+        return sorted(set(self._used) | set(self._inline_family))
+
+    def name_of(self, family: str, ids: pl.Series) -> pl.Series:
+        """Names of string ids (for classification, e.g. CUDA call -> state)."""
+        table = self._strings.rename({"id": "local_id", "value": "name"})
+        return pl.DataFrame({"local_id": ids.cast(pl.Int64)}).join(
+            table, on="local_id", how="left", maintain_order="left")["name"]
+
+
+def global_numbering(family: str, names: Iterable[str]) -> dict[str, int]:
+    """name -> value for one family across the whole trace (see module docstring)."""
+    spec = reg.VALUE_FAMILIES[family]
+    norm = NORMALISERS.get(family, lambda s: s)
+    out: dict[str, int] = {}
+    used_values = set(spec.fixed.values())
+    free = []
+    for name in sorted(set(names)):
+        key = norm(name)
+        if key in spec.fixed:
+            out[name] = spec.fixed[key]
+        else:
+            free.append(name)
+    by_key: dict[str, int] = {}
+    nxt = spec.first_free
+    for name in free:
+        key = norm(name)
+        if key not in by_key:
+            while nxt in used_values:
+                nxt += 1
+            by_key[key] = nxt
+            used_values.add(nxt)
+            nxt += 1
+        out[name] = by_key[key]
+    return out
+
+
+def labels_of(family: str, numbering: dict[str, int]) -> dict[int, str]:
+    """value -> label (the normalised name) for the `.pcf`."""
+    norm = NORMALISERS.get(family, lambda s: s)
+    out: dict[int, str] = {}
+    for name, value in sorted(numbering.items(), key=lambda kv: (kv[1], kv[0])):
+        out.setdefault(value, clean_label(norm(name)))
+    return out

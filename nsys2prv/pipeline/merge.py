@@ -1,0 +1,297 @@
+"""Merge stage: partial traces of one or more reports -> one `.prv/.pcf/.row`.
+
+Builds the resource model, aligns clocks, numbers every name once for the whole trace, then
+k-way merges all partial runs (each shifted to the common clock and renumbered on the fly)
+and formats them into the `.prv`. A single report goes through exactly the same path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..model.resources import ResourceModel, build_model
+from ..paraver import pcf as pcf_mod
+from ..paraver import prv as prv_mod
+from ..paraver import records as R
+from ..paraver import registry as reg
+from ..paraver import row as row_mod
+from ..paraver.output import TraceWriter
+from ..paraver.sorting import merge_sorted, read_run
+from ..paraver.values import clean_label, global_numbering, labels_of
+from .align import Alignment, session_alignment
+from .prepare import META_FILE
+
+MERGE_KEYS = ["time", "order", "kind", "phase", "src", "rep", "ord"]
+
+
+@dataclass
+class MergeOptions:
+    hosts: list[str | None] | None = None
+    compress: bool = False
+    block_rows: int = 262_144
+
+
+@dataclass
+class MergeResult:
+    output: Path
+    model: ResourceModel
+    alignment: Alignment
+    end_time: int
+    bytes_written: int
+    counts: dict = field(default_factory=dict)
+    warnings: dict = field(default_factory=dict)
+
+
+def load_partial(directory: str | Path) -> dict:
+    meta = json.loads((Path(directory) / META_FILE).read_text())
+    meta["_dir"] = str(directory)
+    return meta
+
+
+# -- names and types --------------------------------------------------------------------------
+
+FAMILY_IDS = {name: i for i, name in enumerate(sorted(reg.VALUE_FAMILIES), start=1)}
+ROW_FAMILY = 0  # values that are local row ids (stream destination)
+
+
+def _family_expr() -> pl.Expr:
+    """Family id of an event's type (null: plain number)."""
+    c = pl.col("a")
+    expr = pl.when(c == reg.CUDA_STREAM_DEST).then(pl.lit(ROW_FAMILY))
+    by_family: dict[str, list[int]] = {}
+    for t in reg.EVENT_TYPES:
+        if t.values in reg.VALUE_FAMILIES:
+            by_family.setdefault(t.values, []).append(t.type)
+    for fam, types in sorted(by_family.items()):
+        expr = expr.when(c.is_in(types)).then(pl.lit(FAMILY_IDS[fam]))
+    for r in reg.TYPE_RANGES:
+        if r.values in reg.VALUE_FAMILIES:
+            expr = expr.when((c >= r.base) & (c < r.base + r.size)).then(
+                pl.lit(FAMILY_IDS[r.values]))
+    return expr.otherwise(pl.lit(None)).cast(pl.Int8)
+
+
+class Dictionary:
+    """Trace-wide numbering of names and NVTX domains, and each report's renumbering."""
+
+    def __init__(self, metas: list[dict]) -> None:
+        names: dict[str, set[str]] = {}
+        for m in metas:
+            for fam, table in m["names"].items():
+                names.setdefault(fam, set()).update(table.values())
+        self.numbering = {fam: global_numbering(fam, ns) for fam, ns in names.items()}
+        domains = sorted({d for m in metas for d in m["type_keys"]["nvtx_pushpop"].values()
+                          if d != ""})
+        self.domain_index = {"": 0, **{d: i for i, d in enumerate(domains, start=1)}}
+
+    def value_map(self, meta: dict) -> pl.DataFrame:
+        fams, locs, globs = [], [], []
+        for fam, table in meta["names"].items():
+            num = self.numbering[fam]
+            for local, name in table.items():
+                fams.append(FAMILY_IDS[fam])
+                locs.append(int(local))
+                globs.append(num[name])
+        return pl.DataFrame({"fam": fams, "b": locs, "nb": globs},
+                            schema={"fam": pl.Int8, "b": pl.Int64, "nb": pl.Int64})
+
+    def type_map(self, meta: dict) -> dict[int, int]:
+        return {int(t): reg.nvtx_pushpop_type(self.domain_index[d])
+                for t, d in meta["type_keys"]["nvtx_pushpop"].items()}
+
+    def pcf_types(self, metas: list[dict]) -> list[pcf_mod.PcfType]:
+        """Every registered type, plus one type per NVTX domain/lane in use, with labels."""
+        kinds = {k for m in metas for k in m["kinds"]}
+        labels = {fam: labels_of(fam, num) for fam, num in self.numbering.items()}
+
+        enums = {fam: dict(table) for fam, table in reg.ENUMS.items()}
+        for m in metas:
+            for fam, table in m.get("enums", {}).items():
+                for v, label in table.items():
+                    enums[fam].setdefault(int(v), label)
+
+        def values_for(family: str | None) -> dict[int, str]:
+            if family is None:
+                return {}
+            if family in enums:
+                return {0: "End", **dict(sorted(enums[family].items()))}
+            return {0: "End", **labels.get(family, {})}
+
+        out = []
+        for t in reg.EVENT_TYPES:
+            if _type_kind(t.type) & kinds:
+                out.append(pcf_mod.PcfType(t.type, t.label, values_for(t.values), t.precision,
+                                           gradient=0))
+        if "nvtx" in kinds:
+            for domain, index in sorted(self.domain_index.items(), key=lambda kv: kv[1]):
+                out.append(pcf_mod.PcfType(
+                    reg.nvtx_pushpop_type(index),
+                    f"NVTX push/pop: {domain or 'default domain'}", values_for("nvtx_names")))
+            lanes = max((m.get("nvtx_lanes", 0) for m in metas), default=0)
+            for lane in range(lanes):
+                out.append(pcf_mod.PcfType(reg.nvtx_startend_type(lane),
+                                           f"NVTX start/end range (lane {lane})",
+                                           values_for("nvtx_names")))
+        return out
+
+
+_KIND_OF_TYPE_GROUP = {
+    "CUDA API": {"cuda_api", "cuda_sync"}, "CUDA kernels": {"kernels"},
+    "CUDA memory": {"memcpy", "memset"}, "NVTX": {"nvtx"}, "OS runtime": {"osrt"},
+}
+
+
+def _type_kind(type_: int) -> set[str]:
+    t = reg.EVENT_TYPE_BY_NUMBER[type_]
+    kinds = _KIND_OF_TYPE_GROUP.get(t.group, set())
+    if type_ == reg.CORRELATION_ID:
+        kinds = {"cuda_api", "kernels", "memcpy", "memset"}
+    return kinds
+
+
+# -- per-report transformation ----------------------------------------------------------------
+
+class ReportView:
+    """Turns one report's partial records into trace-wide records (time, rows, values)."""
+
+    def __init__(self, index: int, meta: dict, model: ResourceModel, shift: int,
+                 dictionary: Dictionary) -> None:
+        self.index = index
+        self.meta = meta
+        self.shift = shift
+        n_local = max((r["row"] for r in meta["rows"]), default=-1) + 1
+        look = model.lookup(index, n_local)
+        self.lookup = pl.DataFrame({"row": np.arange(n_local, dtype=np.int32), **look})
+        self.values = dictionary.value_map(meta)
+        self.types = dictionary.type_map(meta)
+        self.threads = pl.DataFrame({"b": np.arange(n_local, dtype=np.int64),
+                                     "rb": look["thread"], "fam": np.int8(ROW_FAMILY)}).cast(
+                                         {"fam": pl.Int8})
+
+    def runs(self) -> list[Iterator[pl.DataFrame]]:
+        """One sorted source per run file of the partial (runs are merged, not chained)."""
+        d = Path(self.meta["_dir"])
+        return [(self.transform(b) for b in read_run(d / name)) for name in self.meta["runs"]]
+
+    def transform(self, df: pl.DataFrame) -> pl.DataFrame:
+        c = pl.col
+        s = self.shift
+        is_state, is_event, is_comm = (c("kind") == k for k in (R.STATE, R.EVENT, R.COMM))
+        df = df.with_columns(
+            (c("time") + s).alias("time"),
+            pl.when(is_state | is_comm).then(c("a") + s).otherwise(
+                c("a").replace(self.types) if self.types else c("a")).alias("a"),
+            pl.when(is_comm).then(c("c") + s).otherwise(c("c")).alias("c"),
+            pl.when(is_comm).then(c("d") + s).otherwise(c("d")).alias("d"),
+            pl.lit(self.index, pl.Int32).alias("rep"))
+        df = df.with_columns(pl.when(is_event).then(_family_expr()).alias("fam"))
+        df = df.join(self.values, on=["fam", "b"], how="left", maintain_order="left")
+        df = df.join(self.threads, on=["fam", "b"], how="left", maintain_order="left")
+        df = df.with_columns(pl.coalesce("nb", "rb", "b").alias("b")).drop("nb", "rb", "fam")
+        df = df.join(self.lookup, on="row", how="left", maintain_order="left")
+        recv = self.lookup.rename({"row": "rrow", "cpu": "rcpu", "task": "rtask",
+                                   "thread": "rthread", "order": "rorder"})
+        df = df.with_columns(pl.when(is_comm).then(c("b").cast(pl.Int32)).alias("rrow"))
+        df = df.join(recv, on="rrow", how="left", maintain_order="left")
+        return final_schema(df)
+
+
+# -- the merge itself -------------------------------------------------------------------------
+
+def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
+          progress=None) -> MergeResult:
+    """Write the trace for prepared partials (in rank/input order) to `output`."""
+    options = options or MergeOptions()
+    metas = [load_partial(p) for p in partials]
+    model = build_model(metas, options.hosts)
+    alignment = session_alignment(metas)
+    dictionary = Dictionary(metas)
+    end_time = 0
+    for m, s in zip(metas, alignment.shifts):
+        if m["rows"]:
+            end_time = max(end_time, m["time"]["last"] + s)
+    views = [ReportView(i, m, model, s, dictionary) for i, (m, s) in
+             enumerate(zip(metas, alignment.shifts))]
+    sources = [run for v in views for run in v.runs()]
+    sources.append(_edge_states(model, alignment.shifts, end_time))
+    comments = [f"nsys2prv trace of {len(metas)} report(s)",
+                f"clock alignment: {alignment.method}"]
+    if alignment.epoch_of_zero is not None:
+        comments.append(f"time 0 = UTC epoch {alignment.epoch_of_zero} ns")
+    for d in alignment.details:
+        comments.append(f"report {d['report']}: offset {d['offset_ns']} ns")
+    counts: dict[str, int] = {}
+    warns: dict[str, int] = {}
+    for m in metas:
+        for k, v in m["counts"].items():
+            counts[k] = counts.get(k, 0) + v
+        for k, v in m["warnings"].items():
+            warns[k] = warns.get(k, 0) + v
+    application = metas[0]["report"]["name"] if len(metas) == 1 else f"{len(metas)} reports"
+    with TraceWriter(output, options.compress) as writer:
+        writer.write(prv_mod.header(model, end_time, alignment.epoch_of_zero))
+        writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
+        for block in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
+            writer.write(prv_mod.format_block(_checked(block, warns)))
+            if progress is not None:
+                progress(block["time"][-1] if block.height else 0, end_time)
+        writer.commit(pcf_mod.render(dictionary.pcf_types(metas)),
+                      row_mod.render(model, application))
+    return MergeResult(writer.prv, model, alignment, end_time, writer.bytes_written, counts,
+                       warns)
+
+
+def _checked(block: pl.DataFrame, warns: dict[str, int]) -> pl.DataFrame:
+    """Drop records whose fields did not resolve (a bug guard: counted, never silent)."""
+    c = pl.col
+    bad = c("a").is_null() | c("b").is_null() | c("cpu").is_null() | (
+        (c("kind") == R.COMM) & c("rcpu").is_null())
+    n = block.select(bad.sum()).item()
+    if n:
+        warns["records dropped (unresolved fields)"] = warns.get(
+            "records dropped (unresolved fields)", 0) + n
+        block = block.filter(~bad)
+    return block
+
+
+def _edge_states(model: ResourceModel, shifts: list[int], end_time: int
+                 ) -> Iterator[pl.DataFrame]:
+    """Head and tail states of every row: Not created (CPU) / Idle (GPU) to the trace ends."""
+    rows = []
+    for order, r in enumerate(model.rows):
+        state = reg.STATE_IDLE if r.kind == "gpu" else reg.STATE_NOT_CREATED
+        first, last = r.first + shifts[r.report], r.last + shifts[r.report]
+        common = {"order": order, "cpu": r.cpu, "task": model.task_of(r), "thread": r.thread,
+                  "rep": r.report, "b": state}
+        if first > 0:
+            rows.append({"time": 0, "a": first, **common})
+        if last < end_time:
+            rows.append({"time": last, "a": end_time, **common})
+    if rows:
+        df = pl.DataFrame(rows).with_columns(pl.lit(R.STATE).alias("kind"),
+                                             pl.lit(0).alias("phase"),
+                                             pl.lit(R.SRC_STATE).alias("src"),
+                                             pl.lit(-1).alias("ord"))
+        yield final_schema(df).sort(MERGE_KEYS, maintain_order=True)
+
+
+FINAL_SCHEMA: dict[str, pl.DataType] = {
+    "time": pl.Int64, "order": pl.Int64, "kind": pl.Int8, "phase": pl.Int8, "src": pl.Int8,
+    "rep": pl.Int32, "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64,
+    "d": pl.Int64, "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8, "cpu": pl.Int64,
+    "task": pl.Int64, "thread": pl.Int64, "rcpu": pl.Int64, "rtask": pl.Int64,
+    "rthread": pl.Int64,
+}
+
+
+def final_schema(df: pl.DataFrame) -> pl.DataFrame:
+    """The trace-wide record layout (same columns and dtypes from every source)."""
+    return df.select([
+        (pl.col(n).cast(t) if n in df.columns else pl.lit(None, t)).alias(n)
+        for n, t in FINAL_SCHEMA.items()])

@@ -1,0 +1,62 @@
+"""CUDA runtime and driver API calls (`CUPTI_ACTIVITY_KIND_RUNTIME`) on CPU threads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import polars as pl
+
+from ..paraver import registry as reg
+from ..report.report import Report
+from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+                   read_chunks)
+
+KIND = "cuda_api"
+TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+
+COLUMNS = (
+    Column("start", ("start",)),
+    Column("end", ("end",)),
+    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
+    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+    Column("correlation", ("correlationId",)),
+    Column("name_id", ("nameId",)),
+    Column("return_value", ("returnValue",)),
+)
+
+
+def available(report: Report) -> bool:
+    return has_rows(report, TABLE)
+
+
+def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows)
+
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+def normalise_name(name: str) -> str:
+    """Drop the ABI version suffix nsys shows (`cudaLaunchKernel_v7000` -> `cudaLaunchKernel`)."""
+    return _VERSION_SUFFIX.sub("", name)
+
+
+# What a call does, for the CPU state (Extrae's CUDA states). Checked in this order.
+_CLASSES = (
+    (reg.STATE_SYNC, re.compile(r"Synchronize|WaitEvent|StreamWaitValue|StreamWait_")),
+    (reg.STATE_MEMORY_TRANSFER, re.compile(r"^(?:cuda|cu)Mem(?:cpy|set|Prefetch)")),
+    (reg.STATE_FREE, re.compile(r"^(?:cudaFree|cuMemFree|cuMemRelease|cuMemHostFree)")),
+    (reg.STATE_ALLOC, re.compile(r"^(?:cudaMalloc|cudaHostAlloc|cuMemAlloc|cuMemHostAlloc|"
+                                 r"cuMemCreate)")),
+    (reg.STATE_CONFIG_ACCEL, re.compile(r"Launch|ConfigureCall|SetupArgument")),
+)
+
+
+def call_state(name: str) -> int:
+    """Paraver state of a CPU thread inside the CUDA call `name`."""
+    base = normalise_name(name)
+    for state, pattern in _CLASSES:
+        if pattern.search(base):
+            return state
+    return reg.STATE_OTHERS

@@ -1,0 +1,47 @@
+"""CUDA kernels (`CUPTI_ACTIVITY_KIND_KERNEL`): one row per kernel execution on a stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from ..report.report import Report
+from .base import DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, Column, has_rows, read_chunks
+
+KIND = "kernels"
+TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+COLUMNS = (
+    Column("start", ("start",)),
+    Column("end", ("end",)),
+    Column("pid", ("globalPid",), transform=PID_FROM_GLOBAL),
+    Column("device", ("deviceId",)),
+    Column("context", ("contextId",), fallback="0"),
+    Column("stream", ("streamId",)),
+    Column("correlation", ("correlationId",)),
+    Column("short_name_id", ("shortName",)),
+    Column("name_id", ("demangledName", "shortName")),
+    Column("grid_x", ("gridX",)),
+    Column("grid_y", ("gridY",)),
+    Column("grid_z", ("gridZ",)),
+    Column("block_x", ("blockX",)),
+    Column("block_y", ("blockY",)),
+    Column("block_z", ("blockZ",)),
+    Column("registers", ("registersPerThread",)),
+    Column("static_smem", ("staticSharedMemory",)),
+    Column("dynamic_smem", ("dynamicSharedMemory",)),
+    Column("local_mem_thread", ("localMemoryPerThread",)),
+    Column("local_mem_total", ("localMemoryTotal",)),
+    Column("graph_node_id", ("graphNodeId",)),
+    Column("graph_id", ("graphId",)),
+)
+
+
+def available(report: Report) -> bool:
+    return has_rows(report, TABLE)
+
+
+def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
+    """Normalised kernel rows; names are StringIds ids (`short_name_id`, `name_id`)."""
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows)

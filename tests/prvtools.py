@@ -1,0 +1,130 @@
+"""Test helpers: a small, independent `.prv` reader and SQL expectations from exports.
+
+The reader is deliberately naive (one Python step per line) and shares no code with the
+writer, so tests compare two implementations. Use it on small traces only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsys2prv.paraver.check import check_trace
+
+
+@dataclass
+class Trace:
+    header: str
+    end: int
+    states: list[tuple] = field(default_factory=list)  # (task, thread, begin, end, state)
+    events: list[tuple] = field(default_factory=list)  # (task, thread, time, [(type, value)])
+    comms: list[tuple] = field(default_factory=list)  # 15-field tuples (ints)
+    pcf: str = ""
+    row: str = ""
+
+    def values(self, type_: int) -> list[int]:
+        return [v for *_, pairs in self.events for t, v in pairs if t == type_]
+
+    def nonzero(self, *types: int) -> int:
+        return sum(1 for *_, pairs in self.events for t, v in pairs if t in types and v != 0)
+
+    def durations(self, *types: int) -> dict[tuple[int, int], int]:
+        """(type, value) -> total time between each value and the next 0 of that type on the
+        same row (regions of one type must not overlap on a row)."""
+        open_: dict[tuple, tuple[int, int]] = {}
+        out: dict[tuple[int, int], int] = defaultdict(int)
+        for task, thread, time, pairs in self.events:
+            for t, v in pairs:
+                if t not in types:
+                    continue
+                key = (task, thread, t)
+                if v == 0:
+                    if key in open_:
+                        value, start = open_.pop(key)
+                        out[(t, value)] += time - start
+                else:
+                    open_[key] = (v, time)
+        return dict(out)
+
+    def pcf_labels(self, type_: int) -> dict[int, str]:
+        labels: dict[int, str] = {}
+        lines = self.pcf.splitlines()
+        i = 0
+        while i < len(lines):
+            if lines[i] == "EVENT_TYPE":
+                types, j = [], i + 1
+                while j < len(lines) and lines[j] and lines[j] != "VALUES" and \
+                        lines[j].split()[0].isdigit() and len(lines[j].split()) > 2 and \
+                        lines[j].split()[1].isdigit():
+                    types.append(int(lines[j].split()[1]))
+                    j += 1
+                if type_ in types and j < len(lines) and lines[j] == "VALUES":
+                    j += 1
+                    while j < len(lines) and lines[j].strip():
+                        v, label = lines[j].split(None, 1)
+                        labels[int(v)] = label
+                        j += 1
+                    return labels
+                i = j
+            else:
+                i += 1
+        return labels
+
+    def state_time(self) -> dict[tuple[int, int], dict[int, int]]:
+        out: dict[tuple[int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for task, thread, b, e, s in self.states:
+            out[(task, thread)][s] += e - b
+        return out
+
+
+def read_prv(path: str | Path) -> Trace:
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        header = fh.readline().rstrip("\n")
+        end = int(header.split("):", 1)[1].split("_ns", 1)[0])
+        tr = Trace(header, end)
+        for line in fh:
+            if line.startswith("#"):
+                continue
+            f = [int(x) for x in line.rstrip("\n").split(":")]
+            if f[0] == 1:
+                tr.states.append((f[3], f[4], f[5], f[6], f[7]))
+            elif f[0] == 2:
+                tr.events.append((f[3], f[4], f[5], list(zip(f[6::2], f[7::2]))))
+            elif f[0] == 3:
+                tr.comms.append(tuple(f))
+    base = path.name[:-7] if path.name.endswith(".prv.gz") else path.name[:-4]
+    tr.pcf = path.with_name(base + ".pcf").read_text()
+    tr.row = path.with_name(base + ".row").read_text()
+    return tr
+
+
+def validate(path: str | Path) -> None:
+    """Our strict checker and, when installed, pertalde's `ptd comprovar -e` must accept it."""
+    report = check_trace(path)
+    assert report.ok, "\n".join(report.messages())
+    ptd = shutil.which("ptd") or str(Path(sys.executable).with_name("ptd"))
+    if Path(ptd).exists():
+        proc = subprocess.run([ptd, "comprovar", "-e", str(path)], capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def sql(db: str | Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
+    con.text_factory = lambda b: b.decode("utf-8", "replace")
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def tables(db: str | Path) -> set[str]:
+    return {r[0] for r in sql(db, "SELECT name FROM sqlite_master WHERE type='table'")}
