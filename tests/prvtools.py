@@ -35,21 +35,21 @@ class Trace:
         return sum(1 for *_, pairs in self.events for t, v in pairs if t in types and v != 0)
 
     def durations(self, *types: int) -> dict[tuple[int, int], int]:
-        """(type, value) -> total time between each value and the next 0 of that type on the
-        same row (regions of one type must not overlap on a row)."""
-        open_: dict[tuple, tuple[int, int]] = {}
+        """(type, value) -> total time of its regions, reading values as Paraver's 'Stacked
+        Val' does: a value opens a region, 0 closes the innermost open one of that row."""
+        stacks: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         out: dict[tuple[int, int], int] = defaultdict(int)
         for task, thread, time, pairs in self.events:
             for t, v in pairs:
                 if t not in types:
                     continue
-                key = (task, thread, t)
+                stack = stacks[(task, thread, t)]
                 if v == 0:
-                    if key in open_:
-                        value, start = open_.pop(key)
+                    if stack:
+                        value, start = stack.pop()
                         out[(t, value)] += time - start
                 else:
-                    open_[key] = (v, time)
+                    stack.append((v, time))
         return dict(out)
 
     def pcf_labels(self, type_: int) -> dict[int, str]:

@@ -31,6 +31,7 @@ class Row:
     device: int | None
     context: int | None
     stream: int | None
+    lane: int | None
     first: int
     last: int
     label: str = ""
@@ -98,7 +99,8 @@ def _row_label(row: Row, task: Task, thread_names: dict[str, str], gpus: dict[st
         if model is None and len(set(gpus.values())) == 1:
             model = next(iter(gpus.values()))
         suffix = f" ({model})" if model else ""
-        return f"GPU {row.device} ctx {row.context} stream {row.stream}{suffix}"
+        lane = f" lane {row.lane}" if row.lane else ""
+        return f"GPU {row.device} ctx {row.context} stream {row.stream}{lane}{suffix}"
     name = thread_names.get(f"{row.pid}:{row.tid}")
     main = " main" if row.tid == row.pid else ""
     return f"{name or 'thread'}{main} (tid {row.tid})"
@@ -120,7 +122,8 @@ def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> Res
         by_pid: dict[int, list[Row]] = {}
         for r in meta["rows"]:
             row = Row(i, r["row"], r["kind"], r["pid"], r.get("tid"), r.get("device"),
-                      r.get("context"), r.get("stream"), r.get("first") or 0, r.get("last") or 0)
+                      r.get("context"), r.get("stream"), r.get("lane"), r.get("first") or 0,
+                      r.get("last") or 0)
             by_pid.setdefault(row.pid, []).append(row)
         for pid, rows in by_pid.items():
             proc = meta["processes"].get(str(pid), {})
@@ -131,7 +134,7 @@ def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> Res
             cpu = sorted((r for r in rows if r.kind == "cpu"),
                          key=lambda r: (r.tid != r.pid, r.tid))
             gpu = sorted((r for r in rows if r.kind == "gpu"),
-                         key=lambda r: (r.device, r.context, r.stream))
+                         key=lambda r: (r.device, r.context, r.stream, r.lane or 0))
             task.rows = cpu + gpu
             for n, r in enumerate(task.rows, start=1):
                 r.thread = n

@@ -13,7 +13,7 @@ CPU = "cpu"
 GPU = "gpu"
 
 _CPU_KEYS = ["pid", "tid"]
-_GPU_KEYS = ["pid", "device", "context", "stream"]
+_GPU_KEYS = ["pid", "device", "context", "stream", "lane"]
 
 
 class RowRegistry:
@@ -23,7 +23,7 @@ class RowRegistry:
         self._cpu = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "row": pl.Int32})
         self._gpu = pl.DataFrame(schema={"pid": pl.Int64, "device": pl.Int64,
                                          "context": pl.Int64, "stream": pl.Int64,
-                                         "row": pl.Int32})
+                                         "lane": pl.Int64, "row": pl.Int32})
         self.count = 0
 
     def _assign(self, table: pl.DataFrame, keys: list[str], df: pl.DataFrame
@@ -45,24 +45,36 @@ class RowRegistry:
         return rows
 
     def gpu_rows(self, df: pl.DataFrame) -> pl.Series:
-        """Row id of each (pid, device, context, stream) in `df`, adding unseen streams."""
+        """Row id of each (pid, device, context, stream[, lane]) in `df`, adding new ones.
+
+        Lane 0 is the stream itself; further lanes hold activities that overlap earlier
+        ones on the same stream (see pipeline/tiling.py)."""
+        if "lane" not in df.columns:
+            df = df.with_columns(pl.lit(0, pl.Int64).alias("lane"))
         self._gpu, rows = self._assign(self._gpu, _GPU_KEYS, df)
         return rows
 
+    def gpu_keys(self, rows: pl.Series) -> pl.DataFrame:
+        """(pid, device, context, stream) of GPU row ids."""
+        return pl.DataFrame({"row": rows.cast(pl.Int32)}).join(
+            self._gpu, on="row", how="left", maintain_order="left")
+
     def lookup_gpu(self, df: pl.DataFrame) -> pl.Series:
         """Row id of existing streams only (null where the stream has no row)."""
+        df = df.with_columns(pl.lit(0, pl.Int64).alias("lane"))
         probe = df.select([pl.col(k).fill_null(-1).cast(pl.Int64) for k in _GPU_KEYS])
         return probe.join(self._gpu, on=_GPU_KEYS, how="left", maintain_order="left")["row"]
 
     def table(self) -> pl.DataFrame:
-        """All rows: row, kind, pid, tid, device, context, stream (nulls where n/a)."""
+        """All rows: row, kind, pid, tid, device, context, stream, lane (nulls where n/a)."""
         cpu = self._cpu.with_columns(pl.lit(CPU).alias("kind"),
                                      pl.lit(None, pl.Int64).alias("device"),
                                      pl.lit(None, pl.Int64).alias("context"),
-                                     pl.lit(None, pl.Int64).alias("stream"))
+                                     pl.lit(None, pl.Int64).alias("stream"),
+                                     pl.lit(None, pl.Int64).alias("lane"))
         gpu = self._gpu.with_columns(pl.lit(GPU).alias("kind"),
                                      pl.lit(None, pl.Int64).alias("tid"))
-        cols = ["row", "kind", "pid", "tid", "device", "context", "stream"]
+        cols = ["row", "kind", "pid", "tid", "device", "context", "stream", "lane"]
         return pl.concat([cpu.select(cols), gpu.select(cols)], how="vertical").sort("row")
 
 

@@ -60,11 +60,11 @@ def _start_end(df: pl.DataFrame, src: int, type_: int | pl.Expr, value: pl.Expr,
                start_text: pl.Expr | None = None, end_text: pl.Expr | None = None
                ) -> list[pl.DataFrame]:
     """Start record (value) and end record (0) of every region in `df`."""
-    start = df.select(R.events(pl.col("start"), pl.col("row"), R.PHASE_START, src,
-                               pl.col("row_id"), type_, value, start_text))
-    end = df.select(R.events(pl.col("end"), pl.col("row"),
-                             R.end_phase(pl.col("start"), pl.col("end")), src, pl.col("row_id"),
-                             type_, pl.lit(0, pl.Int64), end_text))
+    c = pl.col
+    start = df.select(R.events(c("start"), c("row"), R.start_phase(c("start"), c("end")), src,
+                               c("row_id"), type_, value, start_text, sub=-c("end")))
+    end = df.select(R.events(c("end"), c("row"), R.end_phase(c("start"), c("end")), src,
+                             c("row_id"), type_, pl.lit(0, pl.Int64), end_text, sub=-c("start")))
     return [start, end]
 
 
@@ -86,10 +86,11 @@ def _push(sink: Sink, frames: list[pl.DataFrame]) -> None:
             sink.records(R.conform(f))
 
 
-def _intervals(df: pl.DataFrame, state: int | pl.Expr) -> pl.DataFrame:
+def _intervals(df: pl.DataFrame, state: int | pl.Expr, src: int) -> pl.DataFrame:
     return df.select(pl.col("row").cast(pl.Int32), "start", "end",
                      (state if isinstance(state, pl.Expr) else pl.lit(state)).cast(pl.Int8)
-                     .alias("state"), pl.col("row_id").alias("ord"))
+                     .alias("state"), pl.lit(src, pl.Int8).alias("src"),
+                     pl.col("row_id").alias("ord"))
 
 
 # -- CUDA API -----------------------------------------------------------------------------------
@@ -125,7 +126,7 @@ def map_cuda_api(chunk: pl.DataFrame, sink: Sink, classifier: CallClassifier,
                            start_text=R.pairs((reg.CORRELATION_ID, pl.col("correlation"))),
                            end_text=R.pairs((reg.CUDA_RETURN_VALUE, ret))))
     sink.intervals(_intervals(df.with_columns(classifier.states(df["name_id"]).alias("state")),
-                              pl.col("state")))
+                              pl.col("state"), R.SRC_API))
     correlations.append(df.filter(pl.col("correlation").is_not_null()).select(
         "pid", "correlation", pl.col("row").alias("api_row"), pl.col("start").alias("api_start")))
 
@@ -140,7 +141,7 @@ def correlation_index(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _launch_arrows(df: pl.DataFrame, index: pl.DataFrame, sink: Sink, tag: pl.Expr,
-                   size: pl.Expr, what: str) -> None:
+                   size: pl.Expr, what: str, target_src: int) -> None:
     """Communication API call -> GPU activity, matched on (pid, correlation id)."""
     if index.height == 0 or df.height == 0:
         return
@@ -152,7 +153,7 @@ def _launch_arrows(df: pl.DataFrame, index: pl.DataFrame, sink: Sink, tag: pl.Ex
         return
     comms = joined.select(
         pl.col("api_start").alias("time"), pl.col("api_row").alias("row"),
-        pl.lit(R.COMM).alias("kind"), pl.lit(0).alias("phase"), pl.lit(R.SRC_LAUNCH).alias("src"),
+        pl.lit(R.COMM).alias("kind"), pl.lit(0).alias("phase"), pl.lit(target_src + R.SRC_LAUNCH_OFFSET).alias("src"),
         pl.col("row_id").alias("ord"), pl.col("api_start").alias("a"),
         pl.col("row").cast(pl.Int64).alias("b"), pl.col("start").alias("c"),
         pl.col("start").alias("d"), size.alias("e"), tag.alias("f"))
@@ -205,14 +206,14 @@ def map_kernels(chunk: pl.DataFrame, sink: Sink, nccl: NcclNames, index: pl.Data
     frames = _start_end(df, R.SRC_KERNEL, ktype, c("value_short_name_id"),
                         start_text=geometry,
                         end_text=pl.lit(f":{reg.KERNEL_FULL_NAME}:0"))
-    frames.append(df.select(R.events(c("start"), c("row"), R.PHASE_START, R.SRC_KERNEL,
-                                     c("row_id"), reg.KERNEL_FULL_NAME,
-                                     c("value_name_id"))))
+    frames.append(df.select(R.events(c("start"), c("row"), R.start_phase(c("start"), c("end")),
+                                     R.SRC_KERNEL, c("row_id"), reg.KERNEL_FULL_NAME,
+                                     c("value_name_id"), sub=-c("end"))))
     _push(sink, frames)
-    sink.intervals(_intervals(df, reg.STATE_RUNNING))
+    sink.intervals(_intervals(df, reg.STATE_RUNNING, R.SRC_KERNEL))
     tag = pl.when(c("is_nccl")).then(pl.lit(reg.TAG_NCCL_LAUNCH)).otherwise(
         pl.lit(reg.TAG_KERNEL_LAUNCH))
-    _launch_arrows(df, index, sink, tag, pl.lit(0, pl.Int64), "kernels")
+    _launch_arrows(df, index, sink, tag, pl.lit(0, pl.Int64), "kernels", R.SRC_KERNEL)
 
 
 # -- memory operations ------------------------------------------------------------------------
@@ -237,9 +238,9 @@ def map_memory(chunk: pl.DataFrame, sink: Sink, index: pl.DataFrame, memset: boo
                        (reg.CORRELATION_ID, c("correlation")))
         src = R.SRC_MEMCPY
     _push(sink, _start_end(df, src, reg.MEMORY_OPERATION, value, start_text=text))
-    sink.intervals(_intervals(df, reg.STATE_MEMORY_TRANSFER))
+    sink.intervals(_intervals(df, reg.STATE_MEMORY_TRANSFER, src))
     _launch_arrows(df, index, sink, pl.lit(reg.TAG_MEMORY_OPERATION, pl.Int64),
-                   c("bytes").fill_null(0), what)
+                   c("bytes").fill_null(0), what, src)
 
 
 # -- CUDA synchronisation ---------------------------------------------------------------------

@@ -7,8 +7,11 @@ spilling and merging handle a single schema:
 time      record time in the report's own ns (state begin, event time, logical send)
 row       local row id in its report
 kind      1 state, 2 event, 3 communication
-phase     order inside one (time, row): 0 end of an earlier region, 1 start, 2 end of a
-          zero-length region -> "end" pairs come before "start" pairs of the same type
+phase     order inside one (time, row): 0 end of an earlier region, 1 start and 2 end of a
+          zero-length region, 3 start of a region that lasts. So regions ending at t close
+          before new ones open, and a zero-length region never hides one starting with it.
+sub       order inside a phase, so nested regions stack: starts by decreasing end (outer
+          first), ends by decreasing start (inner first)
 src       data kind that made the record (ties are broken by it, then by `ord`)
 ord       position in the source (rowid), for a total, deterministic order
 a..f      state: a=end, b=state
@@ -24,21 +27,25 @@ from __future__ import annotations
 import polars as pl
 
 STATE, EVENT, COMM = 1, 2, 3
-PHASE_END, PHASE_START, PHASE_ZERO_END = 0, 1, 2
+PHASE_END, PHASE_ZERO_START, PHASE_ZERO_END, PHASE_START = 0, 1, 2, 3
 
-# Source ids (tie-breakers, stable across releases only as far as ordering goes).
+# Source ids: tie-breakers, and (with `ord` = the source rowid) the identity of the activity a
+# record belongs to, so records can follow an activity moved to another row (overlap lanes).
 SRC_STATE, SRC_API, SRC_SYNC, SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET = 0, 1, 2, 3, 4, 5
-SRC_NVTX, SRC_NVTX_SE, SRC_OSRT, SRC_LAUNCH = 6, 7, 8, 9
+SRC_NVTX, SRC_NVTX_SE, SRC_OSRT = 6, 7, 8
+SRC_LAUNCH_OFFSET = 10  # arrow to an activity of source s has src = s + SRC_LAUNCH_OFFSET
 
 RECORD_SCHEMA: dict[str, pl.DataType] = {
-    "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "src": pl.Int8,
+    "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,
+    "src": pl.Int8,
     "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64, "d": pl.Int64,
     "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8,
 }
-SORT_KEYS = ["time", "row", "kind", "phase", "src", "ord"]
+SORT_KEYS = ["time", "row", "kind", "phase", "sub", "src", "ord"]
 
 INTERVAL_SCHEMA: dict[str, pl.DataType] = {
-    "row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "state": pl.Int8, "ord": pl.Int64,
+    "row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "state": pl.Int8, "src": pl.Int8,
+    "ord": pl.Int64,
 }
 INTERVAL_KEYS = ["row", "start", "ord"]
 
@@ -55,11 +62,13 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl.Expr,
-           type_: int | pl.Expr, value: pl.Expr, text: pl.Expr | None = None) -> list[pl.Expr]:
+           type_: int | pl.Expr, value: pl.Expr, text: pl.Expr | None = None,
+           sub: pl.Expr | None = None) -> list[pl.Expr]:
     """Expressions building event records from a normalised frame."""
     return [
         time.alias("time"), row.alias("row"), pl.lit(EVENT).alias("kind"),
         (phase if isinstance(phase, pl.Expr) else pl.lit(phase)).alias("phase"),
+        (sub if sub is not None else pl.lit(0, pl.Int64)).alias("sub"),
         pl.lit(src).alias("src"), ord_.alias("ord"),
         (type_ if isinstance(type_, pl.Expr) else pl.lit(type_)).alias("a"),
         value.alias("b"),
@@ -68,8 +77,13 @@ def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl
 
 
 def end_phase(start: pl.Expr, end: pl.Expr) -> pl.Expr:
-    """Phase of an end event: zero-length regions end after they start."""
+    """Phase of an end event: zero-length regions end right after they start."""
     return pl.when(end == start).then(pl.lit(PHASE_ZERO_END)).otherwise(pl.lit(PHASE_END))
+
+
+def start_phase(start: pl.Expr, end: pl.Expr) -> pl.Expr:
+    """Phase of a start event: zero-length regions open (and close) before lasting ones."""
+    return pl.when(end == start).then(pl.lit(PHASE_ZERO_START)).otherwise(pl.lit(PHASE_START))
 
 
 def pairs(*items: tuple[int, pl.Expr]) -> pl.Expr:

@@ -27,7 +27,7 @@ from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, session_alignment
 from .prepare import META_FILE
 
-MERGE_KEYS = ["time", "order", "kind", "phase", "src", "rep", "ord"]
+MERGE_KEYS = ["time", "order", "kind", "phase", "sub", "src", "rep", "ord"]
 
 
 @dataclass
@@ -170,9 +170,27 @@ class ReportView:
         self.lookup = pl.DataFrame({"row": np.arange(n_local, dtype=np.int32), **look})
         self.values = dictionary.value_map(meta)
         self.types = dictionary.type_map(meta)
+        self.moves = None
+        if meta.get("moves"):
+            self.moves = pl.concat(list(read_run(Path(meta["_dir"]) / meta["moves"])))
         self.threads = pl.DataFrame({"b": np.arange(n_local, dtype=np.int64),
                                      "rb": look["thread"], "fam": np.int8(ROW_FAMILY)}).cast(
                                          {"fam": pl.Int8})
+
+    def _follow_moves(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Events of an activity moved to an overlap lane, and arrows to it, follow it."""
+        c = pl.col
+        mv = self.moves.rename({"row": "moved"})
+        df = df.join(mv, on=["src", "ord"], how="left", maintain_order="left")
+        arrows = mv.with_columns((c("src") + R.SRC_LAUNCH_OFFSET).cast(pl.Int8))\
+            .rename({"moved": "moved_to"})
+        df = df.join(arrows, on=["src", "ord"], how="left", maintain_order="left")
+        return df.with_columns(
+            pl.when((c("kind") == R.EVENT) & c("moved").is_not_null()).then(c("moved"))
+            .otherwise(c("row")).alias("row"),
+            pl.when((c("kind") == R.COMM) & c("moved_to").is_not_null())
+            .then(c("moved_to").cast(pl.Int64)).otherwise(c("b")).alias("b"),
+        ).drop("moved", "moved_to")
 
     def runs(self) -> list[Iterator[pl.DataFrame]]:
         """One sorted source per run file of the partial (runs are merged, not chained)."""
@@ -190,6 +208,8 @@ class ReportView:
             pl.when(is_comm).then(c("c") + s).otherwise(c("c")).alias("c"),
             pl.when(is_comm).then(c("d") + s).otherwise(c("d")).alias("d"),
             pl.lit(self.index, pl.Int32).alias("rep"))
+        if self.moves is not None:
+            df = self._follow_moves(df)
         df = df.with_columns(pl.when(is_event).then(_family_expr()).alias("fam"))
         df = df.join(self.values, on=["fam", "b"], how="left", maintain_order="left")
         df = df.join(self.threads, on=["fam", "b"], how="left", maintain_order="left")
@@ -282,7 +302,8 @@ def _edge_states(model: ResourceModel, shifts: list[int], end_time: int
 
 
 FINAL_SCHEMA: dict[str, pl.DataType] = {
-    "time": pl.Int64, "order": pl.Int64, "kind": pl.Int8, "phase": pl.Int8, "src": pl.Int8,
+    "time": pl.Int64, "order": pl.Int64, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,
+    "src": pl.Int8,
     "rep": pl.Int32, "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64,
     "d": pl.Int64, "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8, "cpu": pl.Int64,
     "task": pl.Int64, "thread": pl.Int64, "rcpu": pl.Int64, "rtask": pl.Int64,

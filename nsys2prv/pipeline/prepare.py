@@ -15,18 +15,20 @@ from pathlib import Path
 
 import polars as pl
 
-from ..model.rows import GPU, RowRegistry, RowSpans
+from ..model.rows import RowRegistry, RowSpans
 from ..paraver import mapping as M
 from ..paraver import records as R
 from ..paraver import registry as reg
-from ..paraver.sorting import ExternalSorter
+from ..paraver.sorting import ExternalSorter, write_run
 from ..paraver.values import LocalNames
 from ..report.report import Report
 from ..report.schema import warn_if_newer
 from ..sources import KINDS, available_kinds, base, cuda_api, cuda_sync, kernels, memory, nvtx, osrt
+from .tiling import tile
 
 PARTIAL_FORMAT = 1
 META_FILE = "partial.json"
+MOVES_FILE = "moves.arrow"  # (src, ord, row): activities moved to an overlap lane row
 
 
 @dataclass
@@ -137,66 +139,21 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
         for df in osrt.read(report, chunk):
             M.map_osrt(df, sink)
     step("states")
-    row_table = sink.rows.table()
     spans = sink.spans.table()
-    _tile_states(sink, row_table, spans)
-    runs = sink.record_sorter.finish_runs()
+    states, lane_spans, moves = tile(sink.interval_sorter.sorted_blocks(cut_keys=2), sink.rows,
+                                     sink.rows.table(), spans)
+    _emit_states(sink, states)
     sink.interval_sorter.cleanup()
-    meta = _metadata(report, wanted, sink, row_table, spans, runs, nvtx_ctx)
+    if lane_spans.height:
+        sink.count("gpu_activities_on_overlap_lanes", moves.height)
+        spans = pl.concat([spans, lane_spans.select(spans.columns)], how="vertical")
+    if moves.height:
+        write_run(moves, workdir / MOVES_FILE, 1 << 20)
+    runs = sink.record_sorter.finish_runs()
+    row_table = sink.rows.table()
+    meta = _metadata(report, wanted, sink, row_table, spans, runs, nvtx_ctx, moves.height > 0)
     (workdir / META_FILE).write_text(json.dumps(meta, sort_keys=True))
     return meta
-
-
-def _tile_states(sink: ReportSink, row_table: pl.DataFrame, spans: pl.DataFrame) -> None:
-    """Cover each row from its first to its last record with non-overlapping states.
-
-    Activity intervals come sorted by (row, start). An interval nested in or overlapping an
-    earlier one on the same row is clipped to where the earlier one ends (the outer call's
-    state wins); gaps get the row's default state (Running on CPU threads, Idle on GPU
-    streams). Before the first and after the last record the merge stage adds Not created /
-    Idle up to the trace's ends.
-    """
-    c = pl.col
-    info = spans.join(row_table.select("row", "kind"), on="row", how="left").with_columns(
-        pl.when(c("kind") == GPU).then(pl.lit(reg.STATE_IDLE)).otherwise(
-            pl.lit(reg.STATE_RUNNING)).cast(pl.Int8).alias("default"))
-    info = info.with_columns(c("row").cast(pl.Int32))
-    carry_row, carry_end = None, None
-    row_max: list[pl.DataFrame] = []
-    for block in sink.interval_sorter.sorted_blocks(cut_keys=2):
-        df = block.join(info.select("row", "first", "default"), on="row", how="left",
-                        maintain_order="left")
-        cm = c("end").cum_max().over("row")
-        if carry_row is not None:
-            cm = pl.when(c("row") == carry_row).then(pl.max_horizontal(cm, pl.lit(carry_end)))\
-                .otherwise(cm)
-        df = df.with_columns(cm.alias("cm"))
-        prev = c("cm").shift(1).over("row")
-        if carry_row is not None:
-            prev = pl.when(prev.is_null() & (c("row") == carry_row)).then(pl.lit(carry_end))\
-                .otherwise(prev)
-        df = df.with_columns(prev.fill_null(c("first")).alias("prev"))
-        df = df.with_columns(pl.max_horizontal("start", "prev").alias("eff"))
-        states = df.filter(c("eff") < c("end")).select(
-            "row", c("eff").alias("time"), c("end").alias("a"), c("state").cast(pl.Int64)
-            .alias("b"), "ord")
-        gaps = df.filter(c("prev") < c("start")).select(
-            "row", c("prev").alias("time"), c("start").alias("a"),
-            c("default").cast(pl.Int64).alias("b"), "ord")
-        _emit_states(sink, pl.concat([states, gaps], how="vertical"))
-        last = df.select(c("row").last(), c("cm").last()).row(0)
-        carry_row, carry_end = last
-        row_max.append(df.group_by("row").agg(c("cm").max().alias("max_end")))
-    if row_max:
-        ends = pl.concat(row_max, how="vertical").group_by("row").agg(c("max_end").max())
-    else:
-        ends = pl.DataFrame(schema={"row": pl.Int32, "max_end": pl.Int64})
-    # After the last activity (or for rows without any): default state up to the last record.
-    tails = info.join(ends, on="row", how="left").with_columns(
-        c("max_end").fill_null(c("first")).alias("from")).filter(c("from") < c("last")).select(
-        "row", c("from").alias("time"), c("last").alias("a"),
-        c("default").cast(pl.Int64).alias("b"), pl.lit(-1, pl.Int64).alias("ord"))
-    _emit_states(sink, tails)
 
 
 def _emit_states(sink: ReportSink, df: pl.DataFrame) -> None:
@@ -222,7 +179,7 @@ def _enum_labels(report: Report) -> dict[str, dict[str, str]]:
 
 
 def _metadata(report: Report, kinds: list[str], sink: ReportSink, row_table: pl.DataFrame,
-              spans: pl.DataFrame, runs: list[Path], nvtx_ctx) -> dict:
+              spans: pl.DataFrame, runs: list[Path], nvtx_ctx, has_moves: bool) -> dict:
     rows = row_table.join(spans, on="row", how="left")
     if rows.height:
         first, last = rows["first"].min(), rows["last"].max()
@@ -262,5 +219,6 @@ def _metadata(report: Report, kinds: list[str], sink: ReportSink, row_table: pl.
         "nvtx_lanes": nvtx_ctx.lanes if nvtx_ctx else 0,
         "time": {"first": first, "last": last},
         "runs": [p.name for p in runs],
+        "moves": MOVES_FILE if has_moves else None,
         "records": sink.record_sorter.rows,
     }

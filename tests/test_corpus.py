@@ -1,0 +1,142 @@
+"""Every real export of ../shared/corpus translates, validates and keeps every record.
+
+Expected numbers come from SQL on the export itself; the trace side is read by the project's
+checker (vectorised) and by the naive reader in prvtools, and cross-checked with pertalde.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import nsys2prv
+from nsys2prv.paraver import registry as reg
+from nsys2prv.paraver.check import check_trace
+
+from conftest import corpus_files
+from prvtools import read_prv, sql, tables, validate
+
+FILES = corpus_files()
+
+
+def _ids(paths):
+    return [f"{p.parent.name}/{p.name}" for p in paths]
+
+
+@pytest.fixture(scope="module", params=FILES or [None], ids=_ids(FILES) or ["no-corpus"])
+def translated(request, tmp_path_factory):
+    if request.param is None:
+        pytest.skip("real-export corpus (../shared/corpus) not present")
+    db: Path = request.param
+    out = tmp_path_factory.mktemp("corpus") / (db.name.split(".")[0] + ".prv")
+    result = nsys2prv.translate(db, out)
+    return db, result, out
+
+
+def _count(db, table, where="1"):
+    if table not in tables(db):
+        return 0
+    return sql(db, f'SELECT count(*) FROM "{table}" WHERE {where}')[0][0]
+
+
+def _nvtx_ids(db, names, defaults):
+    if "ENUM_NSYS_EVENT_TYPE" in tables(db):
+        rows = sql(db, "SELECT id, name FROM ENUM_NSYS_EVENT_TYPE")
+        ids = [i for i, n in rows if n in names]
+        if ids:
+            return ids
+    return list(defaults)
+
+
+def test_validates(translated):
+    _, _, out = translated
+    validate(out)
+
+
+def test_record_counts_match_the_database(translated):
+    db, result, out = translated
+    counts = check_trace(out).event_counts
+    k = "CUPTI_ACTIVITY_KIND_KERNEL"
+    n_kernels = _count(db, k)
+    n_nccl = 0
+    if n_kernels:
+        n_nccl = sql(db, f"SELECT count(*) FROM {k} JOIN StringIds s ON s.id = {k}.shortName "
+                         "WHERE lower(s.value) LIKE 'nccl%'")[0][0]
+    assert counts.get(reg.CUDA_KERNEL, 0) == n_kernels - n_nccl
+    assert counts.get(reg.NCCL_KERNEL, 0) == n_nccl
+    assert counts.get(reg.CUDA_CALL, 0) == _count(db, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert counts.get(reg.MEMORY_OPERATION, 0) == _count(
+        db, "CUPTI_ACTIVITY_KIND_MEMCPY") + _count(db, "CUPTI_ACTIVITY_KIND_MEMSET")
+    assert counts.get(reg.OSRT_CALL, 0) == _count(db, "OSRT_API")
+    if "NVTX_EVENTS" in tables(db):
+        pp = _nvtx_ids(db, ("NvtxPushPopRange", "NvtxtPushPopRange"), (59, 70))
+        se = _nvtx_ids(db, ("NvtxStartEndRange", "NvtxtStartEndRange"), (60, 71))
+        mk = _nvtx_ids(db, ("NvtxMark", "NvtxtMark"), (34, 65))
+        inlist = lambda ids: f"eventType IN ({','.join(map(str, ids))})"  # noqa: E731
+        pushpop = sum(v for t, v in counts.items()
+                      if reg.NVTX_PUSHPOP_BASE <= t < reg.NVTX_PUSHPOP_BASE + 1000)
+        startend = sum(v for t, v in counts.items()
+                       if reg.NVTX_STARTEND_BASE <= t < reg.NVTX_STARTEND_BASE + 1000)
+        assert pushpop == _count(db, "NVTX_EVENTS", inlist(pp))
+        assert startend == _count(db, "NVTX_EVENTS", inlist(se))
+        assert counts.get(reg.NVTX_MARK, 0) == _count(db, "NVTX_EVENTS", inlist(mk))
+
+
+def test_kernel_time_per_name_matches_sql(translated):
+    db, _, out = translated
+    k = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if k not in tables(db):
+        pytest.skip("no kernels in this export")
+    want = defaultdict(int)
+    for name, total in sql(db, f"SELECT s.value, sum({k}.end - {k}.start) FROM {k} "
+                               f"JOIN StringIds s ON s.id = {k}.shortName GROUP BY s.value"):
+        want[name] += total
+    tr = read_prv(out)
+    labels = tr.pcf_labels(reg.CUDA_KERNEL)
+    got = defaultdict(int)
+    for (_, v), d in tr.durations(reg.CUDA_KERNEL, reg.NCCL_KERNEL).items():
+        got[labels[v]] += d
+    assert dict(got) == dict(want)
+
+
+def test_api_time_per_name_matches_sql(translated):
+    db, _, out = translated
+    r = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if r not in tables(db):
+        pytest.skip("no CUDA API calls in this export")
+    want = defaultdict(int)
+    for name, total in sql(db, f"SELECT s.value, sum({r}.end - {r}.start) FROM {r} "
+                               f"JOIN StringIds s ON s.id = {r}.nameId GROUP BY s.value"):
+        want[re.sub(r"_v\d+$", "", name)] += total
+    tr = read_prv(out)
+    labels = tr.pcf_labels(reg.CUDA_CALL)
+    got = defaultdict(int)
+    for (_, v), d in tr.durations(reg.CUDA_CALL).items():
+        got[labels[v]] += d
+    assert dict(got) == dict(want)
+
+
+def test_pertalde_counts_agree(translated):
+    """pertalde's own reader counts the same kernel and CUDA call records."""
+    db, _, out = translated
+    ptd = shutil.which("ptd") or str(Path(sys.executable).with_name("ptd"))
+    if not Path(ptd).exists():
+        pytest.skip("pertalde not installed")
+    proc = subprocess.run([ptd, "comptar", "--all", str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    occ = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\|\s*Event\s*\|\s*(.+?)\s*\|\s*(\d+)\s*\|", line)
+        if m:
+            occ[m.group(1)] = int(m.group(2))
+    # every region writes a start and an end record
+    assert occ.get("CUDA library call", 0) == 2 * _count(db, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    kernels = _count(db, "CUPTI_ACTIVITY_KIND_KERNEL")
+    assert occ.get("CUDA kernel", 0) + occ.get("NCCL kernel", 0) == 2 * kernels
