@@ -30,7 +30,7 @@ def _translate_parser() -> argparse.ArgumentParser:
         description="Translate Nsight Systems exports (.sqlite, or .nsys-rep/.qdrep with nsys "
                     "installed) into a Paraver trace. Several inputs are merged into one trace.",
         epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace.")
-    p.add_argument("paths", nargs="+", metavar="INPUT... OUTPUT",
+    p.add_argument("paths", nargs="*", metavar="INPUT... OUTPUT",
                    help="one or more reports, then the output trace name (.prv or .prv.gz)")
     p.add_argument("--only", metavar="KINDS",
                    help="translate only these kinds, comma separated "
@@ -70,7 +70,8 @@ def _kinds(text: str | None) -> list[str] | None:
 def _run_translate(argv: list[str]) -> int:
     args = _translate_parser().parse_args(argv)
     if len(args.paths) < 2:
-        raise UsageError("give at least one input and the output trace name")
+        raise UsageError("give at least one input and the output trace name "
+                         "(nsys2prv --help)")
     from .translate import translate
 
     *inputs, output = args.paths

@@ -159,18 +159,18 @@ def parse_pcf(text: str) -> tuple[dict[int, dict[int, str]], list[str]]:
     return types, problems
 
 
-def parse_row(text: str) -> dict[str, list[str]]:
-    levels: dict[str, list[str]] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = re.match(r"^LEVEL (\w+) SIZE (\d+)$", lines[i].rstrip("\r"))
+def parse_row(text: str) -> dict[str, tuple[int, list[str]]]:
+    """level -> (declared size, names found before the next section)."""
+    levels: dict[str, tuple[int, list[str]]] = {}
+    current = None
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        m = re.match(r"^LEVEL (\w+) SIZE (\d+)$", line)
         if m:
-            n = int(m.group(2))
-            levels[m.group(1)] = [x.rstrip("\r") for x in lines[i + 1:i + 1 + n]]
-            i += 1 + n
-        else:
-            i += 1
+            current = m.group(1)
+            levels[current] = (int(m.group(2)), [])
+        elif current is not None and line and not line.startswith("#"):
+            levels[current][1].append(line)
     return levels
 
 
@@ -213,12 +213,17 @@ def check_trace(path: str | Path) -> CheckReport:
     return rep
 
 
-def _check_row(rep: CheckReport, header: Header, levels: dict[str, list[str]]) -> None:
+def _check_row(rep: CheckReport, header: Header, levels) -> None:
     expect = {"CPU": header.total_cpus, "NODE": len(header.cpus_per_node),
               "TASK": len(header.tasks), "THREAD": sum(t for t, _ in header.tasks)}
     for level, n in expect.items():
-        if level in levels and len(levels[level]) != n:
-            rep.error(f".row: LEVEL {level} has {len(levels[level])} names, header needs {n}")
+        if level not in levels:
+            continue
+        declared, names = levels[level]
+        if declared != n:
+            rep.error(f".row: LEVEL {level} SIZE {declared}, but the header has {n}")
+        elif len(names) != declared:
+            rep.error(f".row: LEVEL {level} declares {declared} names but lists {len(names)}")
     if "THREAD" not in levels:
         rep.error(".row: no LEVEL THREAD section")
 

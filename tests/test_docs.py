@@ -1,0 +1,39 @@
+"""The documentation that is generated or checked against the code stays in sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsys2prv.paraver import docs, registry as reg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_events_md_is_generated_from_the_registry():
+    assert (ROOT / "docs" / "events.md").read_text() == docs.render(), \
+        "run: python -m nsys2prv.paraver.docs > docs/events.md"
+
+
+def test_registry_numbers_are_unique_and_in_range():
+    numbers = [t.type for t in reg.EVENT_TYPES]
+    assert len(numbers) == len(set(numbers))
+    lo, hi = reg.PRIVATE_RANGE
+    for t in reg.EVENT_TYPES:
+        assert t.extrae or lo <= t.type <= hi, t
+        assert 0 < t.type < 2**31
+    for r in reg.TYPE_RANGES:
+        assert lo <= r.base and r.base + r.size - 1 <= hi
+        assert not any(r.base <= n < r.base + r.size for n in numbers)
+    spans = sorted((r.base, r.base + r.size) for r in reg.TYPE_RANGES)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_extrae_numbers_keep_extrae_meaning():
+    extrae = {t.type: t.label for t in reg.EVENT_TYPES if t.extrae}
+    assert extrae == {63000000: "CUDA library call", 63000006: "CUDA kernel",
+                      63000008: "Stream ID destination",
+                      63000011: "CUDA Kernel blocks per grid",
+                      63000012: "CUDA Kernel threads per block",
+                      63000013: "CUDA Kernel shared memory bytes"}
+    assert reg.EXTRAE_CUDA_CALL_VALUES["cudaLaunch"] == 1
+    assert reg.EXTRAE_CUDA_CALL_VALUES["cudaMalloc3DArray"] == 40
