@@ -19,7 +19,7 @@ from .pipeline.merge import MergeOptions, MergeResult, merge
 from .pipeline.prepare import PrepareOptions, prepare
 from .report.export import export_report, is_report
 from .report.report import Report
-from .sources import KINDS
+from .paraver.kinds import TRANSLATORS as KINDS
 
 
 def open_report(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None

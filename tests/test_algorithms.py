@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import nsys2prv
 from nsys2prv.paraver import registry as reg
-from nsys2prv.paraver.mapping import assign_lanes
+from nsys2prv.paraver.kinds.nvtx import assign_lanes
 from nsys2prv.paraver.sorting import ExternalSorter, merge_sorted
 from nsys2prv.testing.synth import ApiCall, Kernel, Spec, write_export
 

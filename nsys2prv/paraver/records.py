@@ -51,13 +51,13 @@ INTERVAL_KEYS = ["row", "start", "ord"]
 
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Add missing record columns as nulls and fix dtypes and column order."""
+    """Add missing record columns (nulls; `sub` 0) and fix dtypes and column order."""
     exprs = []
     for name, dtype in RECORD_SCHEMA.items():
         if name in df.columns:
             exprs.append(pl.col(name).cast(dtype))
         else:
-            exprs.append(pl.lit(None, dtype).alias(name))
+            exprs.append(pl.lit(0 if name == "sub" else None, dtype).alias(name))
     return df.select(exprs)
 
 

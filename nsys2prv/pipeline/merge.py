@@ -78,7 +78,8 @@ def _family_expr() -> pl.Expr:
 
 
 class Dictionary:
-    """Trace-wide numbering of names and NVTX domains, and each report's renumbering."""
+    """Trace-wide numbering of names and of per-trace types (NVTX domains, lanes, ...), and
+    each report's renumbering."""
 
     def __init__(self, metas: list[dict]) -> None:
         names: dict[str, set[str]] = {}
@@ -86,9 +87,12 @@ class Dictionary:
             for fam, table in m["names"].items():
                 names.setdefault(fam, set()).update(table.values())
         self.numbering = {fam: global_numbering(fam, ns) for fam, ns in names.items()}
-        domains = sorted({d for m in metas for d in m["type_keys"]["nvtx_pushpop"].values()
-                          if d != ""})
-        self.domain_index = {"": 0, **{d: i for i, d in enumerate(domains, start=1)}}
+        keys: dict[str, set[str]] = {}
+        for m in metas:
+            for r, table in m["type_keys"].items():
+                keys.setdefault(r, set()).update(table.values())
+        self.type_numbering = {r: _number_keys(reg.TYPE_RANGE_BY_NAME[r], ks)
+                               for r, ks in keys.items()}
 
     def value_map(self, meta: dict) -> pl.DataFrame:
         fams, locs, globs = [], [], []
@@ -102,19 +106,19 @@ class Dictionary:
                             schema={"fam": pl.Int8, "b": pl.Int64, "nb": pl.Int64})
 
     def type_map(self, meta: dict) -> dict[int, int]:
-        return {int(t): reg.nvtx_pushpop_type(self.domain_index[d])
-                for t, d in meta["type_keys"]["nvtx_pushpop"].items()}
+        """local type -> trace type, for the per-trace types this report uses."""
+        return {int(t): self.type_numbering[r][k]
+                for r, table in meta["type_keys"].items() for t, k in table.items()}
 
     def pcf_types(self, metas: list[dict]) -> list[pcf_mod.PcfType]:
-        """Every registered type, plus one type per NVTX domain/lane in use, with labels."""
+        """Registered types of the kinds in the trace, plus each per-trace type in use."""
         kinds = {k for m in metas for k in m["kinds"]}
         labels = {fam: labels_of(fam, num) for fam, num in self.numbering.items()}
-
         enums = {fam: dict(table) for fam, table in reg.ENUMS.items()}
         for m in metas:
             for fam, table in m.get("enums", {}).items():
                 for v, label in table.items():
-                    enums[fam].setdefault(int(v), label)
+                    enums.setdefault(fam, {}).setdefault(int(v), label)
 
         def values_for(family: str | None) -> dict[int, str]:
             if family is None:
@@ -123,36 +127,30 @@ class Dictionary:
                 return {0: "End", **dict(sorted(enums[family].items()))}
             return {0: "End", **labels.get(family, {})}
 
-        out = []
-        for t in reg.EVENT_TYPES:
-            if _type_kind(t.type) & kinds:
-                out.append(pcf_mod.PcfType(t.type, t.label, values_for(t.values), t.precision,
-                                           gradient=0))
-        if "nvtx" in kinds:
-            for domain, index in sorted(self.domain_index.items(), key=lambda kv: kv[1]):
-                out.append(pcf_mod.PcfType(
-                    reg.nvtx_pushpop_type(index),
-                    f"NVTX push/pop: {domain or 'default domain'}", values_for("nvtx_names")))
-            lanes = max((m.get("nvtx_lanes", 0) for m in metas), default=0)
-            for lane in range(lanes):
-                out.append(pcf_mod.PcfType(reg.nvtx_startend_type(lane),
-                                           f"NVTX start/end range (lane {lane})",
-                                           values_for("nvtx_names")))
+        out = [pcf_mod.PcfType(t.type, t.label, values_for(t.values), t.precision)
+               for t in reg.EVENT_TYPES if t.kinds & kinds]
+        for name, numbering in sorted(self.type_numbering.items()):
+            r = reg.TYPE_RANGE_BY_NAME[name]
+            for key, type_ in sorted(numbering.items(), key=lambda kv: kv[1]):
+                label = r.label.format(key=key or "default domain")
+                out.append(pcf_mod.PcfType(type_, label, values_for(r.values), r.precision))
         return out
 
 
-_KIND_OF_TYPE_GROUP = {
-    "CUDA API": {"cuda_api", "cuda_sync"}, "CUDA kernels": {"kernels"},
-    "CUDA memory": {"memcpy", "memset"}, "NVTX": {"nvtx"}, "OS runtime": {"osrt"},
-}
-
-
-def _type_kind(type_: int) -> set[str]:
-    t = reg.EVENT_TYPE_BY_NUMBER[type_]
-    kinds = _KIND_OF_TYPE_GROUP.get(t.group, set())
-    if type_ == reg.CORRELATION_ID:
-        kinds = {"cuda_api", "kernels", "memcpy", "memset"}
-    return kinds
+def _number_keys(r: reg.TypeRange, keys: set[str]) -> dict[str, int]:
+    """key -> trace type of one type range (see registry.core.TypeRange)."""
+    out = {k: r.type_of(off) for k, off in r.fixed.items() if k in keys}
+    if r.numeric_keys:
+        out.update({k: r.type_of(int(k)) for k in keys if k not in out})
+        return out
+    used = set(r.fixed.values())
+    offset = 0
+    for k in sorted(keys - set(out)):
+        while offset in used:
+            offset += 1
+        out[k] = r.type_of(offset)
+        used.add(offset)
+    return out
 
 
 # -- per-report transformation ----------------------------------------------------------------

@@ -12,18 +12,19 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from ..model.rows import RowRegistry, RowSpans
-from ..paraver import mapping as M
 from ..paraver import records as R
 from ..paraver import registry as reg
+from ..paraver.kinds import TRANSLATORS
 from ..paraver.sorting import ExternalSorter, write_run
 from ..paraver.values import LocalNames
 from ..report.report import Report
 from ..report.schema import warn_if_newer
-from ..sources import KINDS, available_kinds, base, cuda_api, cuda_sync, kernels, memory, nvtx, osrt
+from ..sources import base, nvtx
 from .tiling import tile
 
 PARTIAL_FORMAT = 1
@@ -40,19 +41,28 @@ class PrepareOptions:
     spill_rows: int = 4_000_000
 
 
-class ReportSink:
-    """Collects one report's records, state intervals, rows, names and counters."""
+def available_kinds(report: Report) -> list[str]:
+    """Kinds with data in this report, in translation order."""
+    return [name for name, t in TRANSLATORS.items() if t.available(report)]
+
+
+class PrepareContext:
+    """One report's records, state intervals, rows, names, types and counters."""
 
     def __init__(self, report: Report, workdir: Path, options: PrepareOptions,
                  report_end: int) -> None:
+        self.report = report
+        self.workdir = workdir
         self.rows = RowRegistry()
         self.spans = RowSpans()
         self.names = LocalNames(report.strings)
         self.report_end = report_end
+        self.chunk_rows = options.chunk_rows
+        self.shared: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}
         self.counts: Counter[str] = Counter()
         self.warnings: Counter[str] = Counter()
-        self.min_time: int | None = None
-        self.max_time: int | None = None
+        self.type_keys: dict[str, dict[int, str]] = {}
         self.record_sorter = ExternalSorter(R.SORT_KEYS, workdir, "records",
                                             max_rows=options.spill_rows)
         self.interval_sorter = ExternalSorter(R.INTERVAL_KEYS, workdir, "intervals",
@@ -70,16 +80,34 @@ class ReportSink:
     def count(self, key: str, n: int) -> None:
         self.counts[key] += int(n)
 
+    def local_type(self, range_name: str, key: str) -> int:
+        """A local event type of the per-trace range `range_name` for `key` (e.g. a domain).
+
+        Numbers are local to the report; the merge stage renumbers them trace-wide."""
+        r = reg.TYPE_RANGE_BY_NAME[range_name]
+        keys = self.type_keys.setdefault(range_name, {})
+        for t, k in keys.items():
+            if k == key:
+                return t
+        t = r.type_of(int(key) if r.numeric_keys else len(keys))
+        keys[t] = key
+        return t
+
+    def side_file(self, name: str) -> Path:
+        """A file of the partial for data the merge stage needs (e.g. MPI messages)."""
+        return self.workdir / name
+
 
 def report_span(report: Report, kinds: list[str]) -> tuple[int, int]:
     """(first, last) ns over the tables of `kinds` (SQLite aggregates, one scan each)."""
     lo, hi = None, None
     for k in kinds:
-        a, b, _ = base.span(report, KINDS[k].table)
-        if a is not None:
-            lo = a if lo is None else min(lo, a)
-        if b is not None:
-            hi = b if hi is None else max(hi, b)
+        for table in TRANSLATORS[k].tables:
+            a, b, _ = base.span(report, table)
+            if a is not None:
+                lo = a if lo is None else min(lo, a)
+            if b is not None:
+                hi = b if hi is None else max(hi, b)
     return (lo or 0), (hi if hi is not None else (lo or 0))
 
 
@@ -93,74 +121,33 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
     present = available_kinds(report)
     wanted = present if options.kinds is None else [k for k in present if k in options.kinds]
     _, end = report_span(report, wanted)
-    sink = ReportSink(report, workdir, options, end)
-    chunk = options.chunk_rows
-
-    def step(label: str) -> None:
+    ctx = PrepareContext(report, workdir, options, end)
+    for name in wanted:
         if progress is not None:
-            progress(label)
-
-    correlations: list[pl.DataFrame] = []
-    if "cuda_api" in wanted:
-        step("CUDA API")
-        classifier = M.CallClassifier(sink.names)
-        for df in cuda_api.read(report, chunk):
-            M.map_cuda_api(df, sink, classifier, correlations)
-    index = M.correlation_index(correlations)
-    del correlations
-    if "kernels" in wanted:
-        step("kernels")
-        nccl = M.NcclNames(sink.names)
-        for df in kernels.read(report, chunk):
-            M.map_kernels(df, sink, nccl, index)
-    if "memcpy" in wanted:
-        step("memcpy")
-        for df in memory.read_memcpy(report, chunk):
-            M.map_memory(df, sink, index, memset=False)
-    if "memset" in wanted:
-        step("memset")
-        for df in memory.read_memset(report, chunk):
-            M.map_memory(df, sink, index, memset=True)
-    if "cuda_sync" in wanted:
-        step("CUDA synchronization")
-        for df in cuda_sync.read(report, chunk):
-            M.map_cuda_sync(df, sink, index)
-    del index
-    nvtx_ctx = None
-    if "nvtx" in wanted:
-        step("NVTX")
-        nvtx_ctx = M.NvtxContext(nvtx.domains(report), nvtx.categories(report),
-                                 nvtx.event_type_ids(report))
-        for df in nvtx.read(report, chunk):
-            M.map_nvtx(df, sink, nvtx_ctx)
-        M.finish_nvtx_start_end(sink, nvtx_ctx)
-    if "osrt" in wanted:
-        step("OS runtime")
-        for df in osrt.read(report, chunk):
-            M.map_osrt(df, sink)
-    step("states")
-    spans = sink.spans.table()
-    states, lane_spans, moves = tile(sink.interval_sorter.sorted_blocks(cut_keys=2), sink.rows,
-                                     sink.rows.table(), spans)
-    _emit_states(sink, states)
-    sink.interval_sorter.cleanup()
+            progress(name)
+        TRANSLATORS[name].translate(report, ctx)
+    ctx.shared.clear()
+    spans = ctx.spans.table()
+    states, lane_spans, moves = tile(ctx.interval_sorter.sorted_blocks(cut_keys=2), ctx.rows,
+                                     ctx.rows.table(), spans)
+    _emit_states(ctx, states)
+    ctx.interval_sorter.cleanup()
     if lane_spans.height:
-        sink.count("gpu_activities_on_overlap_lanes", moves.height)
+        ctx.count("gpu_activities_on_overlap_lanes", moves.height)
         spans = pl.concat([spans, lane_spans.select(spans.columns)], how="vertical")
     if moves.height:
         write_run(moves, workdir / MOVES_FILE, 1 << 20)
-    runs = sink.record_sorter.finish_runs()
-    row_table = sink.rows.table()
-    meta = _metadata(report, wanted, sink, row_table, spans, runs, nvtx_ctx, moves.height > 0)
+    runs = ctx.record_sorter.finish_runs()
+    meta = _metadata(ctx, wanted, ctx.rows.table(), spans, runs, moves.height > 0)
     (workdir / META_FILE).write_text(json.dumps(meta, sort_keys=True))
     return meta
 
 
-def _emit_states(sink: ReportSink, df: pl.DataFrame) -> None:
+def _emit_states(ctx: PrepareContext, df: pl.DataFrame) -> None:
     df = df.filter(pl.col("time") < pl.col("a"))
     if df.height == 0:
         return
-    sink.records(R.conform(df.with_columns(
+    ctx.records(R.conform(df.with_columns(
         pl.lit(R.STATE).alias("kind"), pl.lit(0).alias("phase"),
         pl.lit(R.SRC_STATE).alias("src"))))
 
@@ -168,18 +155,16 @@ def _emit_states(sink: ReportSink, df: pl.DataFrame) -> None:
 def _enum_labels(report: Report) -> dict[str, dict[str, str]]:
     """Value labels of the enum-valued types as this export names them (value = id + 1)."""
     out = {}
-    for family, tables in reg.ENUM_TABLES.items():
-        for table in tables:
-            labels = report.enums.labels(table)
-            if labels:
-                prefix = "memcpy " if family == "memory_operation" else ""
-                out[family] = {str(i + 1): prefix + lbl for i, lbl in labels.items()}
-                break
+    for family, (table, prefix) in reg.ENUM_TABLES.items():
+        labels = report.enums.labels(table)
+        if labels:
+            out[family] = {str(i + 1): prefix + lbl for i, lbl in labels.items()}
     return out
 
 
-def _metadata(report: Report, kinds: list[str], sink: ReportSink, row_table: pl.DataFrame,
-              spans: pl.DataFrame, runs: list[Path], nvtx_ctx, has_moves: bool) -> dict:
+def _metadata(ctx: PrepareContext, kinds: list[str], row_table: pl.DataFrame,
+              spans: pl.DataFrame, runs: list[Path], has_moves: bool) -> dict:
+    report = ctx.report
     rows = row_table.join(spans, on="row", how="left")
     if rows.height:
         first, last = rows["first"].min(), rows["last"].max()
@@ -188,37 +173,36 @@ def _metadata(report: Report, kinds: list[str], sink: ReportSink, row_table: pl.
     pids = set(rows["pid"].to_list())
     procs = report.processes.filter(pl.col("pid").is_in(list(pids)))
     proc_names = dict(zip(procs["pid"].to_list(), procs["process_name"].to_list()))
-    tnames = report.thread_names
-    nvtx_names = nvtx.thread_names(report) if "nvtx" in kinds else None
-    cpu = rows.filter(pl.col("kind") == "cpu").select("pid", "tid")
-    labels = cpu.join(tnames, on=["pid", "tid"], how="left")
-    if nvtx_names is not None and nvtx_names.height:
-        labels = labels.join(nvtx_names.rename({"thread_name": "nvtx_name"}), on=["pid", "tid"],
-                             how="left").with_columns(
-            pl.coalesce("nvtx_name", "thread_name").alias("thread_name")).drop("nvtx_name")
-    thread_names = {f"{p}:{t}": n for p, t, n in labels.iter_rows() if n}
-    gpus = dict(zip(report.gpus["device"].to_list(), report.gpus["gpu_name"].to_list()))
+    labels = rows.filter(pl.col("kind") == "cpu").select("pid", "tid").join(
+        report.thread_names, on=["pid", "tid"], how="left")
+    if "nvtx" in kinds:
+        named = nvtx.thread_names(report)
+        if named.height:
+            labels = labels.join(named.rename({"thread_name": "nvtx_name"}),
+                                 on=["pid", "tid"], how="left").with_columns(
+                pl.coalesce("nvtx_name", "thread_name").alias("thread_name")).drop("nvtx_name")
     names = {fam: dict(zip(map(str, t["local_id"].to_list()), t["name"].to_list()))
-             for fam in sink.names.families()
-             if (t := sink.names.family_table(fam)).height}
+             for fam in ctx.names.families()
+             if (t := ctx.names.family_table(fam)).height}
     return {
         "format": PARTIAL_FORMAT,
         "report": report.describe(),
         "kinds": kinds,
-        "counts": dict(sorted(sink.counts.items())),
-        "warnings": dict(sorted(sink.warnings.items())),
+        "counts": dict(sorted(ctx.counts.items())),
+        "warnings": dict(sorted(ctx.warnings.items())),
         "rows": rows.to_dicts(),
         "processes": {str(p): {"name": proc_names.get(p),
                                "rank": report.process_ranks.get(p)} for p in sorted(pids)},
-        "thread_names": thread_names,
-        "gpus": {str(k): v for k, v in gpus.items()},
+        "thread_names": {f"{p}:{t}": n for p, t, n in labels.iter_rows() if n},
+        "gpus": {str(k): v for k, v in zip(report.gpus["device"].to_list(),
+                                             report.gpus["gpu_name"].to_list())},
         "names": names,
-        "type_keys": {"nvtx_pushpop": {str(t): d for t, d in
-                                       (nvtx_ctx.type_keys().items() if nvtx_ctx else [])}},
+        "type_keys": {r: {str(t): k for t, k in keys.items()}
+                      for r, keys in sorted(ctx.type_keys.items())},
         "enums": _enum_labels(report),
-        "nvtx_lanes": nvtx_ctx.lanes if nvtx_ctx else 0,
         "time": {"first": first, "last": last},
         "runs": [p.name for p in runs],
         "moves": MOVES_FILE if has_moves else None,
-        "records": sink.record_sorter.rows,
+        "records": ctx.record_sorter.rows,
+        "extra": ctx.meta,
     }

@@ -1,0 +1,158 @@
+"""What every kind translator shares: the per-report context it writes to, and helpers.
+
+A *kind* is one kind of nsys data (kernels, NVTX, ...). Its module in this package reads the
+kind's normalised tables (`nsys2prv.sources`) chunk by chunk and turns them into Paraver
+records (`records.py`) and state intervals, column-wise. A module exposes
+``TRANSLATORS = (Translator(...), ...)``; the package collects them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import polars as pl
+
+from ...model.rows import RowRegistry, RowSpans
+from ...report.report import Report
+from .. import records as R
+from ..values import STRING_ID_OFFSET, LocalNames
+
+
+class Context(Protocol):
+    """The per-report state a translator writes to (see pipeline/prepare.py)."""
+
+    report: Report
+    rows: RowRegistry
+    spans: RowSpans
+    names: LocalNames
+    report_end: int
+    chunk_rows: int
+    shared: dict[str, Any]  # data one kind leaves for another (e.g. the correlation index)
+    meta: dict[str, Any]  # extra partial metadata for the merge stage
+
+    def records(self, df: pl.DataFrame) -> None: ...
+    def intervals(self, df: pl.DataFrame) -> None: ...
+    def warn(self, key: str, n: int) -> None: ...
+    def count(self, key: str, n: int) -> None: ...
+    def local_type(self, range_name: str, key: str) -> int: ...
+    def side_file(self, name: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Translator:
+    """One kind of data: when it is present, and how it becomes records."""
+
+    name: str
+    order: int  # kinds are translated in this order (CUDA API first: others match it)
+    description: str
+    available: Callable[[Report], bool]
+    translate: Callable[[Report, Context], None]
+    tables: tuple[str, ...] = ()  # logical tables whose time span bounds the report
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def fix_times(df: pl.DataFrame, ctx: Context, what: str, open_end: int | None = None
+              ) -> pl.DataFrame:
+    """Unterminated regions end at `open_end`; regions ending before they start get length 0."""
+    n_open = df["end"].null_count()
+    if n_open:
+        if open_end is None:
+            ctx.warn(f"{what}: records without end time (dropped)", n_open)
+            df = df.filter(pl.col("end").is_not_null())
+        else:
+            ctx.warn(f"{what}: unterminated (end set to the end of the report)", n_open)
+            df = df.with_columns(pl.col("end").fill_null(max(open_end, 0)))
+    n_null_start = df["start"].null_count()
+    if n_null_start:
+        ctx.warn(f"{what}: records without start time (dropped)", n_null_start)
+        df = df.filter(pl.col("start").is_not_null())
+    n_neg = df.select((pl.col("end") < pl.col("start")).sum()).item()
+    if n_neg:
+        ctx.warn(f"{what}: end before start (made zero-length)", n_neg)
+        df = df.with_columns(pl.max_horizontal("start", "end").alias("end"))
+    return df
+
+
+def start_end(df: pl.DataFrame, src: int, type_: int | pl.Expr, value: pl.Expr,
+              start_text: pl.Expr | None = None, end_text: pl.Expr | None = None
+              ) -> list[pl.DataFrame]:
+    """Start record (value) and end record (0) of every region (start, end, row, row_id)."""
+    c = pl.col
+    start = df.select(R.events(c("start"), c("row"), R.start_phase(c("start"), c("end")), src,
+                               c("row_id"), type_, value, start_text, sub=-c("end")))
+    end = df.select(R.events(c("end"), c("row"), R.end_phase(c("start"), c("end")), src,
+                             c("row_id"), type_, pl.lit(0, pl.Int64), end_text, sub=-c("start")))
+    return [start, end]
+
+
+def point_events(df: pl.DataFrame, src: int, type_: int | pl.Expr, value: pl.Expr,
+                 text: pl.Expr | None = None, time: str = "start") -> pl.DataFrame:
+    """One event record per row of `df` (marks, samples: no end)."""
+    c = pl.col
+    return df.select(R.events(c(time), c("row"), R.PHASE_START, src, c("row_id"), type_, value,
+                              text))
+
+
+def push(ctx: Context, frames: list[pl.DataFrame]) -> None:
+    for f in frames:
+        if f.height:
+            ctx.records(R.conform(f))
+
+
+def name_value(df: pl.DataFrame, ctx: Context, family: str, column: str, what: str
+               ) -> pl.DataFrame:
+    """Adds `value_<column>`: local name id (StringIds id + 1), '(unnamed)' where null."""
+    ctx.names.use(family, df[column])
+    missing = df[column].null_count()
+    if missing:
+        ctx.warn(f"{what}: records without a name", missing)
+        unnamed = ctx.names.intern(family, pl.Series(["(unnamed)"])).item()
+        value = (pl.col(column) + STRING_ID_OFFSET).fill_null(unnamed)
+    else:
+        value = pl.col(column) + STRING_ID_OFFSET
+    return df.with_columns(value.alias(f"value_{column}"))
+
+
+def intervals(df: pl.DataFrame, state: int | pl.Expr, src: int) -> pl.DataFrame:
+    """State intervals (row, start, end, state) of the regions in `df`, for tiling."""
+    return df.select(pl.col("row").cast(pl.Int32), "start", "end",
+                     (state if isinstance(state, pl.Expr) else pl.lit(state)).cast(pl.Int8)
+                     .alias("state"), pl.lit(src, pl.Int8).alias("src"),
+                     pl.col("row_id").alias("ord"))
+
+
+def arrows(df: pl.DataFrame, ctx: Context, send_time: str, send_row: str, recv_time: str,
+           recv_row: str, size: pl.Expr, tag: pl.Expr | int, target_src: int) -> None:
+    """Communication records from (send_row, send_time) to (recv_row, recv_time)."""
+    c = pl.col
+    comms = df.select(
+        c(send_time).alias("time"), c(send_row).cast(pl.Int32).alias("row"),
+        pl.lit(R.COMM).alias("kind"), pl.lit(0).alias("phase"),
+        pl.lit(target_src + R.SRC_LAUNCH_OFFSET).alias("src"), c("row_id").alias("ord"),
+        c(send_time).alias("a"), c(recv_row).cast(pl.Int64).alias("b"),
+        c(recv_time).alias("c"), c(recv_time).alias("d"), size.alias("e"),
+        (tag if isinstance(tag, pl.Expr) else pl.lit(tag, pl.Int64)).alias("f"))
+    if comms.height:
+        ctx.records(R.conform(comms))
+
+
+class NameClassifier:
+    """A per-name property (e.g. the CPU state of a CUDA call), computed once per name."""
+
+    def __init__(self, names: LocalNames, family: str, rule: Callable[[str], Any],
+                 dtype: pl.DataType, default: Any) -> None:
+        self._names, self._family, self._rule = names, family, rule
+        self._dtype, self._default = dtype, default
+        self._known: dict[int, Any] = {}
+
+    def __call__(self, name_ids: pl.Series) -> pl.Series:
+        uniq = name_ids.drop_nulls().unique()
+        new = uniq.filter(~uniq.is_in(list(self._known)))
+        if new.len():
+            for i, name in zip(new.to_list(), self._names.name_of(self._family, new).to_list()):
+                self._known[i] = self._rule(name or "")
+        return name_ids.replace_strict(self._known, default=self._default,
+                                       return_dtype=self._dtype)

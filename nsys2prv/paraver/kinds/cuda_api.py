@@ -1,0 +1,61 @@
+"""CUDA runtime/driver calls -> CUDA call events and CPU states; builds the correlation index
+that kernels, copies and synchronisation records are matched against."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ...report.report import Report
+from ...sources import cuda_api as source
+from .. import records as R
+from .. import registry as reg
+from .base import Context, NameClassifier, Translator, fix_times, intervals, name_value, push, \
+    start_end
+
+CORRELATIONS = "correlation_index"
+
+
+def translate(report: Report, ctx: Context) -> None:
+    state_of = NameClassifier(ctx.names, "cuda_api", source.call_state, pl.Int8,
+                              reg.STATE_OTHERS)
+    parts = []
+    for chunk in source.read(report, ctx.chunk_rows):
+        df = fix_times(chunk, ctx, "CUDA API calls")
+        df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
+        df = name_value(df, ctx, "cuda_api", "name_id", "CUDA API calls")
+        ctx.spans.add(df["row"], df["start"], df["end"])
+        ctx.count("cuda_api", df.height)
+        ret = pl.when(pl.col("return_value").is_not_null() & (pl.col("return_value") != 0))\
+            .then(pl.col("return_value"))
+        push(ctx, start_end(df, R.SRC_API, reg.CUDA_CALL, pl.col("value_name_id"),
+                            start_text=R.pairs((reg.CORRELATION_ID, pl.col("correlation"))),
+                            end_text=R.pairs((reg.CUDA_RETURN_VALUE, ret))))
+        ctx.intervals(intervals(df.with_columns(state_of(df["name_id"]).alias("state")),
+                                pl.col("state"), R.SRC_API))
+        parts.append(df.filter(pl.col("correlation").is_not_null()).select(
+            "pid", "correlation", pl.col("row").alias("api_row"),
+            pl.col("start").alias("api_start")))
+    ctx.shared[CORRELATIONS] = correlation_index(parts)
+
+
+def correlation_index(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """(pid, correlation) -> calling row and call start; duplicates keep the first call."""
+    if not parts:
+        return empty_index()
+    return pl.concat(parts, how="vertical").unique(["pid", "correlation"], keep="first",
+                                                   maintain_order=True)
+
+
+def empty_index() -> pl.DataFrame:
+    return pl.DataFrame(schema={"pid": pl.Int64, "correlation": pl.Int64, "api_row": pl.Int32,
+                                "api_start": pl.Int64})
+
+
+def index(ctx: Context) -> pl.DataFrame:
+    """The correlation index (empty when CUDA API calls are not translated)."""
+    return ctx.shared.get(CORRELATIONS, empty_index())
+
+
+TRANSLATORS = (Translator("cuda_api", 10, "CUDA runtime/driver API calls", source.available,
+                          translate,
+                          (source.TABLE,)),)

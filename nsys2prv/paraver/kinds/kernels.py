@@ -1,0 +1,73 @@
+"""CUDA kernels -> kernel events on GPU stream rows (NCCL kernels with their own type),
+Running states, and launch arrows from the CUDA call that started them."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ...report.report import Report
+from ...sources import kernels as source
+from .. import records as R
+from .. import registry as reg
+from . import cuda_api
+from .base import Context, NameClassifier, Translator, arrows, fix_times, intervals, \
+    name_value, push, start_end
+
+
+def is_nccl(name: str) -> bool:
+    return name.lower().startswith("nccl")
+
+
+def translate(report: Report, ctx: Context) -> None:
+    nccl = NameClassifier(ctx.names, "kernel_names", is_nccl, pl.Boolean, False)
+    index = cuda_api.index(ctx)
+    c = pl.col
+    for chunk in source.read(report, ctx.chunk_rows):
+        df = fix_times(chunk, ctx, "kernels")
+        df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
+                             nccl(df["short_name_id"]).alias("is_nccl"))
+        df = name_value(df, ctx, "kernel_names", "short_name_id", "kernels")
+        df = name_value(df, ctx, "kernel_names", "name_id", "kernels (full name)")
+        ctx.spans.add(df["row"], df["start"], df["end"])
+        ctx.count("kernels", df.height)
+        ktype = pl.when(c("is_nccl")).then(pl.lit(reg.NCCL_KERNEL)).otherwise(
+            pl.lit(reg.CUDA_KERNEL))
+        geometry = R.pairs(
+            (reg.CUDA_KERNEL_BLOCKS, c("grid_x") * c("grid_y") * c("grid_z")),
+            (reg.CUDA_KERNEL_THREADS, c("block_x") * c("block_y") * c("block_z")),
+            (reg.CUDA_KERNEL_DYN_SHMEM, c("dynamic_smem")),
+            (reg.KERNEL_GRID_X, c("grid_x")), (reg.KERNEL_GRID_Y, c("grid_y")),
+            (reg.KERNEL_GRID_Z, c("grid_z")), (reg.KERNEL_BLOCK_X, c("block_x")),
+            (reg.KERNEL_BLOCK_Y, c("block_y")), (reg.KERNEL_BLOCK_Z, c("block_z")),
+            (reg.KERNEL_REGISTERS, c("registers")), (reg.KERNEL_STATIC_SHMEM, c("static_smem")),
+            (reg.KERNEL_LOCAL_MEM_THREAD, c("local_mem_thread")),
+            (reg.KERNEL_LOCAL_MEM_TOTAL, c("local_mem_total")),
+            (reg.CORRELATION_ID, c("correlation")))
+        frames = start_end(df, R.SRC_KERNEL, ktype, c("value_short_name_id"),
+                           start_text=geometry, end_text=pl.lit(f":{reg.KERNEL_FULL_NAME}:0"))
+        frames.append(df.select(R.events(c("start"), c("row"),
+                                         R.start_phase(c("start"), c("end")), R.SRC_KERNEL,
+                                         c("row_id"), reg.KERNEL_FULL_NAME,
+                                         c("value_name_id"), sub=-c("end"))))
+        push(ctx, frames)
+        ctx.intervals(intervals(df, reg.STATE_RUNNING, R.SRC_KERNEL))
+        launched(df, ctx, index, "kernels", R.SRC_KERNEL, pl.lit(0, pl.Int64),
+                 pl.when(c("is_nccl")).then(pl.lit(reg.TAG_NCCL_LAUNCH))
+                 .otherwise(pl.lit(reg.TAG_KERNEL_LAUNCH)))
+
+
+def launched(df: pl.DataFrame, ctx: Context, index: pl.DataFrame, what: str, src: int,
+             size: pl.Expr, tag: pl.Expr | int) -> None:
+    """Arrows from the CUDA call (matched on pid + correlation id) to each GPU activity."""
+    if index.height == 0 or df.height == 0:
+        return
+    joined = df.join(index, on=["pid", "correlation"], how="inner")
+    if df.height > joined.height:
+        ctx.count(f"{what} without a matching CUDA call", df.height - joined.height)
+    arrows(joined, ctx, "api_start", "api_row", "start", "row", size, tag, src)
+    ctx.count("launch arrows", joined.height)
+
+
+TRANSLATORS = (Translator("kernels", 20, "CUDA kernels (NCCL kernels included)",
+                          source.available, translate,
+                          (source.TABLE,)),)

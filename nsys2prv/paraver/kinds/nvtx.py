@@ -1,0 +1,150 @@
+"""NVTX -> push/pop ranges (one event type per domain), start/end ranges (on lanes when they
+overlap), marks and categories, on the CPU thread that opened them."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import polars as pl
+
+from ...report.report import Report
+from ...sources import nvtx as source
+from .. import records as R
+from .. import registry as reg
+from ..values import STRING_ID_OFFSET
+from .base import Context, Translator, fix_times, point_events, push, start_end
+
+DEFAULT_DOMAIN = ""
+
+
+def translate(report: Report, ctx: Context) -> None:
+    c = pl.col
+    domains = source.domains(report).rename({"name": "domain_name"})
+    categories = source.categories(report).rename({"name": "category_name"})
+    kinds = source.event_type_ids(report)
+    is_mark = c("event_type").is_in(sorted(kinds["mark"]))
+    is_se = c("event_type").is_in(sorted(kinds["startend"]))
+    is_pp = c("event_type").is_in(sorted(kinds["pushpop"]))
+    ctx.local_type(reg.PUSHPOP.name, DEFAULT_DOMAIN)
+    start_end_ranges = []
+    for chunk in source.read(report, ctx.chunk_rows):
+        df = chunk.join(domains, on=["pid", "domain_id"], how="left", maintain_order="left")
+        df = df.with_columns(
+            pl.when(c("domain_id").fill_null(0) == 0).then(pl.lit(DEFAULT_DOMAIN))
+            .otherwise(c("domain_name").fill_null(pl.format("domain {}", c("domain_id"))))
+            .alias("domain"))
+        # Range text: its StringIds id, else an interned id for the inline text.
+        inline = df.select(pl.when(c("text_id").is_null()).then(c("text").fill_null(""))
+                           .alias("t"))["t"]
+        df = df.with_columns(pl.coalesce(c("text_id") + STRING_ID_OFFSET,
+                                         ctx.names.intern("nvtx_names", inline)).alias("value"))
+        ctx.names.use("nvtx_names", df["text_id"])
+        df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
+        ranges = fix_times(df.filter(~is_mark), ctx, "NVTX ranges", open_end=ctx.report_end)
+        marks = df.filter(is_mark)
+        frames = []
+        if marks.height:
+            ctx.count("nvtx_marks", marks.height)
+            ctx.spans.add(marks["row"], marks["start"])
+            frames.append(point_events(marks, R.SRC_NVTX, reg.NVTX_MARK, c("value")))
+        pushpop = ranges.filter(is_pp)
+        if pushpop.height:
+            ctx.count("nvtx_pushpop", pushpop.height)
+            ctx.spans.add(pushpop["row"], pushpop["start"], pushpop["end"])
+            types = {d: ctx.local_type(reg.PUSHPOP.name, d)
+                     for d in pushpop["domain"].unique().to_list()}
+            pushpop = pushpop.with_columns(c("domain").replace_strict(types, return_dtype=pl.Int64)
+                                           .alias("ptype"))
+            frames += start_end(pushpop, R.SRC_NVTX, c("ptype"), c("value"))
+        startend = ranges.filter(is_se)
+        if startend.height:
+            ctx.count("nvtx_startend", startend.height)
+            ctx.spans.add(startend["row"], startend["start"], startend["end"])
+            start_end_ranges.append(startend.select("row", "start", "end", "value", "row_id"))
+        frames += _categories(pl.concat([marks, ranges], how="diagonal_relaxed"), ctx,
+                              categories, is_mark)
+        push(ctx, frames)
+    _emit_start_end(ctx, start_end_ranges)
+
+
+def _categories(df: pl.DataFrame, ctx: Context, categories: pl.DataFrame, is_mark: pl.Expr
+                ) -> list[pl.DataFrame]:
+    """Category events ('domain: name') alongside the ranges and marks that have one."""
+    c = pl.col
+    cats = df.filter(c("category").fill_null(0) != 0)
+    if cats.height == 0:
+        return []
+    cats = cats.join(categories, on=["pid", "domain_id", "category"], how="left",
+                     maintain_order="left")
+    label = pl.format("{}: {}", pl.when(c("domain") == DEFAULT_DOMAIN).then(pl.lit("default"))
+                      .otherwise(c("domain")),
+                      c("category_name").fill_null(pl.format("category {}", c("category"))))
+    cats = cats.with_columns(label.alias("cat_label"))
+    cats = cats.with_columns(ctx.names.intern("nvtx_categories", cats["cat_label"])
+                             .alias("cat_value"))
+    out = []
+    marks = cats.filter(is_mark)
+    if marks.height:
+        out.append(point_events(marks, R.SRC_NVTX, reg.NVTX_CATEGORY, c("cat_value")))
+    ranges = cats.filter(~is_mark)
+    if ranges.height:
+        out += start_end(ranges, R.SRC_NVTX, reg.NVTX_CATEGORY, c("cat_value"))
+    return out
+
+
+def assign_lanes(row: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Lowest free lane of each range (inputs sorted by row, start): first-fit by start.
+
+    Ranges that overlap nothing before them (the usual case) get lane 0 without any loop;
+    only clusters of mutually overlapping ranges are walked, with a heap of lane end times.
+    """
+    n = len(row)
+    lanes = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return lanes
+    prev_max = (pl.DataFrame({"row": row, "end": end})
+                .select(pl.col("end").cum_max().shift(1).over("row"))["end"]
+                .fill_null(np.iinfo(np.int64).min).to_numpy())
+    cluster_start = start >= prev_max  # also true for the first range of each row
+    cluster_id = np.cumsum(cluster_start)
+    busy = np.flatnonzero(np.bincount(cluster_id)[cluster_id] > 1)
+    if busy.size == 0:
+        return lanes
+    cuts = np.flatnonzero(np.diff(cluster_id[busy])) + 1
+    for idx in np.split(busy, cuts):  # one pass per overlapping cluster
+        active: list[tuple[int, int]] = []  # (end, lane) of ranges still open
+        free: list[int] = []
+        n_lanes = 0
+        for i in idx:
+            while active and active[0][0] <= start[i]:
+                heapq.heappush(free, heapq.heappop(active)[1])
+            if free:
+                lane = heapq.heappop(free)
+            else:
+                lane, n_lanes = n_lanes, n_lanes + 1
+            lanes[i] = lane
+            heapq.heappush(active, (int(end[i]), lane))
+    return lanes
+
+
+def _emit_start_end(ctx: Context, parts: list[pl.DataFrame]) -> None:
+    """Start/end ranges may overlap on a thread: each goes to the first free lane type.
+
+    They are held until the end of the table (start/end ranges are few next to GPU
+    activities) because a lane depends on every earlier range of the thread.
+    """
+    if not parts:
+        return
+    df = pl.concat(parts, how="vertical").sort(["row", "start", "row_id"])
+    lanes = assign_lanes(df["row"].to_numpy(), df["start"].to_numpy(), df["end"].to_numpy())
+    if (lanes > 0).any():
+        ctx.count("nvtx_startend_on_extra_lanes", int((lanes > 0).sum()))
+    types = {lane: ctx.local_type(reg.STARTEND.name, str(lane)) for lane in np.unique(lanes)}
+    df = df.with_columns(pl.Series("lane", lanes).replace_strict(types, return_dtype=pl.Int64)
+                         .alias("ltype"))
+    push(ctx, start_end(df, R.SRC_NVTX_SE, pl.col("ltype"), pl.col("value")))
+
+
+TRANSLATORS = (Translator("nvtx", 50, "NVTX ranges and marks", source.available, translate,
+                          (source.TABLE,)),)
