@@ -16,7 +16,7 @@ import warnings
 from . import __version__
 from .errors import Interrupted, Nsys2PrvError, UsageError
 
-SUBCOMMANDS = ("translate", "check")
+SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -175,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
             cmd, rest = "translate", argv
         if cmd == "check":
             return _run_check(rest)
+        if cmd == "analyze":
+            from .analysis.cli import main as analyze_main
+            return analyze_main(rest)
+        if cmd in ("prepare", "merge"):
+            from .pipeline.cli import main as stage_main
+            return stage_main(cmd, rest)
         return _run_translate(rest)
     except KeyboardInterrupt:
         if debug:

@@ -94,11 +94,13 @@ class ResourceModel:
 
 
 def _row_label(row: Row, task: Task, thread_names: dict[str, str], gpus: dict[str, str]) -> str:
-    if row.kind == "gpu":
+    if row.kind in ("gpu", "metrics"):
         model = gpus.get(str(row.device))
         if model is None and len(set(gpus.values())) == 1:
             model = next(iter(gpus.values()))
         suffix = f" ({model})" if model else ""
+        if row.kind == "metrics":
+            return f"GPU {row.device} metrics{suffix}"
         lane = f" lane {row.lane}" if row.lane else ""
         return f"GPU {row.device} ctx {row.context} stream {row.stream}{lane}{suffix}"
     name = thread_names.get(f"{row.pid}:{row.tid}")
@@ -135,7 +137,8 @@ def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> Res
                          key=lambda r: (r.tid != r.pid, r.tid))
             gpu = sorted((r for r in rows if r.kind == "gpu"),
                          key=lambda r: (r.device, r.context, r.stream, r.lane or 0))
-            task.rows = cpu + gpu
+            metrics = sorted((r for r in rows if r.kind == "metrics"), key=lambda r: r.device)
+            task.rows = cpu + gpu + metrics
             for n, r in enumerate(task.rows, start=1):
                 r.thread = n
                 r.label = _row_label(r, task, meta.get("thread_names", {}), meta.get("gpus", {}))

@@ -11,6 +11,7 @@ import polars as pl
 
 CPU = "cpu"
 GPU = "gpu"
+METRICS = "metrics"  # one row per GPU for sampled device-wide metrics
 
 _CPU_KEYS = ["pid", "tid"]
 _GPU_KEYS = ["pid", "device", "context", "stream", "lane"]
@@ -24,6 +25,8 @@ class RowRegistry:
         self._gpu = pl.DataFrame(schema={"pid": pl.Int64, "device": pl.Int64,
                                          "context": pl.Int64, "stream": pl.Int64,
                                          "lane": pl.Int64, "row": pl.Int32})
+        self._metrics = pl.DataFrame(schema={"pid": pl.Int64, "device": pl.Int64,
+                                             "row": pl.Int32})
         self.count = 0
 
     def _assign(self, table: pl.DataFrame, keys: list[str], df: pl.DataFrame
@@ -54,6 +57,11 @@ class RowRegistry:
         self._gpu, rows = self._assign(self._gpu, _GPU_KEYS, df)
         return rows
 
+    def metric_rows(self, df: pl.DataFrame) -> pl.Series:
+        """Row id of the metrics row of each (pid, device) in `df` (GPU metrics samples)."""
+        self._metrics, rows = self._assign(self._metrics, ["pid", "device"], df)
+        return rows
+
     def gpu_keys(self, rows: pl.Series) -> pl.DataFrame:
         """(pid, device, context, stream) of GPU row ids."""
         return pl.DataFrame({"row": rows.cast(pl.Int32)}).join(
@@ -74,8 +82,13 @@ class RowRegistry:
                                      pl.lit(None, pl.Int64).alias("lane"))
         gpu = self._gpu.with_columns(pl.lit(GPU).alias("kind"),
                                      pl.lit(None, pl.Int64).alias("tid"))
+        metrics = self._metrics.with_columns(
+            pl.lit(METRICS).alias("kind"), pl.lit(None, pl.Int64).alias("tid"),
+            pl.lit(None, pl.Int64).alias("context"), pl.lit(None, pl.Int64).alias("stream"),
+            pl.lit(None, pl.Int64).alias("lane"))
         cols = ["row", "kind", "pid", "tid", "device", "context", "stream", "lane"]
-        return pl.concat([cpu.select(cols), gpu.select(cols)], how="vertical").sort("row")
+        return pl.concat([cpu.select(cols), gpu.select(cols), metrics.select(cols)],
+                         how="vertical").sort("row")
 
 
 class RowSpans:

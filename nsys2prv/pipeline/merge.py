@@ -21,6 +21,7 @@ from ..paraver import prv as prv_mod
 from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver import row as row_mod
+from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter
 from ..paraver.sorting import merge_sorted, read_run
 from ..paraver.values import clean_label, global_numbering, labels_of
@@ -220,6 +221,28 @@ class ReportView:
         return final_schema(df)
 
 
+@dataclass
+class MergeContext:
+    """What a translator's merge hook sees: every partial, the model and the clock shifts."""
+
+    metas: list[dict]
+    model: ResourceModel
+    shifts: list[int]
+    views: list[ReportView]
+
+    def side_file(self, report: int, name: str) -> Path:
+        return Path(self.metas[report]["_dir"]) / name
+
+    def rows(self, report: int, local_rows: pl.Series) -> pl.DataFrame:
+        """order, cpu, task, thread of local row ids of a report (null where unknown)."""
+        return pl.DataFrame({"row": local_rows.cast(pl.Int32)}).join(
+            self.views[report].lookup, on="row", how="left", maintain_order="left")
+
+    def final(self, df: pl.DataFrame) -> pl.DataFrame:
+        """`df` in the trace-wide record layout, sorted by the merge keys."""
+        return final_schema(df).sort(MERGE_KEYS, maintain_order=True)
+
+
 # -- the merge itself -------------------------------------------------------------------------
 
 def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
@@ -238,6 +261,11 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
              enumerate(zip(metas, alignment.shifts))]
     sources = [run for v in views for run in v.runs()]
     sources.append(_edge_states(model, alignment.shifts, end_time))
+    mctx = MergeContext(metas, model, alignment.shifts, views)
+    kinds = {k for m in metas for k in m["kinds"]}
+    for name, t in TRANSLATORS.items():
+        if t.merge_records is not None and name in kinds:
+            sources.append(iter(t.merge_records(mctx)))
     comments = [f"nsys2prv trace of {len(metas)} report(s)",
                 f"clock alignment: {alignment.method}"]
     if alignment.epoch_of_zero is not None:
@@ -283,7 +311,7 @@ def _edge_states(model: ResourceModel, shifts: list[int], end_time: int
     """Head and tail states of every row: Not created (CPU) / Idle (GPU) to the trace ends."""
     rows = []
     for order, r in enumerate(model.rows):
-        state = reg.STATE_IDLE if r.kind == "gpu" else reg.STATE_NOT_CREATED
+        state = reg.STATE_NOT_CREATED if r.kind == "cpu" else reg.STATE_IDLE
         first, last = r.first + shifts[r.report], r.last + shifts[r.report]
         common = {"order": order, "cpu": r.cpu, "task": model.task_of(r), "thread": r.thread,
                   "rep": r.report, "b": state}

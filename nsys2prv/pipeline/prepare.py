@@ -39,6 +39,7 @@ class PrepareOptions:
     kinds: list[str] | None = None  # None: every kind present
     chunk_rows: int = base.DEFAULT_CHUNK_ROWS
     spill_rows: int = 4_000_000
+    sync_nvtx: str | None = None  # NVTX range/mark whose first end is a clock sync point
 
 
 def available_kinds(report: Report) -> list[str]:
@@ -57,6 +58,7 @@ class PrepareContext:
         self.spans = RowSpans()
         self.names = LocalNames(report.strings)
         self.report_end = report_end
+        self.options = options
         self.chunk_rows = options.chunk_rows
         self.shared: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}
@@ -92,6 +94,13 @@ class PrepareContext:
         t = r.type_of(int(key) if r.numeric_keys else len(keys))
         keys[t] = key
         return t
+
+    def sync_point(self, name: str, time: int) -> None:
+        """A local time that happens at the same moment on every rank (e.g. the end of
+        MPI_Init); the earliest one given per name is kept for clock alignment."""
+        points = self.meta.setdefault("sync_points", {})
+        if name not in points or time < points[name]:
+            points[name] = int(time)
 
     def side_file(self, name: str) -> Path:
         """A file of the partial for data the merge stage needs (e.g. MPI messages)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
-from ..model.rows import GPU, RowRegistry
+from ..model.rows import CPU, GPU, RowRegistry
 from ..paraver import records as R
 from ..paraver import registry as reg
 
@@ -30,8 +30,8 @@ class Tiler:
         self.rows = rows
         self.info = spans.join(row_table.select("row", "kind"), on="row", how="left")\
             .with_columns(c("row").cast(pl.Int32),
-                          pl.when(c("kind") == GPU).then(pl.lit(reg.STATE_IDLE))
-                          .otherwise(pl.lit(reg.STATE_RUNNING)).cast(pl.Int8).alias("default"))
+                          pl.when(c("kind") == CPU).then(pl.lit(reg.STATE_RUNNING))
+                          .otherwise(pl.lit(reg.STATE_IDLE)).cast(pl.Int8).alias("default"))
         self.gpu_rows = set(row_table.filter(c("kind") == GPU)["row"].to_list())
         self.states: list[pl.DataFrame] = []
         self.moves: list[pl.DataFrame] = []  # (src, ord, row) of activities moved to a lane

@@ -8,7 +8,7 @@ records (`records.py`) and state intervals, column-wise. A module exposes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ class Context(Protocol):
     chunk_rows: int
     shared: dict[str, Any]  # data one kind leaves for another (e.g. the correlation index)
     meta: dict[str, Any]  # extra partial metadata for the merge stage
+    options: Any  # PrepareOptions (e.g. options.sync_nvtx)
 
     def records(self, df: pl.DataFrame) -> None: ...
     def intervals(self, df: pl.DataFrame) -> None: ...
@@ -38,6 +39,7 @@ class Context(Protocol):
     def count(self, key: str, n: int) -> None: ...
     def local_type(self, range_name: str, key: str) -> int: ...
     def side_file(self, name: str) -> Any: ...
+    def sync_point(self, name: str, time: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class Translator:
     available: Callable[[Report], bool]
     translate: Callable[[Report, Context], None]
     tables: tuple[str, ...] = ()  # logical tables whose time span bounds the report
+    # Records that need every report (e.g. MPI messages between ranks): called by the merge
+    # stage with a MergeContext, yields frames in merge.FINAL_SCHEMA sorted by MERGE_KEYS.
+    merge_records: Callable[[Any], Iterable[pl.DataFrame]] | None = None
 
 
 # -- helpers ----------------------------------------------------------------------------------
