@@ -145,7 +145,7 @@ def _number_keys(r: reg.TypeRange, keys: set[str]) -> dict[str, int]:
         out.update({k: r.type_of(int(k)) for k in keys if k not in out})
         return out
     used = set(r.fixed.values())
-    offset = 0
+    offset = r.first_free
     for k in sorted(keys - set(out)):
         while offset in used:
             offset += 1

@@ -113,6 +113,7 @@ class TypeRange:
     kinds: frozenset[str] = frozenset()
     fixed: dict[str, int] = field(default_factory=dict)
     numeric_keys: bool = False  # keys are the offsets themselves (lanes)
+    first_free: int = 0  # offset of the first key that has no fixed offset
 
     def type_of(self, offset: int) -> int:
         if not 0 <= offset < self.size:

@@ -60,14 +60,14 @@ SAMPLES = TypeRange(
     "Tensor Active / FP16 Active 3, DRAM Read 4, DRAM Write 5, GR Active 6, PCIe RX 7, "
     "PCIe TX 8, NVLink RX 9, NVLink TX 10, GPC clock 11, SYS clock 12, warps in flight 13, "
     "...); others from offset 100 in name order.",
-    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED)
+    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
 ON_KERNEL = TypeRange(
     "gpu_metrics_on_kernel", GPU_METRICS_ON_KERNEL_BASE, 1000,
     "GPU metric during kernel: {key}", "GPU metrics",
     "The same samples written on the stream rows of the kernels running on that GPU at the "
     "sample time, so a histogram of kernel name x metric gives the average metric per kernel "
     "(same offsets as the samples).",
-    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED)
+    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
 
 EVENT_TYPES = ()
 TYPE_RANGES = (SAMPLES, ON_KERNEL)
