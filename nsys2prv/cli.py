@@ -44,6 +44,15 @@ def _translate_parser() -> argparse.ArgumentParser:
                    help="accepted for compatibility: several inputs are always merged")
     p.add_argument("--host", action="append", metavar="REPORT=HOST", default=[],
                    help="host (Paraver node) of a report without a recorded host name")
+    p.add_argument("--sync", choices=["auto", "MPI_Init", "NCCL"], default="auto",
+                   help="clock sync point of several reports (auto: end of MPI_Init, else of "
+                        "the first NCCL kernel)")
+    p.add_argument("--sync-nvtx", metavar="NAME",
+                   help="align reports on the end of the first NVTX range or mark NAME")
+    p.add_argument("--sync-by-task", action="store_true",
+                   help="correct every report on its own (default: one correction per host)")
+    p.add_argument("--no-sync", action="store_true",
+                   help="align reports on their recorded session start times only")
     p.add_argument("--workdir", help="directory for temporary files (default: next to OUTPUT)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -88,7 +97,9 @@ def _run_translate(argv: list[str]) -> int:
     t0 = time.time()
     result = translate(inputs, output, only=_kinds(args.only), exclude=_kinds(args.exclude) or [],
                        compress=args.compress, jobs=max(1, args.jobs), hosts=hosts,
-                       workdir=args.workdir, on_report=bars.report, on_merge=bars.merge)
+                       workdir=args.workdir, sync=None if args.no_sync else args.sync,
+                       sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,
+                       on_report=bars.report, on_merge=bars.merge)
     bars.close()
     if not args.quiet:
         _summary(result, time.time() - t0)
@@ -138,10 +149,19 @@ def _summary(result, seconds: float) -> None:
     if result.counts:
         items = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
         print(f"nsys2prv: translated {items}", file=err)
-    if len(result.alignment.details) > 1:
-        for d in result.alignment.details:
-            print(f"nsys2prv: {d['report']}: clock offset {d['offset_ns'] / 1e6:.3f} ms",
+    al = result.alignment
+    if len(al.details) > 1:
+        print(f"nsys2prv: clocks aligned on {al.method}", file=err)
+        for d in al.details:
+            print(f"nsys2prv:   {d['report']} ({d['host']}): offset "
+                  f"{d['offset_ns'] / 1e6:.6f} ms, sync correction "
+                  f"{d['sync_correction_ns'] / 1e3:.3f} us", file=err)
+        if al.residual_ns is not None:
+            print(f"nsys2prv: residual skew at the sync point {al.residual_ns / 1e3:.3f} us",
                   file=err)
+        if al.check_point is not None:
+            print(f"nsys2prv: spread of {al.check_point} after alignment "
+                  f"{al.check_spread_ns / 1e3:.3f} us (independent check)", file=err)
     if result.warnings:
         print("nsys2prv: warnings: " + "; ".join(f"{k}: {v}" for k, v in
                                                   sorted(result.warnings.items())), file=err)

@@ -6,12 +6,12 @@ output) followed by merge; a single report is a merge of one.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError, OutputError, UsageError
@@ -33,20 +33,6 @@ def open_report(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] 
     if is_report(path):
         path = export_report(path, cache_dir or path.parent)
     return Report(path)
-
-
-@dataclass
-class TranslateOptions:
-    only: Sequence[str] | None = None
-    exclude: Sequence[str] = ()
-    compress: bool = False
-    jobs: int = 1
-    hosts: Sequence[str | None] | None = None
-    workdir: str | os.PathLike[str] | None = None
-    chunk_rows: int | None = None
-    spill_rows: int | None = None
-    progress: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def resolve_kinds(only: Sequence[str] | None, exclude: Sequence[str]) -> list[str] | None:
@@ -75,12 +61,17 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
               hosts: Sequence[str | None] | None = None,
               workdir: str | os.PathLike[str] | None = None,
               chunk_rows: int | None = None, spill_rows: int | None = None,
+              sync: str | None = "auto", sync_nvtx: str | None = None,
+              sync_by_task: bool = False,
               on_report: Callable[[int, int], None] | None = None,
               on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
     """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
 
     Several inputs are merged into one trace (one node per host, tasks in MPI rank order,
-    clocks aligned). Returns what was written and a summary (counts, warnings, offsets).
+    clocks aligned). `sync` picks the clock sync point ("auto": end of MPI_Init, else of the
+    first NCCL kernel; "MPI_Init"; "NCCL"; None: session start only); `sync_nvtx` names an
+    NVTX range or mark to align on instead. Returns what was written and a summary (counts,
+    warnings, clock offsets and residual skew).
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -101,7 +92,9 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         if p.exists() and p.resolve() in outs:
             raise UsageError(f"{p}: the output would overwrite an input")
     kinds = resolve_kinds(only, exclude)
-    options = PrepareOptions(kinds=kinds)
+    options = PrepareOptions(kinds=kinds, sync_nvtx=sync_nvtx)
+    if sync_nvtx:
+        sync = f"nvtx:{sync_nvtx}"
     if chunk_rows:
         options.chunk_rows = chunk_rows
     if spill_rows:
@@ -117,7 +110,10 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         jobs_args = [(str(sp), name, work / f"report-{i:05d}", options)
                      for i, (sp, name) in enumerate(zip(sqlite_paths, names))]
         if jobs > 1 and len(jobs_args) > 1:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
+            # spawn, not fork: forking a process whose polars thread pool is running can
+            # deadlock the child.
+            with ProcessPoolExecutor(max_workers=jobs,
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
                 metas = []
                 for i, m in enumerate(pool.map(_prepare_one, jobs_args)):
                     metas.append(m)
@@ -130,7 +126,8 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                 if on_report:
                     on_report(i + 1, len(jobs_args))
         return merge([a[2] for a in jobs_args], output,
-                     MergeOptions(hosts=list(hosts) if hosts else None, compress=compress),
+                     MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
+                                  sync=sync, sync_by_task=sync_by_task),
                      progress=on_merge)
     finally:
         shutil.rmtree(work, ignore_errors=True)

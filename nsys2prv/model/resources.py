@@ -61,6 +61,7 @@ class ResourceModel:
     nodes: list[str]
     tasks: list[Task]
     reports: int
+    report_hosts: list[str] = field(default_factory=list)  # node name of each report
 
     @property
     def rows(self) -> list[Row]:
@@ -164,4 +165,4 @@ def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> Res
                 for r in t.rows:
                     r.cpu = next_cpu
                     next_cpu += 1
-    return ResourceModel(nodes, tasks, len(metas))
+    return ResourceModel(nodes, tasks, len(metas), node_of_report)

@@ -42,7 +42,7 @@ class ExternalSorter:
     """Collects frames, spilling sorted runs of `max_rows` rows to `spill_dir` when needed."""
 
     def __init__(self, keys: Sequence[str], spill_dir: Path, prefix: str,
-                 max_rows: int = 4_000_000, block_rows: int = 262_144) -> None:
+                 max_rows: int = 4_000_000, block_rows: int = 65_536) -> None:
         self.keys = list(keys)
         self.spill_dir = Path(spill_dir)
         self.prefix = prefix

@@ -25,7 +25,7 @@ from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter
 from ..paraver.sorting import merge_sorted, read_run
 from ..paraver.values import clean_label, global_numbering, labels_of
-from .align import Alignment, session_alignment
+from .align import Alignment, align
 from .prepare import META_FILE
 
 MERGE_KEYS = ["time", "order", "kind", "phase", "sub", "src", "rep", "ord"]
@@ -33,9 +33,10 @@ MERGE_KEYS = ["time", "order", "kind", "phase", "sub", "src", "rep", "ord"]
 
 @dataclass
 class MergeOptions:
-    hosts: list[str | None] | None = None
+    hosts: list[str | None] | None = None  # host of each report without a recorded one
     compress: bool = False
-    block_rows: int = 262_144
+    sync: str | None = "auto"  # "auto", "MPI_Init", "NCCL", "nvtx:NAME", or None
+    sync_by_task: bool = False
 
 
 @dataclass
@@ -251,7 +252,8 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     options = options or MergeOptions()
     metas = [load_partial(p) for p in partials]
     model = build_model(metas, options.hosts)
-    alignment = session_alignment(metas)
+    alignment = align(metas, model.report_hosts, options.sync, options.sync_by_task,
+                      reference=model.tasks[0].report if model.tasks else 0)
     dictionary = Dictionary(metas)
     end_time = 0
     for m, s in zip(metas, alignment.shifts):
@@ -266,12 +268,7 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     for name, t in TRANSLATORS.items():
         if t.merge_records is not None and name in kinds:
             sources.append(iter(t.merge_records(mctx)))
-    comments = [f"nsys2prv trace of {len(metas)} report(s)",
-                f"clock alignment: {alignment.method}"]
-    if alignment.epoch_of_zero is not None:
-        comments.append(f"time 0 = UTC epoch {alignment.epoch_of_zero} ns")
-    for d in alignment.details:
-        comments.append(f"report {d['report']}: offset {d['offset_ns']} ns")
+    comments = alignment_comments(alignment, len(metas))
     counts: dict[str, int] = {}
     warns: dict[str, int] = {}
     for m in metas:
@@ -287,10 +284,34 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
             writer.write(prv_mod.format_block(_checked(block, warns)))
             if progress is not None:
                 progress(block["time"][-1] if block.height else 0, end_time)
-        writer.commit(pcf_mod.render(dictionary.pcf_types(metas)),
+        writer.commit(pcf_mod.render(dictionary.pcf_types(metas) + [_reports_type(alignment)]),
                       row_mod.render(model, application))
     return MergeResult(writer.prv, model, alignment, end_time, writer.bytes_written, counts,
                        warns)
+
+
+def alignment_comments(alignment: Alignment, n_reports: int) -> list[str]:
+    out = [f"nsys2prv trace of {n_reports} report(s)", f"clock alignment: {alignment.method}"]
+    if alignment.epoch_of_zero is not None:
+        out.append(f"time 0 = UTC epoch {alignment.epoch_of_zero} ns")
+    if alignment.residual_ns is not None:
+        out.append(f"residual skew at the sync point: {alignment.residual_ns} ns")
+    if alignment.check_point is not None:
+        out.append(f"spread of {alignment.check_point} after alignment: "
+                   f"{alignment.check_spread_ns} ns")
+    for d in alignment.details:
+        out.append(f"report {d['report']} on {d['host']}: offset {d['offset_ns']} ns "
+                   f"(sync correction {d['sync_correction_ns']} ns)")
+    return out
+
+
+def _reports_type(alignment: Alignment) -> pcf_mod.PcfType:
+    """The reports and their clock offsets, as labels in the .pcf (visible in Paraver)."""
+    labels = {}
+    for i, d in enumerate(alignment.details, start=1):
+        labels[i] = (f"{d['report']} on {d['host']}: offset {d['offset_ns']} ns, sync "
+                     f"correction {d['sync_correction_ns']} ns ({alignment.method})")
+    return pcf_mod.PcfType(reg.REPORT_INFO, "nsys2prv input report (clock offsets)", labels)
 
 
 def _checked(block: pl.DataFrame, warns: dict[str, int]) -> pl.DataFrame:

@@ -51,6 +51,9 @@ def translate(report: Report, ctx: Context) -> None:
                                          c("value_name_id"), sub=-c("end"))))
         push(ctx, frames)
         ctx.intervals(intervals(df, reg.STATE_RUNNING, R.SRC_KERNEL))
+        first_nccl = df.filter(c("is_nccl")).sort("start").head(1)
+        if first_nccl.height:  # NCCL kernels end together on all ranks: a clock sync point
+            ctx.sync_point("NCCL", first_nccl["end"].item())
         launched(df, ctx, index, "kernels", R.SRC_KERNEL, pl.lit(0, pl.Int64),
                  pl.when(c("is_nccl")).then(pl.lit(reg.TAG_NCCL_LAUNCH))
                  .otherwise(pl.lit(reg.TAG_KERNEL_LAUNCH)))

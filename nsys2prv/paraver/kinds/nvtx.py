@@ -43,6 +43,7 @@ def translate(report: Report, ctx: Context) -> None:
         df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
         ranges = fix_times(df.filter(~is_mark), ctx, "NVTX ranges", open_end=ctx.report_end)
         marks = df.filter(is_mark)
+        _sync_points(report, ctx, pl.concat([marks, ranges], how="diagonal_relaxed"))
         frames = []
         if marks.height:
             ctx.count("nvtx_marks", marks.height)
@@ -66,6 +67,29 @@ def translate(report: Report, ctx: Context) -> None:
                               categories, is_mark)
         push(ctx, frames)
     _emit_start_end(ctx, start_end_ranges)
+
+
+MPI_INIT = ("MPI_Init", "MPI_Init_thread")
+
+
+def _sync_points(report: Report, ctx: Context, df: pl.DataFrame) -> None:
+    """End of MPI_Init (MPI traced as NVTX domain "MPI") and of the range or mark the user
+    named with --sync-nvtx: moments shared by every rank, for clock alignment."""
+    c = pl.col
+    wanted = ctx.options.sync_nvtx if ctx.options is not None else None
+    cand = df.filter((c("domain") == "MPI") | pl.lit(wanted is not None))
+    if cand.height == 0:
+        return
+    strings = report.strings.rename({"id": "text_id", "value": "text_string"})
+    cand = cand.join(strings, on="text_id", how="left", maintain_order="left").with_columns(
+        pl.coalesce("text_string", "text").alias("label"), c("end").fill_null(c("start")))
+    init = cand.filter((c("domain") == "MPI") & c("label").is_in(MPI_INIT))
+    if init.height:
+        ctx.sync_point("MPI_Init", init.sort("start")["end"][0])
+    if wanted is not None:
+        hit = cand.filter(c("label") == wanted)
+        if hit.height:
+            ctx.sync_point(f"nvtx:{wanted}", hit.sort("start")["end"][0])
 
 
 def _categories(df: pl.DataFrame, ctx: Context, categories: pl.DataFrame, is_mark: pl.Expr

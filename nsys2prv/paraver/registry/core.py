@@ -136,3 +136,7 @@ def event_type(type_: int, label: str, group: str, description: str, values: str
                ) -> EventType:
     return EventType(type_, label, group, description, values, extrae, precision,
                      frozenset(kinds))
+
+
+# Not written as events: a .pcf-only table listing the input reports and their clock offsets.
+REPORT_INFO = 67_999_001
