@@ -133,6 +133,17 @@ def test_states_per_row(translated):
     first_worker = min(n.start for n in spec.nvtx if n.tid == WORKER)
     first = min(a.start for a in spec.api)
     assert worker[reg.STATE_NOT_CREATED] >= first_worker - first
+    # OS runtime waits: pthread_cond_wait is Synchronization, write is I/O (Extrae's states)
+    assert worker[reg.STATE_SYNC] == sum(o.end - o.start for o in spec.osrt
+                                         if o.name == "pthread_cond_wait")
+    assert worker[reg.STATE_IO] == sum(o.end - o.start for o in spec.osrt if o.name == "write")
+
+
+def test_pthread_calls_use_extrae_values(translated):
+    _, spec, _, tr = translated
+    values = [v for v in tr.values(reg.PTHREAD_CALL) if v]
+    assert values == [12] * sum(o.name == "pthread_cond_wait" for o in spec.osrt)
+    assert tr.pcf_labels(reg.PTHREAD_CALL)[12] == "pthread_cond_*wait"
 
 
 def test_launch_arrows(translated):

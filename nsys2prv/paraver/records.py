@@ -32,7 +32,7 @@ PHASE_END, PHASE_ZERO_START, PHASE_ZERO_END, PHASE_START = 0, 1, 2, 3
 # Source ids: tie-breakers, and (with `ord` = the source rowid) the identity of the activity a
 # record belongs to, so records can follow an activity moved to another row (overlap lanes).
 SRC_STATE, SRC_API, SRC_SYNC, SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET = 0, 1, 2, 3, 4, 5
-SRC_NVTX, SRC_NVTX_SE, SRC_OSRT = 6, 7, 8
+SRC_NVTX, SRC_NVTX_SE, SRC_OSRT, SRC_SCHED = 6, 7, 8, 9
 SRC_LAUNCH_OFFSET = 10  # arrow to an activity of source s has src = s + SRC_LAUNCH_OFFSET
 
 RECORD_SCHEMA: dict[str, pl.DataType] = {

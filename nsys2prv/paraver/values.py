@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from ..sources.cuda_api import normalise_name
 from . import registry as reg
 
 INLINE_ID_BASE = 1 << 40  # ids of interned inline strings (above any StringIds id)
@@ -34,10 +35,8 @@ def _demangle(name: str) -> str:
     return name
 
 
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-
 NORMALISERS = {
-    "cuda_api": lambda s: _VERSION_SUFFIX.sub("", s),
+    "cuda_api": normalise_name,
     "kernel_names": _demangle,
 }
 

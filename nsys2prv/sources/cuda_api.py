@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from ..paraver import registry as reg
 from ..report.report import Report
 from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
                    read_chunks)
@@ -40,23 +39,3 @@ _VERSION_SUFFIX = re.compile(r"_v\d+$")
 def normalise_name(name: str) -> str:
     """Drop the ABI version suffix nsys shows (`cudaLaunchKernel_v7000` -> `cudaLaunchKernel`)."""
     return _VERSION_SUFFIX.sub("", name)
-
-
-# What a call does, for the CPU state (Extrae's CUDA states). Checked in this order.
-_CLASSES = (
-    (reg.STATE_SYNC, re.compile(r"Synchronize|WaitEvent|StreamWaitValue|StreamWait_")),
-    (reg.STATE_MEMORY_TRANSFER, re.compile(r"^(?:cuda|cu)Mem(?:cpy|set|Prefetch)")),
-    (reg.STATE_FREE, re.compile(r"^(?:cudaFree|cuMemFree|cuMemRelease|cuMemHostFree)")),
-    (reg.STATE_ALLOC, re.compile(r"^(?:cudaMalloc|cudaHostAlloc|cuMemAlloc|cuMemHostAlloc|"
-                                 r"cuMemCreate)")),
-    (reg.STATE_CONFIG_ACCEL, re.compile(r"Launch|ConfigureCall|SetupArgument")),
-)
-
-
-def call_state(name: str) -> int:
-    """Paraver state of a CPU thread inside the CUDA call `name`."""
-    base = normalise_name(name)
-    for state, pattern in _CLASSES:
-        if pattern.search(base):
-            return state
-    return reg.STATE_OTHERS

@@ -3,6 +3,8 @@ that kernels, copies and synchronisation records are matched against."""
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from ...report.report import Report
@@ -16,7 +18,7 @@ CORRELATIONS = "correlation_index"
 
 
 def translate(report: Report, ctx: Context) -> None:
-    state_of = NameClassifier(ctx.names, "cuda_api", source.call_state, pl.Int8,
+    state_of = NameClassifier(ctx.names, "cuda_api", call_state, pl.Int8,
                               reg.STATE_OTHERS)
     parts = []
     for chunk in source.read(report, ctx.chunk_rows):
@@ -36,6 +38,26 @@ def translate(report: Report, ctx: Context) -> None:
             "pid", "correlation", pl.col("row").alias("api_row"),
             pl.col("start").alias("api_start")))
     ctx.shared[CORRELATIONS] = correlation_index(parts)
+
+
+# What a call does, for the CPU state (Extrae's CUDA states). Checked in this order.
+_CLASSES = (
+    (reg.STATE_SYNC, re.compile(r"Synchronize|WaitEvent|StreamWaitValue|StreamWait_")),
+    (reg.STATE_MEMORY_TRANSFER, re.compile(r"^(?:cuda|cu)Mem(?:cpy|set|Prefetch)")),
+    (reg.STATE_FREE, re.compile(r"^(?:cudaFree|cuMemFree|cuMemRelease|cuMemHostFree)")),
+    (reg.STATE_ALLOC, re.compile(r"^(?:cudaMalloc|cudaHostAlloc|cuMemAlloc|cuMemHostAlloc|"
+                                 r"cuMemCreate)")),
+    (reg.STATE_CONFIG_ACCEL, re.compile(r"Launch|ConfigureCall|SetupArgument")),
+)
+
+
+def call_state(name: str) -> int:
+    """Paraver state of a CPU thread inside the CUDA call `name`."""
+    base = source.normalise_name(name)
+    for state, pattern in _CLASSES:
+        if pattern.search(base):
+            return state
+    return reg.STATE_OTHERS
 
 
 def correlation_index(parts: list[pl.DataFrame]) -> pl.DataFrame:
