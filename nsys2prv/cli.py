@@ -29,7 +29,9 @@ def _translate_parser() -> argparse.ArgumentParser:
         prog="nsys2prv",
         description="Translate Nsight Systems exports (.sqlite, or .nsys-rep/.qdrep with nsys "
                     "installed) into a Paraver trace. Several inputs are merged into one trace.",
-        epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace.")
+        epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace; 'nsys2prv "
+               "analyze INPUTS' prints the GPU efficiency model; 'nsys2prv prepare REPORT DIR' "
+               "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately.")
     p.add_argument("paths", nargs="*", metavar="INPUT... OUTPUT",
                    help="one or more reports, then the output trace name (.prv or .prv.gz)")
     p.add_argument("--only", metavar="KINDS",
@@ -54,6 +56,9 @@ def _translate_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sync", action="store_true",
                    help="align reports on their recorded session start times only")
     p.add_argument("--workdir", help="directory for temporary files (default: next to OUTPUT)")
+    p.add_argument("--dask", metavar="SCHEDULER",
+                   help="prepare the reports on a Dask cluster (scheduler address; workers "
+                        "must see the inputs and --workdir at the same paths)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"nsys2prv {__version__}")
@@ -99,7 +104,7 @@ def _run_translate(argv: list[str]) -> int:
                        compress=args.compress, jobs=max(1, args.jobs), hosts=hosts,
                        workdir=args.workdir, sync=None if args.no_sync else args.sync,
                        sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,
-                       on_report=bars.report, on_merge=bars.merge)
+                       dask=args.dask, on_report=bars.report, on_merge=bars.merge)
     bars.close()
     if not args.quiet:
         _summary(result, time.time() - t0)

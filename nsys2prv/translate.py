@@ -1,7 +1,9 @@
-"""The library entry points: `translate()` and `open_report()`.
+"""The library entry points: `translate()`, `open_report()`, and the two stages on their own.
 
 `translate` is prepare (one partial trace per report, in a work directory next to the
-output) followed by merge; a single report is a merge of one.
+output) followed by merge; a single report is a merge of one. The per-report stage runs
+in-process (`jobs=1`), in a local process pool (`jobs=N`) or on a Dask cluster (`dask=`), and
+produces the same bytes in every case.
 """
 
 from __future__ import annotations
@@ -13,21 +15,23 @@ import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError, OutputError, UsageError
+from .paraver.kinds import TRANSLATORS as KINDS
+from .paraver.output import trace_paths
 from .pipeline.merge import MergeOptions, MergeResult, merge
 from .pipeline.prepare import PrepareOptions, prepare
 from .report.export import export_report, is_report
 from .report.report import Report
-from .paraver.kinds import TRANSLATORS as KINDS
 
 
 def open_report(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None
                 ) -> Report:
     """Open an export (`.sqlite`, or a `.nsys-rep` exported with `nsys` into `cache_dir`).
 
-    The returned :class:`~nsys2prv.report.report.Report` gives normalised tables through
-    :mod:`nsys2prv.tables` helpers (`kernels(report)`, `nvtx(report)`, ...).
+    Normalised tables of the report come from :mod:`nsys2prv.tables` (`kernels(report)`,
+    `nvtx(report)`, ...).
     """
     path = Path(path)
     if is_report(path):
@@ -55,30 +59,36 @@ def _prepare_one(args: tuple) -> dict:
         report.close()
 
 
-def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-              output: str | os.PathLike[str], *, only: Sequence[str] | None = None,
-              exclude: Sequence[str] = (), compress: bool = False, jobs: int = 1,
-              hosts: Sequence[str | None] | None = None,
-              workdir: str | os.PathLike[str] | None = None,
-              chunk_rows: int | None = None, spill_rows: int | None = None,
-              sync: str | None = "auto", sync_nvtx: str | None = None,
-              sync_by_task: bool = False,
-              on_report: Callable[[int, int], None] | None = None,
-              on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
-    """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
+def _sqlite_of(path: Path, cache_root: Path) -> Path:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    return export_report(path, cache_root) if is_report(path) else path
 
-    Several inputs are merged into one trace (one node per host, tasks in MPI rank order,
-    clocks aligned). `sync` picks the clock sync point ("auto": end of MPI_Init, else of the
-    first NCCL kernel; "MPI_Init"; "NCCL"; None: session start only); `sync_nvtx` names an
-    NVTX range or mark to align on instead. Returns what was written and a summary (counts,
-    warnings, clock offsets and residual skew).
-    """
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]
-    inputs = [Path(p) for p in inputs]
-    if not inputs:
-        raise UsageError("no input given")
-    output = Path(output)
+
+def prepare_report(report: str | os.PathLike[str], directory: str | os.PathLike[str], *,
+                   only: Sequence[str] | None = None, exclude: Sequence[str] = (),
+                   sync_nvtx: str | None = None) -> dict:
+    """The per-report stage alone: write the partial trace of `report` into `directory`."""
+    path = Path(report)
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    sqlite = _sqlite_of(path, directory.parent)
+    options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx)
+    return _prepare_one((str(sqlite), _report_names([path])[0], directory, options))
+
+
+def merge_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str],
+                   *, compress: bool = False, sync: str | None = "auto",
+                   sync_by_task: bool = False, hosts: Sequence[str | None] | None = None,
+                   on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
+    """The merge stage alone: partial trace directories (in input order) -> one trace."""
+    output = _check_output(Path(output), [], compress)
+    return merge([Path(p) for p in partials], output,
+                 MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
+                              sync=sync, sync_by_task=sync_by_task), progress=on_merge)
+
+
+def _check_output(output: Path, inputs: list[Path], compress: bool) -> Path:
     if not (output.name.endswith(".prv") or output.name.endswith(".prv.gz")):
         raise UsageError(f"{output}: the output name must end in .prv or .prv.gz")
     out_dir = output.parent if str(output.parent) else Path(".")
@@ -86,51 +96,100 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         raise OutputError(f"{out_dir}: output directory does not exist")
     if not os.access(out_dir, os.W_OK | os.X_OK):
         raise OutputError(f"{out_dir}: output directory is not writable")
-    from .paraver.output import trace_paths
     outs = {p.resolve() for p in trace_paths(output, compress)}
     for p in inputs:
         if p.exists() and p.resolve() in outs:
             raise UsageError(f"{p}: the output would overwrite an input")
-    kinds = resolve_kinds(only, exclude)
-    options = PrepareOptions(kinds=kinds, sync_nvtx=sync_nvtx)
+    return output
+
+
+def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+              output: str | os.PathLike[str], *, only: Sequence[str] | None = None,
+              exclude: Sequence[str] = (), compress: bool = False, jobs: int = 1,
+              hosts: Sequence[str | None] | None = None,
+              workdir: str | os.PathLike[str] | None = None,
+              chunk_rows: int | None = None, spill_rows: int | None = None,
+              sync: str | None = "auto", sync_nvtx: str | None = None,
+              sync_by_task: bool = False, dask: Any = None,
+              on_report: Callable[[int, int], None] | None = None,
+              on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
+    """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
+
+    Several inputs are merged into one trace (one node per host, tasks in MPI rank order,
+    clocks aligned). `sync` picks the clock sync point ("auto": end of MPI_Init, else of the
+    first NCCL kernel; "MPI_Init"; "NCCL"; None: session start only); `sync_nvtx` names an
+    NVTX range or mark to align on instead. `jobs` reports are prepared in parallel; `dask`
+    (a `distributed.Client` or a scheduler address) runs that stage on a Dask cluster, whose
+    workers must see the inputs and `workdir` at the same paths. Returns what was written and
+    a summary (counts, warnings, clock offsets and residual skew).
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise UsageError("no input given")
+    output = _check_output(Path(output), inputs, compress)
+    out_dir = output.parent if str(output.parent) else Path(".")
+    options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx)
     if sync_nvtx:
         sync = f"nvtx:{sync_nvtx}"
     if chunk_rows:
         options.chunk_rows = chunk_rows
     if spill_rows:
         options.spill_rows = spill_rows
-    sqlite_paths = []
-    for p in inputs:
-        if not p.exists():
-            raise InputError(f"{p}: no such file")
-        sqlite_paths.append(export_report(p, out_dir) if is_report(p) else p)
+    sqlite_paths = [_sqlite_of(p, out_dir) for p in inputs]
     names = _report_names(inputs)
     work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
     try:
         jobs_args = [(str(sp), name, work / f"report-{i:05d}", options)
                      for i, (sp, name) in enumerate(zip(sqlite_paths, names))]
-        if jobs > 1 and len(jobs_args) > 1:
-            # spawn, not fork: forking a process whose polars thread pool is running can
-            # deadlock the child.
-            with ProcessPoolExecutor(max_workers=jobs,
-                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-                metas = []
-                for i, m in enumerate(pool.map(_prepare_one, jobs_args)):
-                    metas.append(m)
-                    if on_report:
-                        on_report(i + 1, len(jobs_args))
-        else:
-            metas = []
-            for i, a in enumerate(jobs_args):
-                metas.append(_prepare_one(a))
-                if on_report:
-                    on_report(i + 1, len(jobs_args))
-        return merge([a[2] for a in jobs_args], output,
-                     MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
-                                  sync=sync, sync_by_task=sync_by_task),
-                     progress=on_merge)
+        _run_prepare(jobs_args, jobs, dask, on_report)
+        return merge_partials([a[2] for a in jobs_args], output, compress=compress, sync=sync,
+                              sync_by_task=sync_by_task, hosts=hosts, on_merge=on_merge)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_prepare(jobs_args: list[tuple], jobs: int, dask: Any,
+                 on_report: Callable[[int, int], None] | None) -> None:
+    total = len(jobs_args)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_report:
+            on_report(done, total)
+
+    if dask is not None:
+        client = _dask_client(dask)
+        futures = client.map(_prepare_one, jobs_args, pure=False)
+        from distributed import as_completed
+        for future in as_completed(futures):
+            future.result()  # re-raises a worker's error here
+            tick()
+        return
+    if jobs > 1 and total > 1:
+        # spawn, not fork: forking a process whose polars thread pool runs can deadlock it
+        with ProcessPoolExecutor(max_workers=jobs,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            for _ in pool.map(_prepare_one, jobs_args):
+                tick()
+        return
+    for a in jobs_args:
+        _prepare_one(a)
+        tick()
+
+
+def _dask_client(dask: Any):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("running on Dask needs the dask extra: pip install 'nsys2prv[dask]'") \
+            from None
+    if isinstance(dask, Client):
+        return dask
+    return Client(str(dask))
 
 
 def _report_names(paths: list[Path]) -> list[str]:

@@ -1,0 +1,94 @@
+"""`nsys2prv prepare` and `nsys2prv merge`: the two stages as separate commands.
+
+For jobs too large for one machine: a SLURM array job runs `prepare` once per report (each
+writes a partial trace directory, see docs/intermediate.md) and one job runs `merge`:
+
+    nsys2prv prepare rank17.nsys-rep parts/rank17
+    nsys2prv merge parts/ job.prv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import InputError, UsageError
+from .prepare import META_FILE
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _prepare_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsys2prv prepare",
+                description="Translate one report into a partial trace directory.")
+    p.add_argument("report", help="an export (.sqlite) or a report (.nsys-rep/.qdrep)")
+    p.add_argument("directory", help="directory to create for the partial trace")
+    p.add_argument("--only", metavar="KINDS")
+    p.add_argument("--exclude", metavar="KINDS", default="")
+    p.add_argument("--sync-nvtx", metavar="NAME")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--debug", action="store_true")
+    return p
+
+
+def _merge_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsys2prv merge",
+                description="Merge partial trace directories into one Paraver trace.")
+    p.add_argument("paths", nargs="*", metavar="PARTIAL... OUTPUT",
+                   help="partial directories (or directories holding them), then OUTPUT.prv")
+    p.add_argument("-z", "--compress", action="store_true")
+    p.add_argument("--sync", choices=["auto", "MPI_Init", "NCCL"], default="auto")
+    p.add_argument("--sync-nvtx", metavar="NAME")
+    p.add_argument("--sync-by-task", action="store_true")
+    p.add_argument("--no-sync", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--debug", action="store_true")
+    return p
+
+
+def find_partials(paths: list[str]) -> list[Path]:
+    """Partial directories given directly or found one level below the given directories
+    (in name order, so that the result does not depend on the file system)."""
+    out = []
+    for p in map(Path, paths):
+        if (p / META_FILE).is_file():
+            out.append(p)
+        elif p.is_dir():
+            found = sorted(d for d in p.iterdir() if (d / META_FILE).is_file())
+            if not found:
+                raise InputError(f"{p}: no partial traces in this directory")
+            out += found
+        else:
+            raise InputError(f"{p}: not a partial trace directory")
+    return out
+
+
+def main(command: str, argv: list[str]) -> int:
+    from ..cli import _kinds, _summary  # shared helpers of the main command line
+
+    if command == "prepare":
+        args = _prepare_parser().parse_args(argv)
+        from ..translate import prepare_report
+
+        meta = prepare_report(args.report, args.directory, only=_kinds(args.only),
+                              exclude=_kinds(args.exclude) or [], sync_nvtx=args.sync_nvtx)
+        if not args.quiet:
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(meta["counts"].items()))
+            print(f"nsys2prv: prepared {args.directory}: {counts}", file=sys.stderr)
+        return 0
+    args = _merge_parser().parse_args(argv)
+    if len(args.paths) < 2:
+        raise UsageError("give at least one partial directory and the output trace name")
+    *dirs, output = args.paths
+    from ..translate import merge_partials
+
+    sync = None if args.no_sync else (f"nvtx:{args.sync_nvtx}" if args.sync_nvtx else args.sync)
+    result = merge_partials(find_partials(dirs), output, compress=args.compress, sync=sync,
+                            sync_by_task=args.sync_by_task)
+    if not args.quiet:
+        _summary(result, 0.0)
+    return 0
