@@ -7,6 +7,7 @@ interrupted); `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -59,6 +60,10 @@ def _translate_parser() -> argparse.ArgumentParser:
     p.add_argument("--dask", metavar="SCHEDULER",
                    help="prepare the reports on a Dask cluster (scheduler address; workers "
                         "must see the inputs and --workdir at the same paths)")
+    p.add_argument("--chunk-rows", type=int, metavar="N",
+                   help="rows read from the export at a time (default 1000000)")
+    p.add_argument("--spill-rows", type=int, metavar="N",
+                   help="records held in memory before sorting them to disk (default 4000000)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"nsys2prv {__version__}")
@@ -104,7 +109,8 @@ def _run_translate(argv: list[str]) -> int:
                        compress=args.compress, jobs=max(1, args.jobs), hosts=hosts,
                        workdir=args.workdir, sync=None if args.no_sync else args.sync,
                        sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,
-                       dask=args.dask, on_report=bars.report, on_merge=bars.merge)
+                       dask=args.dask, chunk_rows=args.chunk_rows, spill_rows=args.spill_rows,
+                       on_report=bars.report, on_merge=bars.merge)
     bars.close()
     if not args.quiet:
         _summary(result, time.time() - t0)
@@ -220,9 +226,25 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         if debug:
             raise
-        print("nsys2prv: error: out of memory (try --workdir on a larger disk or -j 1)",
-              file=sys.stderr)
+        print("nsys2prv: error: out of memory (try -j 1, or smaller --chunk-rows / "
+              "--spill-rows)", file=sys.stderr)
         return 1
+    except OSError as e:  # disk full, file size limit, permissions on temporary files, ...
+        if debug:
+            raise
+        print(f"nsys2prv: error: {describe_os_error(e)}", file=sys.stderr)
+        return 1
+
+
+def describe_os_error(e: OSError) -> str:
+    where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "disk full (or quota exceeded) while writing; nothing was written"
+    elif e.errno == errno.EFBIG:
+        what = "file size limit reached while writing; nothing was written"
+    else:
+        what = e.strerror or str(e)
+    return where + what
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,28 +108,38 @@ def read_prv(path: str | Path) -> Trace:
     return tr
 
 
-def validate(path: str | Path) -> None:
-    """Our strict checker and, when installed, pertalde's `ptd comprovar -e` must accept it.
-
-    pertalde 0.1.5's .pcf grammar lacks Paraver's PRECISION keyword (which Paraver reads,
-    see research/CFG_FORMAT.md), so it checks a copy without those lines."""
+@contextmanager
+def pertalde_view(path: str | Path):
+    """`path`, or a copy whose .pcf lacks PRECISION lines: pertalde 0.1.5's .pcf grammar does
+    not know Paraver's PRECISION keyword (which Paraver reads, see research/CFG_FORMAT.md)."""
     path = Path(path)
-    report = check_trace(path)
-    assert report.ok, "\n".join(report.messages())
-    ptd = shutil.which("ptd") or str(Path(sys.executable).with_name("ptd"))
-    if not Path(ptd).exists():
-        return
-    target = path
     base = path.name[:-7] if path.name.endswith(".prv.gz") else path.name[:-4]
     pcf = path.with_name(base + ".pcf").read_text()
+    if "\nPRECISION " not in pcf:
+        yield path
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        if "\nPRECISION " in pcf:
-            target = Path(tmp) / path.name
-            target.symlink_to(path.resolve())
-            (Path(tmp) / (base + ".row")).symlink_to(path.with_name(base + ".row").resolve())
-            (Path(tmp) / (base + ".pcf")).write_text(
-                "\n".join(x for x in pcf.splitlines() if not x.startswith("PRECISION ")) + "\n")
-        proc = subprocess.run([ptd, "comprovar", "-e", str(target)], capture_output=True,
+        target = Path(tmp) / path.name
+        target.symlink_to(path.resolve())
+        (Path(tmp) / (base + ".row")).symlink_to(path.with_name(base + ".row").resolve())
+        (Path(tmp) / (base + ".pcf")).write_text(
+            "\n".join(x for x in pcf.splitlines() if not x.startswith("PRECISION ")) + "\n")
+        yield target
+
+
+def ptd() -> str | None:
+    found = shutil.which("ptd") or str(Path(sys.executable).with_name("ptd"))
+    return found if Path(found).exists() else None
+
+
+def validate(path: str | Path) -> None:
+    """Our strict checker and, when installed, pertalde's `ptd comprovar -e` must accept it."""
+    report = check_trace(path)
+    assert report.ok, "\n".join(report.messages())
+    if ptd() is None:
+        return
+    with pertalde_view(path) as target:
+        proc = subprocess.run([ptd(), "comprovar", "-e", str(target)], capture_output=True,
                               text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -7,9 +7,7 @@ checker (vectorised) and by the naive reader in prvtools, and cross-checked with
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.check import check_trace
 
 from conftest import corpus_files
-from prvtools import read_prv, sql, tables, validate
+from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate
 
 FILES = corpus_files()
 
@@ -125,11 +123,11 @@ def test_api_time_per_name_matches_sql(translated):
 def test_pertalde_counts_agree(translated):
     """pertalde's own reader counts the same kernel and CUDA call records."""
     db, _, out = translated
-    ptd = shutil.which("ptd") or str(Path(sys.executable).with_name("ptd"))
-    if not Path(ptd).exists():
+    if ptd() is None:
         pytest.skip("pertalde not installed")
-    proc = subprocess.run([ptd, "comptar", "--all", str(out)], capture_output=True, text=True,
-                          timeout=600)
+    with pertalde_view(out) as target:
+        proc = subprocess.run([ptd(), "comptar", "--all", str(target)], capture_output=True,
+                              text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     occ = {}
     for line in proc.stdout.splitlines():

@@ -106,6 +106,10 @@ class TraceWriter:
 
 
 def _output_error(path: Path, e: OSError) -> OutputError:
-    if e.errno == errno.ENOSPC:
-        return OutputError(f"{path}: disk full while writing the trace (nothing was written)")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputError(f"{path}: disk full (or quota exceeded) while writing the trace; "
+                           "nothing was written")
+    if e.errno == errno.EFBIG:
+        return OutputError(f"{path}: file size limit reached while writing the trace; "
+                           "nothing was written")
     return OutputError(f"{path}: cannot write ({e.strerror or e})")

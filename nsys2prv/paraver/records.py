@@ -31,9 +31,13 @@ PHASE_END, PHASE_ZERO_START, PHASE_ZERO_END, PHASE_START = 0, 1, 2, 3
 
 # Source ids: tie-breakers, and (with `ord` = the source rowid) the identity of the activity a
 # record belongs to, so records can follow an activity moved to another row (overlap lanes).
+# Every kind takes its ids from here (below SRC_LAUNCH_OFFSET, unique), so records of one
+# activity are never confused with another kind's.
 SRC_STATE, SRC_API, SRC_SYNC, SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET = 0, 1, 2, 3, 4, 5
 SRC_NVTX, SRC_NVTX_SE, SRC_OSRT, SRC_SCHED = 6, 7, 8, 9
-SRC_LAUNCH_OFFSET = 10  # arrow to an activity of source s has src = s + SRC_LAUNCH_OFFSET
+SRC_GPU_METRICS, SRC_GRAPH, SRC_GPU_MEMORY, SRC_DNN, SRC_OPENACC = 40, 41, 42, 43, 44
+SRC_MPI, SRC_MPI_MESSAGE, SRC_NCCL = 45, 46, 47
+SRC_LAUNCH_OFFSET = 64  # an arrow to an activity of source s has src = s + SRC_LAUNCH_OFFSET
 
 RECORD_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,

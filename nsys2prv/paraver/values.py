@@ -42,10 +42,19 @@ NORMALISERS = {
 
 
 def clean_label(name: str | None) -> str:
-    """A label that keeps the `.pcf` line-oriented: no control characters, never empty."""
+    """A label every `.pcf`/`.row` reader accepts: one line of printable ASCII, never empty.
+
+    Control characters become spaces; other non-ASCII characters become \\uXXXX escapes
+    (pertalde rejects non-ASCII labels, and Paraver's display of them depends on its build).
+    """
     if name is None:
         return "(unnamed)"
     text = re.sub(r"[\x00-\x1f\x7f]+", " ", str(name)).strip()
+    if not text.isascii():
+        text = "".join(ch if ch.isascii() else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000
+                       else f"\\U{ord(ch):08x}" for ch in text)
+    if text.startswith("#"):  # '#' starts a comment line for some .pcf/.row readers
+        text = "\\" + text
     return text or "(unnamed)"
 
 

@@ -8,6 +8,7 @@ and formats them into the `.prv`. A single report goes through exactly the same 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..errors import InputError
 from ..model.resources import ResourceModel, build_model
 from ..paraver import pcf as pcf_mod
 from ..paraver import prv as prv_mod
@@ -251,6 +253,12 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     """Write the trace for prepared partials (in rank/input order) to `output`."""
     options = options or MergeOptions()
     metas = [load_partial(p) for p in partials]
+    empty = [m for m in metas if not m["rows"]]
+    if empty:
+        m = empty[0]
+        found = ", ".join(m["kinds"]) or "none"
+        raise InputError(f"{m['report']['path']}: the export has no data nsys2prv can "
+                         f"translate (kinds found: {found})")
     model = build_model(metas, options.hosts)
     alignment = align(metas, model.report_hosts, options.sync, options.sync_by_task,
                       reference=model.tasks[0].report if model.tasks else 0)
@@ -259,6 +267,10 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     for m, s in zip(metas, alignment.shifts):
         if m["rows"]:
             end_time = max(end_time, m["time"]["last"] + s)
+    if end_time >= 2**53:
+        warnings.warn(f"the trace spans {end_time} ns (more than 2^53, about 104 days): "
+                      "Paraver stores times as doubles and will round them; check the "
+                      "timestamps of the inputs", stacklevel=2)
     views = [ReportView(i, m, model, s, dictionary) for i, (m, s) in
              enumerate(zip(metas, alignment.shifts))]
     sources = [run for v in views for run in v.runs()]

@@ -37,7 +37,12 @@ def translate(report: Report, ctx: Context) -> None:
         parts.append(df.filter(pl.col("correlation").is_not_null()).select(
             "pid", "correlation", pl.col("row").alias("api_row"),
             pl.col("start").alias("api_start")))
-    ctx.shared[CORRELATIONS] = correlation_index(parts)
+    index = correlation_index(parts)
+    duplicates = sum(p.height for p in parts) - index.height
+    if duplicates:
+        ctx.warn("CUDA API calls: duplicate correlation ids (the first call is used)",
+                 duplicates)
+    ctx.shared[CORRELATIONS] = index
 
 
 # What a call does, for the CPU state (Extrae's CUDA states). Checked in this order.

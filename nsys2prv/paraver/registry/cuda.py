@@ -49,7 +49,8 @@ EVENT_TYPES = (
                "= 5, ...).", values="cuda_api", extrae=True, kinds=API),
     event_type(CUDA_STREAM_DEST, "Stream ID destination", "CUDA API",
                "On a synchronisation call: the Paraver thread number (within the task) of the "
-               "GPU stream row waited for.", extrae=True, kinds=SYNC),
+               "GPU stream row waited for (or that an OpenACC operation targets).",
+               extrae=True, kinds=SYNC + ("openacc",)),
     event_type(CUDA_RETURN_VALUE, "CUDA API return value", "CUDA API",
                "Non-zero return code of a CUDA call (written only when the call failed).",
                kinds=API),
