@@ -1,0 +1,380 @@
+"""The cfgs shipped in `cfgs/`, described once with the registry's numbers.
+
+Per-device results: Paraver has no device level (rows are threads = CPU threads and GPU
+streams, grouped in tasks = processes). The analysis views therefore aggregate GPU stream rows
+at **task level**, which is per device when each process drives one GPU (the usual MPI /
+torchrun / NCCL layout). A process driving several GPUs gets the sum of its GPUs in these
+views; `nsys2prv analyze` reports true per-GPU numbers from the stream-row labels, and the
+thread-level views (one row per stream) can be read per GPU by the row labels
+"GPU d ctx c stream s". See docs/cfgs.md.
+"""
+
+from __future__ import annotations
+
+from ..paraver.registry import cuda, gpu_metrics, nccl, nvtx, osrt
+from .cfgs import Cfg, Histogram, Window
+
+# Extrae's numbers (extrae src/merger/paraver/MPI_EventEncoding.h, events.h), taken from the
+# registry's MPI and OpenACC families when they are there.
+try:
+    from ..paraver.registry import mpi as _mpi
+
+    MPI_TYPES: tuple[int, ...] = tuple(_mpi.CALL_TYPES)
+except (ImportError, AttributeError):  # pragma: no cover - before the MPI kind lands
+    MPI_TYPES = (50_000_001, 50_000_002, 50_000_003, 50_000_004, 50_000_005)
+OPENACC_TYPES = (66_000_000, 66_000_001, 66_000_002)
+
+KERNEL = cuda.CUDA_KERNEL
+NCCL_KERNEL = cuda.NCCL_KERNEL
+KERNELS = (KERNEL, NCCL_KERNEL)
+MEMOP = cuda.MEMORY_OPERATION
+ACTIVITY = (KERNEL, NCCL_KERNEL, MEMOP)
+STACKED = {"compose_thread": "Stacked Val"}
+SIGN = {"compose_thread": "Sign"}
+TASK_SIGN = {"compose_thread": "Sign", "compose_task": "Sign"}
+OVERLAP_CAP = 3  # levels 0, 1, 2, 3+
+
+
+# ------------------------------------------------------------------------------------------
+# Window builders
+# ------------------------------------------------------------------------------------------
+
+
+def states(name: str = "States") -> Window:
+    return Window(name)
+
+
+def last_value(name: str, types: tuple[int, ...], stacked: bool = False,
+               type_range: bool = False, level: str = "thread") -> Window:
+    """Value of the last event of `types` (names/enums; 0 = region ended)."""
+    return Window(name, level=level, thread="Last Evt Val", types=types,
+                  type_range=type_range, compose=dict(STACKED) if stacked else {})
+
+
+def on_row(name: str, types: tuple[int, ...]) -> Window:
+    """1 while a region of `types` is open on the row (a kernel, a copy...), else 0."""
+    return Window(name, thread="Last Evt Val", types=types, compose=dict(SIGN), gradient=True)
+
+
+def count_task(name: str, types: tuple[int, ...]) -> Window:
+    """Number of rows of the process with a region of `types` open (kernels at once)."""
+    return Window(name, level="task", thread="Last Evt Val", types=types,
+                  compose=dict(SIGN), gradient=True)
+
+
+def on_task(name: str, types: tuple[int, ...], factor: float | None = None) -> Window:
+    """1 while any row of the process has a region of `types` open (union of intervals);
+    `factor` scales it (100 makes averages read as percentages)."""
+    compose = dict(TASK_SIGN)
+    params: tuple = ()
+    if factor is not None:
+        compose["topcompose1"] = "Prod"
+        params = (("topcompose1", "Prod", ((factor,),)),)
+    return Window(name, level="task", thread="Last Evt Val", types=types, compose=compose,
+                  params=params, gradient=True)
+
+
+def capped_count_task(name: str, types: tuple[int, ...], cap: int = OVERLAP_CAP) -> Window:
+    """min(kernels at once, cap): Complement(cap) -> keep in [0, cap] -> Complement(cap)."""
+    return Window(
+        name, level="task", thread="Last Evt Val", types=types, gradient=True,
+        compose={"compose_thread": "Sign", "compose_task": "Complement",
+                 "topcompose1": "Select Range", "topcompose2": "Complement"},
+        params=(("compose_task", "Complement", ((cap,),)),
+                ("topcompose1", "Select Range", ((cap,), (0,))),
+                ("topcompose2", "Complement", ((cap,),))))
+
+
+def derived(name: str, op: str, a: str, b: str, level: str = "thread",
+            factors: tuple[float, float] = (1.0, 1.0), compose: dict | None = None,
+            params: tuple = (), units: str = "Nanoseconds") -> Window:
+    return Window(name, level=level, derived=(op, (a, b), factors), compose=compose or {},
+                  params=params, gradient=True, units=units)
+
+
+def metric_samples(name: str, offset: int) -> Window:
+    return Window(name, thread="Last Evt Val", types=(gpu_metrics.SAMPLES.type_of(offset),),
+                  gradient=True)
+
+
+def metric_on_kernel(name: str, offset: int) -> Window:
+    return Window(name, thread="Last Evt Val", types=(gpu_metrics.ON_KERNEL.type_of(offset),),
+                  gradient=True)
+
+
+# ------------------------------------------------------------------------------------------
+# basics/: one view per event family
+# ------------------------------------------------------------------------------------------
+
+PUSHPOP_RANGE = (nvtx.PUSHPOP.base, nvtx.PUSHPOP.base + nvtx.PUSHPOP.size - 1)
+STARTEND_LANE0 = nvtx.STARTEND.type_of(0)
+
+
+def _profile(name: str, control: str, data: str, statistic: str = "Time") -> Histogram:
+    """`statistic` per value of a name-valued window: one column per name. Names are
+    numbered per trace, so the column range is computed from the trace (Paraver then uses
+    one column per value of a code-coloured window; value 0 = no region is left out)."""
+    return Histogram(name, control, data, statistic, compute_scale=True, hide_cols=True)
+
+
+BASICS = [
+    Cfg("basics/states.cfg", "States of every row",
+        "CPU threads: Running outside CUDA calls, Configuring accelerator (launches), "
+        "Synchronization, Memory transfer, Allocating/Freeing memory, Others, Not created. "
+        "GPU streams: Running (kernel), Memory transfer (memcpy/memset), Idle.",
+        (states(),)),
+    Cfg("basics/states_profile.cfg", "Time per state per row (% of the trace)",
+        "Histogram of the state view: % of the trace time each row spends in each state.",
+        (states(),),
+        Histogram("States profile", "States", "States", "% Time", 0, 33, 1, hide_cols=True)),
+    Cfg("basics/cuda_kernels.cfg", "Compute kernels (63000006) on GPU stream rows",
+        "Name of the compute kernel running on each GPU stream row (NCCL kernels are in "
+        "nccl_kernels.cfg).",
+        (last_value("CUDA kernels", (KERNEL,)),)),
+    Cfg("basics/cuda_kernels_profile.cfg", "Time per compute kernel per stream row",
+        "Total time of each compute kernel name (columns) on each row; Avg/Max per column "
+        "compares streams.",
+        (last_value("CUDA kernels", (KERNEL,)),),
+        _profile("Kernel time profile", "CUDA kernels", "CUDA kernels")),
+    Cfg("basics/nccl_kernels.cfg", "NCCL kernels (67000002) on GPU stream rows",
+        "Name of the NCCL communication kernel running on each GPU stream row.",
+        (last_value("NCCL kernels", (NCCL_KERNEL,)),)),
+    Cfg("basics/memory_operations.cfg", "Memory operations (67100001) on GPU stream rows",
+        "memcpy direction (Host-to-Device, Device-to-Host, Peer-to-Peer, ...) or memset "
+        "running on each GPU stream row.",
+        (last_value("Memory operations", (MEMOP,)),)),
+    Cfg("basics/cuda_api.cfg", "CUDA API calls (63000000) on CPU threads",
+        "CUDA runtime/driver call in progress on each CPU thread (Extrae's values where "
+        "Extrae has the function). Nested calls: Stacked Val shows the innermost one.",
+        (last_value("CUDA API calls", (cuda.CUDA_CALL,), stacked=True),)),
+    Cfg("basics/cuda_api_profile.cfg", "Time per CUDA API call per CPU thread",
+        "Total time in each CUDA call (columns) per thread (innermost call of nested ones).",
+        (last_value("CUDA API calls", (cuda.CUDA_CALL,), stacked=True),),
+        _profile("CUDA API profile", "CUDA API calls", "CUDA API calls")),
+    Cfg("basics/nvtx_pushpop.cfg", "NVTX push/pop ranges (67300000 + domain), stacked",
+        "Innermost open NVTX push/pop range of every domain on each CPU thread (types "
+        "67300000-67300999, one per domain; 'Stacked Val' keeps the enclosing range visible "
+        "after a nested one ends).",
+        (last_value("NVTX push/pop", PUSHPOP_RANGE, stacked=True, type_range=True),)),
+    Cfg("basics/nvtx_startend.cfg", "NVTX start/end ranges (67301000, lane 0)",
+        "Start/end ranges on the thread that started them. Overlapping ranges go to further "
+        "lanes (67301001, ...): change the type filter to see them.",
+        (last_value("NVTX start/end lane 0", (STARTEND_LANE0,)),)),
+    Cfg("basics/osrt.cfg", "OS runtime calls (67400001), stacked",
+        "libc/pthread call in progress on each CPU thread (innermost of nested calls).",
+        (last_value("OS runtime calls", (osrt.OSRT_CALL,), stacked=True),)),
+    Cfg("basics/nccl_calls.cfg", "NCCL host calls (67600000), stacked",
+        "Host-side NCCL call (ncclAllReduce, ncclSend, ncclGroupStart, ...) on each CPU "
+        "thread; the device side is nccl_kernels.cfg and views/nccl_collectives.cfg.",
+        (last_value("NCCL calls", (nccl.NCCL_RANGE,), stacked=True),)),
+    Cfg("basics/nccl_payload.cfg", "NCCL collective of each NCCL kernel (67600001)",
+        "Operation (AllReduce, AllGather, Send, ...) of the NCCL kernel running on each GPU "
+        "stream row, decoded from NCCL's NVTX payloads.",
+        (last_value("NCCL collective", (nccl.NCCL_COLLECTIVE,)),)),
+    Cfg("basics/gpu_metrics.cfg", "GPU metric samples: SM Active (67500000)",
+        "Sampled SM Active [%] on each 'GPU d metrics' row (values carry PRECISION 2). Every "
+        "metric has its own view in cfgs/hwcounters/.",
+        (metric_samples("SM Active", gpu_metrics.KNOWN_METRICS["SM Active"]),)),
+    Cfg("basics/mpi.cfg", "MPI calls (Extrae 50000001-50000005)",
+        "MPI call in progress on each CPU thread: point-to-point, collective, other, "
+        "one-sided and I/O calls (Extrae's types and values).",
+        (last_value("MPI calls", MPI_TYPES),)),
+    Cfg("basics/openacc.cfg", "OpenACC regions (Extrae 66000000-66000002), stacked",
+        "OpenACC other / data / launch events on each CPU thread (innermost region).",
+        (last_value("OpenACC", OPENACC_TYPES, stacked=True),)),
+]
+
+# ------------------------------------------------------------------------------------------
+# views/: compound views
+# ------------------------------------------------------------------------------------------
+
+VIEWS = [
+    Cfg("views/cuda_activities.cfg", "CUDA activities: API calls, kernels and memory operations",
+        "The natural first view. Windows: states of every row; CUDA API calls on CPU threads "
+        "(stacked); kernels (compute and NCCL) and memory operations on GPU streams; and one "
+        "timeline with all of them (last window: CPU rows show the CUDA call, GPU rows the "
+        "kernel or the copy).",
+        (states(), last_value("CUDA API calls", (cuda.CUDA_CALL,), stacked=True),
+         last_value("GPU kernels", KERNELS), last_value("Memory operations", (MEMOP,)),
+         last_value("CUDA activities", (cuda.CUDA_CALL, KERNEL, NCCL_KERNEL, MEMOP)))),
+    Cfg("views/memory_transfers.cfg", "Memory transfers: sizes and bandwidth (GB/s)",
+        "Windows: memory operation (direction) per stream row; bytes of the running "
+        "operation; bandwidth = bytes / duration in bytes/ns = GB/s. The histogram gives the "
+        "effective bandwidth per direction (time-weighted average of the bandwidth = total "
+        "bytes / total time) per stream row.",
+        (last_value("Memory operations", (MEMOP,)),
+         on_row("Copy running", (MEMOP,)),
+         Window("Bytes (last)", thread="Last Evt Val", types=(cuda.MEMORY_BYTES,),
+                gradient=True),
+         derived("Bytes", "product", "Bytes (last)", "Copy running"),
+         derived("Bandwidth GB/s", "product", "Bytes (last)", "Copy running",
+                 compose={"topcompose1": "Divide by Burst Time"})),
+        Histogram("Bandwidth per direction [GB/s]", "Memory operations", "Bandwidth GB/s",
+                  "Average value", 1, 100, 1, hide_cols=True)),
+    Cfg("views/memory_bytes.cfg", "Bytes moved per direction per stream row",
+        "Sum over operations of their bytes (per burst of the masked bytes window) for each "
+        "memcpy direction / memset (columns).",
+        (last_value("Memory operations", (MEMOP,)),
+         on_row("Copy running", (MEMOP,)),
+         Window("Bytes (last)", thread="Last Evt Val", types=(cuda.MEMORY_BYTES,),
+                gradient=True),
+         derived("Bytes", "product", "Bytes (last)", "Copy running")),
+        Histogram("Bytes per direction", "Memory operations", "Bytes", "Sum bursts", 1, 100, 1,
+                  hide_cols=True)),
+    Cfg("views/nccl_collectives.cfg", "NCCL collectives with message sizes",
+        "Windows: NCCL kernel per stream row; collective operation (67600001); message size "
+        "in bytes of the running operation (67600002 masked by the collective). The "
+        "histogram gives the average message size per collective per stream row.",
+        (last_value("NCCL kernels", (NCCL_KERNEL,)),
+         last_value("NCCL collective", (nccl.NCCL_COLLECTIVE,)),
+         on_row("Collective running", (nccl.NCCL_COLLECTIVE,)),
+         Window("Message size (last)", thread="Last Evt Val", types=(nccl.NCCL_MESSAGE_SIZE,),
+                gradient=True),
+         derived("Message size", "product", "Message size (last)", "Collective running")),
+        _profile("Message size per collective [bytes]", "NCCL collective", "Message size",
+                 "Average value")),
+    Cfg("views/mpi_messages.cfg", "MPI calls with their messages",
+        "MPI call per thread (Extrae types) with the communication lines of the messages; "
+        "the histogram gives bytes sent per MPI call per thread.",
+        (last_value("MPI calls", MPI_TYPES),),
+        _profile("Bytes sent per MPI call", "MPI calls", "MPI calls", "Bytes sent")),
+]
+
+# ------------------------------------------------------------------------------------------
+# analysis/: overlap, hidden communication, tensor cores, efficiency model, histograms
+# ------------------------------------------------------------------------------------------
+
+COUNT = "Kernels at once (0/1/2/3+)"
+
+
+def _levels(name: str) -> Histogram:
+    return Histogram(name, COUNT, COUNT, "% Time", 0, OVERLAP_CAP, 1)
+
+
+def _efficiency(path: str, title: str, useful: tuple[int, ...], note: str) -> list[Cfg]:
+    windows = (on_task("Useful (device)", useful), on_task("Active (device)", ACTIVITY),
+               derived("Device time: 0 idle, 1 communication, 2 useful", "add",
+                       "Useful (device)", "Active (device)", level="task"))
+    cls = windows[-1].name
+    desc = (f"{note}\nPer process (= per device when each process drives one GPU): "
+            "column 2 = useful time, 1 = communication not hidden by useful work, "
+            "0 = idle, as % of the trace time. With N processes with GPUs:\n"
+            "  Device Parallel Efficiency      = Average(col 2) / 100\n"
+            "  Load Balance                    = Avg/Max(col 2)\n"
+            "  Communication Efficiency        = Maximum(col 2) / (100 - Minimum(col 0))\n"
+            "  Orchestration Efficiency        = (100 - Minimum(col 0)) / 100\n"
+            "PE = LB x CE x OE. `nsys2prv analyze` prints the same numbers.")
+    return [
+        Cfg(path, title, desc, windows,
+            Histogram("Device time: idle / communication / useful (% of trace)", cls, cls,
+                      "% Time", 0, 2, 1)),
+        Cfg(path.replace(".cfg", "_time.cfg"), title + " - times in ns", desc, windows,
+            Histogram("Device time: idle / communication / useful (ns)", cls, cls, "Time",
+                      0, 2, 1)),
+    ]
+
+
+ANALYSIS = [
+    Cfg("analysis/overlap_kernels_at_once.cfg",
+        "Kernels running at once per process/device (NCCL included), levels 0/1/2/3+",
+        "Windows: 1 while a kernel (compute or NCCL) runs on a stream row; number of "
+        "kernels running at once in the process (sum of its stream rows); the same capped "
+        "at 3 (3 = three or more). Per process = per device when each process drives one "
+        "GPU.",
+        (on_row("Kernel running", KERNELS), count_task("Kernels at once", KERNELS),
+         capped_count_task(COUNT, KERNELS))),
+    Cfg("analysis/overlap_levels.cfg", "Time per overlap level (% of trace time)",
+        "Columns 0/1/2/3 = no kernel, one, two, three or more kernels running at once "
+        "(NCCL included) in the process, as % of the trace time.",
+        (capped_count_task(COUNT, KERNELS),), _levels("Overlap levels (% of trace time)")),
+    Cfg("analysis/overlap_levels_comm.cfg", "Time per overlap level (% of communication time)",
+        "Same levels counted only while an NCCL kernel runs, as % of the time with NCCL "
+        "running: column 1 = communication alone (exposed), 2 and 3 = communication "
+        "overlapped with one or more other kernels.",
+        (capped_count_task(COUNT, KERNELS), on_task("NCCL running (device)", (NCCL_KERNEL,)),
+         derived("Kernels at once during communication", "product", COUNT,
+                 "NCCL running (device)", level="task")),
+        Histogram("Overlap levels (% of communication time)",
+                  "Kernels at once during communication", "Kernels at once during communication",
+                  "% Time Not Zero", 1, OVERLAP_CAP, 1)),
+    Cfg("analysis/comm_hidden.cfg", "Communication hidden under compute (% of NCCL time)",
+        "Per process/device: % of the time with an NCCL kernel running during which a "
+        "compute kernel also runs (column 1). 100 - it is the exposed communication.",
+        (on_task("NCCL running (device)", (NCCL_KERNEL,)),
+         on_task("Compute running x100 (device)", (KERNEL,), factor=100)),
+        Histogram("Communication hidden under compute (%)", "NCCL running (device)",
+                  "Compute running x100 (device)", "Average value", 1, 1, 1)),
+    Cfg("analysis/tensor_per_kernel.cfg",
+        "Tensor-core use per kernel: average Tensor Active (%) per kernel name and stream",
+        "Columns = compute kernel names, rows = GPU stream rows, cells = time-weighted average "
+        "of the Tensor Active samples written on the stream row during that kernel "
+        "(67501002). Windows also show the kernels, the sampled Tensor Active of each GPU "
+        "(67500002, metrics rows) and the samples on the stream rows.",
+        (metric_samples("Tensor Active (samples)", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
+         last_value("CUDA kernels", (KERNEL,)),
+         metric_on_kernel("Tensor Active during kernels",
+                          gpu_metrics.KNOWN_METRICS["Tensor Active"])),
+        _profile("Average Tensor Active per kernel (%)", "CUDA kernels",
+                 "Tensor Active during kernels", "Average value")),
+    *_efficiency("analysis/efficiency_talp.cfg",
+                 "Device efficiency model, TALP-compatible form",
+                 KERNELS,
+                 "TALP-compatible form: useful = union of all kernels (NCCL kernels count as "
+                 "useful, as CUPTI/TALP see them); communication = memcpy/memset time not "
+                 "covered by any kernel."),
+    *_efficiency("analysis/efficiency_nccl.cfg",
+                 "Device efficiency model, NCCL-aware form",
+                 (KERNEL,),
+                 "NCCL-aware form: useful = union of compute kernels only; communication = "
+                 "NCCL kernels and memcpy/memset not covered by a compute kernel."),
+    Cfg("analysis/useful_imbalance.cfg", "Useful time per process/device and its imbalance",
+        "Time with at least one compute kernel running (union over the process's streams), "
+        "in ns. Avg/Max = load balance of the useful (compute) time across ranks.",
+        (on_task("Useful (device)", (KERNEL,)),),
+        Histogram("Useful time (ns)", "Useful (device)", "Useful (device)", "Time", 1, 1, 1)),
+    Cfg("analysis/kernel_duration_histogram.cfg",
+        "Kernel duration histograms per kernel name (bimodal GEMMs)",
+        "3D histogram: columns = kernel duration bins (us, range computed from the trace), "
+        "rows = stream rows, planes = compute kernel names; cells = number of kernel "
+        "instances. Pick a GEMM's plane to see one or two modes.",
+        (last_value("CUDA kernels", (KERNEL,)),
+         Window("Kernel duration (us)", thread="Last Evt Val", types=(KERNEL,),
+                compose={"compose_thread": "Burst Time"}, units="Microseconds",
+                gradient=True),
+         on_row("Kernel running", (KERNEL,)),
+         derived("Kernel duration (us), kernels only", "product", "Kernel duration (us)",
+                 "Kernel running", units="Microseconds")),
+        Histogram("Kernel durations (count per bin)", "Kernel duration (us), kernels only",
+                  "Kernel duration (us), kernels only", "# Bursts", compute_scale=True,
+                  plane="CUDA kernels", plane_compute_scale=True, hide_cols=True)),
+]
+
+# ------------------------------------------------------------------------------------------
+# hwcounters/: every known GPU metric as a timeline and as a per-kernel profile
+# ------------------------------------------------------------------------------------------
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_").replace("__", "_")
+
+
+HWCOUNTERS = []
+for _metric, _offset in sorted(gpu_metrics.KNOWN_METRICS.items(), key=lambda kv: kv[1]):
+    _slugged = _slug(_metric).replace("__", "_")
+    HWCOUNTERS += [
+        Cfg(f"hwcounters/{_slugged}_timeline.cfg", f"GPU metric timeline: {_metric}",
+            f"Sampled '{_metric}' on each 'GPU d metrics' row (type "
+            f"{gpu_metrics.SAMPLES.type_of(_offset)}, value in the metric's unit with two "
+            "decimals).",
+            (metric_samples(_metric, _offset),)),
+        Cfg(f"hwcounters/{_slugged}_per_kernel.cfg", f"GPU metric per kernel: {_metric}",
+            f"Columns = compute kernel names, rows = GPU stream rows, cells = time-weighted "
+            f"average of the '{_metric}' samples written on the stream row while the kernel "
+            f"runs (type {gpu_metrics.ON_KERNEL.type_of(_offset)}).",
+            (last_value("CUDA kernels", (KERNEL,)),
+             metric_on_kernel(f"{_metric} during kernels", _offset)),
+            _profile(f"Average {_metric} per kernel", "CUDA kernels",
+                     f"{_metric} during kernels", "Average value")),
+    ]
+
+CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS

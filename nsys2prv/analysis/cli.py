@@ -1,0 +1,126 @@
+"""`nsys2prv analyze INPUT...`: the device efficiency model and overlap numbers of a trace.
+
+INPUTs are one translated trace (.prv/.prv.gz) or reports (.sqlite/.nsys-rep), which are
+translated first (into a temporary directory, merged as `nsys2prv` would) so that the
+numbers are those of the trace Paraver would show: they equal what the cfgs in
+cfgs/analysis/ compute with paramedir on that trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError, UsageError
+from .model import TYPES, Analysis, Efficiency, GroupResult, analyze_trace
+from .trace import read_trace
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit code 2 (as the other subcommands)
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsys2prv analyze",
+                description="GPU efficiency model (TALP-compatible and NCCL-aware forms) and "
+                            "kernel overlap of a trace, per device.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="a trace (.prv, .prv.gz) or one or more reports (.sqlite, .nsys-rep)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="write per-device bars and the overlap histogram (needs matplotlib)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _is_trace(path: str) -> bool:
+    return path.endswith(".prv") or path.endswith(".prv.gz")
+
+
+def analyze(inputs: list[str]) -> Analysis:
+    """Analyse one trace, or translate reports into a temporary trace and analyse it."""
+    if len(inputs) == 1 and _is_trace(inputs[0]):
+        if not Path(inputs[0]).exists():
+            raise InputError(f"{inputs[0]}: no such file")
+        return analyze_trace(read_trace(inputs[0], TYPES))
+    if any(_is_trace(i) for i in inputs):
+        raise UsageError("give either one trace (.prv) or reports, not both")
+    from ..translate import translate
+
+    with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
+        out = Path(tmp) / "trace.prv"
+        translate(inputs, str(out), jobs=1)
+        result = analyze_trace(read_trace(out, TYPES))
+    result.trace = " ".join(inputs)
+    return result
+
+
+def _pct(x: int, total: int) -> str:
+    return f"{100 * x / total:6.2f}" if total else "     -"
+
+
+def _eff(x: float | None) -> str:
+    return f"{x:5.2f}" if x is not None else "    -"
+
+
+def _model_lines(e: Efficiency, title: str) -> list[str]:
+    return [f"### {title}",
+            f"###   Device parallel efficiency:      {_eff(e.parallel)}   ({e.n} devices)",
+            f"###    - Load balance:                 {_eff(e.load_balance)}",
+            f"###    - Communication efficiency:     {_eff(e.communication)}",
+            f"###    - Orchestration efficiency:     {_eff(e.orchestration)}"]
+
+
+def format_report(a: Analysis) -> str:
+    """A TALP-like host/device summary, then per-device times and overlap levels."""
+    T = a.end
+    out = [f"### nsys2prv analyze: {a.trace}",
+           f"### trace time {T / 1e6:.3f} ms, {len(a.processes)} process(es) with GPU work, "
+           f"{len(a.devices)} device(s)", "###", "### Host (main thread of each process)"]
+    for h in a.host:
+        out.append(f"###   {h.name}: device offload efficiency {_eff(h.offload_efficiency)}"
+                   f"  (in CUDA calls {h.in_cuda / 1e6:.3f} ms, running {h.running / 1e6:.3f} ms)")
+    out.append("###")
+    out += _model_lines(a.talp, "Device, TALP-compatible (useful = all kernels incl. NCCL; "
+                                "communication = memcpy/memset outside kernels)")
+    out.append("###")
+    out += _model_lines(a.nccl, "Device, NCCL-aware (useful = compute kernels; communication "
+                                "= NCCL + memcpy/memset outside compute)")
+    out += ["", "Per device, % of trace time (TALP form: useful/comm; NCCL-aware form: "
+                "useful/comm; idle is the same in both):",
+            f"{'device':<48} {'useful':>7} {'comm':>7} {'useful':>7} {'comm':>7} {'idle':>7}"
+            f" | {'0':>6} {'1':>6} {'2':>6} {'3+':>6} | {'c1':>6} {'c2':>6} {'c3+':>6}"
+            f" | {'hidden':>6}",
+            f"{'':<48} {'TALP':>15} {'NCCL-aware':>15} {'':>7} | kernels at once (% trace)"
+            f"     | during NCCL (% NCCL)| % NCCL"]
+    for g in a.devices:
+        out.append(_device_line(g, T))
+    return "\n".join(out) + "\n"
+
+
+def _device_line(g: GroupResult, T: int) -> str:
+    lv = " ".join(_pct(x, T) for x in g.levels)
+    lc = " ".join(_pct(x, g.nccl_time) for x in g.levels_comm[1:])
+    return (f"{g.name[:48]:<48} {_pct(g.useful_talp, T)} {_pct(g.comm_talp, T)} "
+            f"{_pct(g.useful_nccl, T)} {_pct(g.comm_nccl, T)} {_pct(g.idle, T)} | {lv} | {lc}"
+            f" | {_pct(g.hidden_comm, g.nccl_time)}")
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `nsys2prv analyze` (dispatched from nsys2prv.cli)."""
+    args = _parser().parse_args(argv)
+    result = analyze(args.inputs)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_report(result))
+    if args.plot:
+        from .plot import plot_analysis
+
+        plot_analysis(result, args.plot)
+    return 0
