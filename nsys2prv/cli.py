@@ -237,10 +237,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def describe_os_error(e: OSError) -> str:
+    from .paraver.output import os_errno
+
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    code = os_errno(e)
+    if code in (errno.ENOSPC, errno.EDQUOT):
         what = "disk full (or quota exceeded) while writing; nothing was written"
-    elif e.errno == errno.EFBIG:
+    elif code == errno.EFBIG:
         what = "file size limit reached while writing; nothing was written"
     else:
         what = e.strerror or str(e)

@@ -233,3 +233,15 @@ def test_compressed_output(tmp_path):
     assert gzip.decompress((tmp_path / "z.prv.gz").read_bytes()) == \
         (tmp_path / "plain.prv").read_bytes()
     validate(tmp_path / "z.prv.gz")
+
+
+def test_shipped_sample_is_the_generated_one(tmp_path):
+    """examples/sample.sqlite (the README's sample) is what the generator writes today."""
+    from pathlib import Path
+    shipped = Path(__file__).resolve().parent.parent / "examples" / "sample.sqlite"
+    fresh = write_export(tmp_path / "fresh.sqlite", sample_spec(), "3.17.1")
+    nsys2prv.translate(shipped, tmp_path / "shipped.prv")
+    nsys2prv.translate(fresh, tmp_path / "fresh.prv")
+    strip = lambda p: [x for x in p.read_text().splitlines() if not x.startswith("#")]  # noqa
+    assert strip(tmp_path / "shipped.prv") == strip(tmp_path / "fresh.prv"), \
+        "regenerate: python -m nsys2prv.testing.samples examples/sample.sqlite"

@@ -58,7 +58,8 @@ def render() -> str:
             ", ".join(f"{v} {n}" for n, v in sorted(reg.EXTRAE_CUDA_CALL_VALUES.items(),
                                                    key=lambda kv: kv[1])),
             "", "## Communications", "",
-            "The tag of an arrow is the event type of the activity it points to:", "",
+            "An MPI message keeps its MPI tag. A CUDA arrow (from a CUDA call to the GPU work "
+            "it issued) has as tag the event type of the activity it points to:", "",
             "| tag | meaning |", "|---|---|"]
     for tag, meaning in reg.COMM_TAGS.items():
         out.append(f"| {tag} | {meaning} |")

@@ -10,8 +10,11 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import re
 import tempfile
 from pathlib import Path
+
+import polars as pl
 
 from ..errors import OutputError
 
@@ -68,6 +71,17 @@ class TraceWriter:
             raise _output_error(self.prv, e) from None
         self.bytes_written += len(data)
 
+    def write_lines(self, lines: pl.Series) -> None:
+        """Write each element as a line, straight from Arrow memory (no Python strings)."""
+        if lines.len() == 0:
+            return
+        try:
+            pl.DataFrame({"line": lines}).write_csv(self._fh, include_header=False,
+                                                    quote_style="never")
+        except OSError as e:
+            raise _output_error(self.prv, e) from None
+        self.bytes_written += int(lines.str.len_bytes().sum()) + lines.len()
+
     def commit(self, pcf_text: str, row_text: str) -> None:
         pcf_tmp, row_tmp = self._temp(self.pcf), self._temp(self.row)
         try:
@@ -105,11 +119,21 @@ class TraceWriter:
             self.abort()
 
 
+def os_errno(e: OSError) -> int | None:
+    """errno of an OSError, also when it comes from Rust code that only puts it in the text
+    ("... (os error 28)")."""
+    if e.errno is not None:
+        return e.errno
+    m = re.search(r"os error (\d+)", str(e))
+    return int(m.group(1)) if m else None
+
+
 def _output_error(path: Path, e: OSError) -> OutputError:
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    code = os_errno(e)
+    if code in (errno.ENOSPC, errno.EDQUOT):
         return OutputError(f"{path}: disk full (or quota exceeded) while writing the trace; "
                            "nothing was written")
-    if e.errno == errno.EFBIG:
+    if code == errno.EFBIG:
         return OutputError(f"{path}: file size limit reached while writing the trace; "
                            "nothing was written")
     return OutputError(f"{path}: cannot write ({e.strerror or e})")

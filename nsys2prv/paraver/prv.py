@@ -27,39 +27,31 @@ def header(model: ResourceModel, end_time: int, start_epoch_ns: int | None) -> s
             f"{len(model.tasks)}({tasks})\n")
 
 
-def format_block(df: pl.DataFrame) -> str:
-    """Lines for a sorted block with columns time, order, kind, cpu, task, thread, a..f, text,
-    rcpu, rtask, rthread (receiver of communications)."""
+def format_block(df: pl.DataFrame) -> pl.Series:
+    """The text of a sorted block (columns time, order, kind, cpu, task, thread, a..f, text,
+    rcpu, rtask, rthread) as a one-element Series: its lines, newline-separated.
+
+    Every record is one concat_str over the same pieces (pieces a kind does not have are
+    null and skipped). An event that follows an event of the same row and time becomes only
+    its ":type:value" pairs, appended to the previous line: that is the multi-event line
+    Paraver expects, without any grouping or re-sorting.
+    """
     if df.height == 0:
-        return ""
+        return pl.Series("text", [], dtype=pl.Utf8)
     c = pl.col
     ev = c("kind") == R.EVENT
-    new = (~ev | ~ev.shift(1, fill_value=False) | (c("time") != c("time").shift(1))
-           | (c("order") != c("order").shift(1)))
-    df = df.with_columns(new.cum_sum().alias("gid"))
-    obj = pl.format("{}:1:{}:{}", c("cpu"), c("task"), c("thread"))
-    states = df.filter(c("kind") == R.STATE).select(
-        "gid", pl.format("1:{}:{}:{}:{}", obj, c("time"), c("a"), c("b")).alias("line"))
-    comms = df.filter(c("kind") == R.COMM).select(
-        "gid", pl.format("3:{}:{}:{}:{}:1:{}:{}:{}:{}:{}:{}", obj, c("time"), c("a"), c("rcpu"),
-                         c("rtask"), c("rthread"), c("c"), c("d"), c("e"), c("f")).alias("line"))
-    events = df.filter(ev)
-    if events.height:
-        events = events.with_columns(
-            pl.concat_str([pl.format(":{}:{}", c("a"), c("b")), c("text").fill_null("")])
-            .alias("pairs"))
-        multi = events.select(c("gid").is_duplicated()).to_series()
-        single = events.filter(~multi)
-        grouped = events.filter(multi).group_by("gid", maintain_order=True).agg(
-            c("cpu").first(), c("task").first(), c("thread").first(), c("time").first(),
-            c("pairs").str.join(""))
-        parts = []
-        for part in (single, grouped):
-            if part.height:
-                parts.append(part.select("gid", pl.format(
-                    "2:{}:1:{}:{}:{}{}", c("cpu"), c("task"), c("thread"), c("time"),
-                    c("pairs")).alias("line")))
-        events = pl.concat(parts, how="vertical") if parts else None
-    frames = [f for f in (states, comms, events) if f is not None and f.height]
-    lines = pl.concat(frames, how="vertical").sort("gid")["line"]
-    return lines.str.join("\n").item() + "\n"
+    comm = c("kind") == R.COMM
+    cont = ev & ev.shift(1, fill_value=False) & (c("time") == c("time").shift(1)) & (
+        c("order") == c("order").shift(1))
+    head = pl.format("{}:{}:1:{}:{}:{}", c("kind"), c("cpu"), c("task"), c("thread"), c("time"))
+    receiver = pl.when(comm).then(pl.format(":{}:1:{}:{}", c("rcpu"), c("rtask"), c("rthread")))
+    tail = pl.concat_str([
+        pl.lit(":"), c("a").cast(pl.Utf8), receiver,
+        pl.when(~comm).then(pl.format(":{}", c("b"))),
+        pl.format(":{}:{}", c("c"), c("d")),
+        pl.when(comm).then(pl.format(":{}:{}", c("e"), c("f"))),
+        pl.when(ev).then(c("text"))], ignore_nulls=True)
+    piece = pl.when(cont).then(tail).otherwise(
+        pl.concat_str([pl.when(pl.int_range(pl.len()) > 0).then(pl.lit("\n")), head, tail],
+                      ignore_nulls=True))
+    return df.select(piece.str.join("").alias("text"))["text"]

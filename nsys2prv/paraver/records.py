@@ -15,10 +15,13 @@ sub       order inside a phase, so nested regions stack: starts by decreasing en
 src       data kind that made the record (ties are broken by it, then by `ord`)
 ord       position in the source (rowid), for a total, deterministic order
 a..f      state: a=end, b=state
-          event: a=type, b=value (a name id to renumber, or a plain number)
+          event: a=type, b=value (a name id to renumber, or a plain number); optionally
+                 c=type, d=value: a second pair that is renumbered too
           comm:  a=physical send, b=receiver row, c=logical recv, d=physical recv,
                  e=size, f=tag
 text      event only: further ":type:value" pairs that need no renumbering
+rk, so    packed sort keys: rk = row*64 + kind*8 + phase, so = src * 2^48 + ord (sorting
+          on four integer columns is much faster than on seven)
 ========  =====================================================================================
 """
 
@@ -43,9 +46,10 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,
     "src": pl.Int8,
     "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64, "d": pl.Int64,
-    "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8,
+    "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8, "rk": pl.Int64, "so": pl.Int64,
 }
-SORT_KEYS = ["time", "row", "kind", "phase", "sub", "src", "ord"]
+SORT_KEYS = ["time", "rk", "sub", "so"]  # = (time, row, kind, phase, sub, src, ord)
+ORD_LIMIT = 1 << 40  # rowids stay below this (packed with the source and report ids)
 
 INTERVAL_SCHEMA: dict[str, pl.DataType] = {
     "row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "state": pl.Int8, "src": pl.Int8,
@@ -55,21 +59,34 @@ INTERVAL_KEYS = ["row", "start", "ord"]
 
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Add missing record columns (nulls; `sub` 0) and fix dtypes and column order."""
+    """Add missing record columns (nulls; `sub` 0), the packed sort keys, and fix dtypes and
+    column order."""
     exprs = []
     for name, dtype in RECORD_SCHEMA.items():
+        if name in ("rk", "so"):
+            continue
         if name in df.columns:
             exprs.append(pl.col(name).cast(dtype))
         else:
             exprs.append(pl.lit(0 if name == "sub" else None, dtype).alias(name))
-    return df.select(exprs)
+    c = pl.col
+    return df.select(exprs).with_columns(
+        (c("row").cast(pl.Int64) * 64 + c("kind").cast(pl.Int64) * 8
+         + c("phase").cast(pl.Int64)).alias("rk"),
+        (c("src").cast(pl.Int64) * (1 << 48) + c("ord")).alias("so"))
 
 
 def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl.Expr,
            type_: int | pl.Expr, value: pl.Expr, text: pl.Expr | None = None,
-           sub: pl.Expr | None = None) -> list[pl.Expr]:
-    """Expressions building event records from a normalised frame."""
-    return [
+           sub: pl.Expr | None = None, type2: int | pl.Expr | None = None,
+           value2: pl.Expr | None = None) -> list[pl.Expr]:
+    """Expressions building event records from a normalised frame (`type2`/`value2`: a
+    second pair whose value is renumbered like the first, e.g. a kernel's full name)."""
+    second = []
+    if type2 is not None:
+        second = [(type2 if isinstance(type2, pl.Expr) else pl.lit(type2, pl.Int64)).alias("c"),
+                  value2.alias("d")]
+    return second + [
         time.alias("time"), row.alias("row"), pl.lit(EVENT).alias("kind"),
         (phase if isinstance(phase, pl.Expr) else pl.lit(phase)).alias("phase"),
         (sub if sub is not None else pl.lit(0, pl.Int64)).alias("sub"),

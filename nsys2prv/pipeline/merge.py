@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +32,8 @@ from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
 from .prepare import META_FILE
 
-MERGE_KEYS = ["time", "order", "kind", "phase", "sub", "src", "rep", "ord"]
+# = (time, order, kind, phase, sub, src, rep, ord), packed into four integer columns
+MERGE_KEYS = ["time", "ok", "sub", "rso"]
 
 
 @dataclass
@@ -62,23 +65,22 @@ def load_partial(directory: str | Path) -> dict:
 
 FAMILY_IDS = {name: i for i, name in enumerate(sorted(reg.VALUE_FAMILIES), start=1)}
 ROW_FAMILY = 0  # values that are local row ids (stream destination)
+VALUE_KEY = 1 << 48  # (family, local value) packed into one integer for renumbering
+FORMAT_ROWS = 131_072  # records formatted at a time
 
 
-def _family_expr() -> pl.Expr:
-    """Family id of an event's type (null: plain number)."""
-    c = pl.col("a")
-    expr = pl.when(c == reg.CUDA_STREAM_DEST).then(pl.lit(ROW_FAMILY))
-    by_family: dict[str, list[int]] = {}
+def _family_of_types(dynamic_types: set[int]) -> dict[int, int]:
+    """event type -> value family id, for the registered types and the per-trace types in
+    use (types of plain numbers are absent)."""
+    out = {reg.CUDA_STREAM_DEST: ROW_FAMILY}
     for t in reg.EVENT_TYPES:
         if t.values in reg.VALUE_FAMILIES:
-            by_family.setdefault(t.values, []).append(t.type)
-    for fam, types in sorted(by_family.items()):
-        expr = expr.when(c.is_in(types)).then(pl.lit(FAMILY_IDS[fam]))
-    for r in reg.TYPE_RANGES:
-        if r.values in reg.VALUE_FAMILIES:
-            expr = expr.when((c >= r.base) & (c < r.base + r.size)).then(
-                pl.lit(FAMILY_IDS[r.values]))
-    return expr.otherwise(pl.lit(None)).cast(pl.Int8)
+            out[t.type] = FAMILY_IDS[t.values]
+    for t in dynamic_types:
+        r = reg.type_range_of(t)
+        if r is not None and r.values in reg.VALUE_FAMILIES:
+            out[t] = FAMILY_IDS[r.values]
+    return out
 
 
 class Dictionary:
@@ -160,7 +162,10 @@ def _number_keys(r: reg.TypeRange, keys: set[str]) -> dict[str, int]:
 # -- per-report transformation ----------------------------------------------------------------
 
 class ReportView:
-    """Turns one report's partial records into trace-wide records (time, rows, values)."""
+    """Turns one report's partial records into trace-wide records (time, rows, values).
+
+    Row lookups are array gathers and renumbering is one hash replace per block, so this
+    stays cheap next to formatting."""
 
     def __init__(self, index: int, meta: dict, model: ResourceModel, shift: int,
                  dictionary: Dictionary) -> None:
@@ -170,14 +175,22 @@ class ReportView:
         n_local = max((r["row"] for r in meta["rows"]), default=-1) + 1
         look = model.lookup(index, n_local)
         self.lookup = pl.DataFrame({"row": np.arange(n_local, dtype=np.int32), **look})
-        self.values = dictionary.value_map(meta)
+        # local row -> (order, cpu, task, thread); an extra slot for "no row" (nulls)
+        self._cols = {k: pl.Series(k, np.append(look[k], 0)) for k in ("order", "cpu", "task",
+                                                                       "thread")}
+        self._missing = n_local
         self.types = dictionary.type_map(meta)
+        values = dictionary.value_map(meta)
+        self._value_old = (values["fam"].cast(pl.Int64) * VALUE_KEY + values["b"])
+        self._value_new = values["nb"]
+        self._fam_of_type = _family_of_types(set(self.types.values()))
         self.moves = None
         if meta.get("moves"):
             self.moves = pl.concat(list(read_run(Path(meta["_dir"]) / meta["moves"])))
-        self.threads = pl.DataFrame({"b": np.arange(n_local, dtype=np.int64),
-                                     "rb": look["thread"], "fam": np.int8(ROW_FAMILY)}).cast(
-                                         {"fam": pl.Int8})
+
+    def _gather(self, name: str, rows: pl.Expr) -> pl.Expr:
+        idx = pl.when(rows.is_between(0, self._missing - 1)).then(rows).otherwise(self._missing)
+        return pl.lit(self._cols[name]).gather(idx.cast(pl.Int64))
 
     def _follow_moves(self, df: pl.DataFrame) -> pl.DataFrame:
         """Events of an activity moved to an overlap lane, and arrows to it, follow it."""
@@ -199,28 +212,42 @@ class ReportView:
         d = Path(self.meta["_dir"])
         return [(self.transform(b) for b in read_run(d / name)) for name in self.meta["runs"]]
 
+    def _renumber(self, type_: pl.Expr, value: pl.Expr) -> pl.Expr:
+        """Trace-wide value of a (type, local value) pair of an event."""
+        fam = type_.replace_strict(self._fam_of_type, default=None, return_dtype=pl.Int64)
+        key = fam * VALUE_KEY + value
+        named = key.replace_strict(self._value_old, self._value_new, default=None)
+        thread = self._gather("thread", value)
+        return (pl.when(fam == ROW_FAMILY).then(pl.when(value.is_not_null()).then(thread))
+                .when(fam.is_not_null() & (value != 0)).then(pl.coalesce(named, value))
+                .otherwise(value))
+
     def transform(self, df: pl.DataFrame) -> pl.DataFrame:
         c = pl.col
         s = self.shift
         is_state, is_event, is_comm = (c("kind") == k for k in (R.STATE, R.EVENT, R.COMM))
-        df = df.with_columns(
-            (c("time") + s).alias("time"),
-            pl.when(is_state | is_comm).then(c("a") + s).otherwise(
-                c("a").replace(self.types) if self.types else c("a")).alias("a"),
-            pl.when(is_comm).then(c("c") + s).otherwise(c("c")).alias("c"),
-            pl.when(is_comm).then(c("d") + s).otherwise(c("d")).alias("d"),
-            pl.lit(self.index, pl.Int32).alias("rep"))
+        if self.types:
+            df = df.with_columns(pl.when(is_event).then(c("a").replace(self.types))
+                                 .otherwise(c("a")).alias("a"),
+                                 pl.when(is_event).then(c("c").replace(self.types))
+                                 .otherwise(c("c")).alias("c"))
         if self.moves is not None:
             df = self._follow_moves(df)
-        df = df.with_columns(pl.when(is_event).then(_family_expr()).alias("fam"))
-        df = df.join(self.values, on=["fam", "b"], how="left", maintain_order="left")
-        df = df.join(self.threads, on=["fam", "b"], how="left", maintain_order="left")
-        df = df.with_columns(pl.coalesce("nb", "rb", "b").alias("b")).drop("nb", "rb", "fam")
-        df = df.join(self.lookup, on="row", how="left", maintain_order="left")
-        recv = self.lookup.rename({"row": "rrow", "cpu": "rcpu", "task": "rtask",
-                                   "thread": "rthread", "order": "rorder"})
-        df = df.with_columns(pl.when(is_comm).then(c("b").cast(pl.Int32)).alias("rrow"))
-        df = df.join(recv, on="rrow", how="left", maintain_order="left")
+        df = df.with_columns(
+            (c("time") + s).alias("time"),
+            pl.when(is_state | is_comm).then(c("a") + s).otherwise(c("a")).alias("a"),
+            pl.when(is_event).then(self._renumber(c("a"), c("b"))).otherwise(c("b")).alias("b"),
+            pl.when(is_comm).then(c("c") + s).otherwise(c("c")).alias("c"),
+            pl.when(is_comm).then(c("d") + s)
+            .when(is_event).then(self._renumber(c("c"), c("d"))).otherwise(c("d")).alias("d"),
+            pl.lit(self.index, pl.Int32).alias("rep"),
+            self._gather("order", c("row")).alias("order"),
+            self._gather("cpu", c("row")).alias("cpu"),
+            self._gather("task", c("row")).alias("task"),
+            self._gather("thread", c("row")).alias("thread"),
+            pl.when(is_comm).then(self._gather("cpu", c("b"))).alias("rcpu"),
+            pl.when(is_comm).then(self._gather("task", c("b"))).alias("rtask"),
+            pl.when(is_comm).then(self._gather("thread", c("b"))).alias("rthread"))
         return final_schema(df)
 
 
@@ -232,6 +259,17 @@ class MergeContext:
     model: ResourceModel
     shifts: list[int]
     views: list[ReportView]
+    counts: dict[str, int] = field(default_factory=dict)
+    warnings: dict[str, int] = field(default_factory=dict)
+
+    def count(self, key: str, n: int) -> None:
+        """A count for the summary (e.g. MPI messages drawn)."""
+        if n:
+            self.counts[key] = self.counts.get(key, 0) + int(n)
+
+    def warn(self, key: str, n: int) -> None:
+        if n:
+            self.warnings[key] = self.warnings.get(key, 0) + int(n)
 
     def side_file(self, report: int, name: str) -> Path:
         return Path(self.metas[report]["_dir"]) / name
@@ -283,23 +321,41 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     comments = alignment_comments(alignment, len(metas))
     counts: dict[str, int] = {}
     warns: dict[str, int] = {}
-    for m in metas:
-        for k, v in m["counts"].items():
+    for part_counts, part_warns in [(m["counts"], m["warnings"]) for m in metas] + [
+            (mctx.counts, mctx.warnings)]:
+        for k, v in part_counts.items():
             counts[k] = counts.get(k, 0) + v
-        for k, v in m["warnings"].items():
+        for k, v in part_warns.items():
             warns[k] = warns.get(k, 0) + v
     application = metas[0]["report"]["name"] if len(metas) == 1 else f"{len(metas)} reports"
     with TraceWriter(output, options.compress) as writer:
         writer.write(prv_mod.header(model, end_time, alignment.epoch_of_zero))
         writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
-        for block in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
-            writer.write(prv_mod.format_block(_checked(block, warns)))
-            if progress is not None:
-                progress(block["time"][-1] if block.height else 0, end_time)
+        # Formatting runs in a thread beside the merge (polars releases the GIL), in order.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending: deque = deque()
+            for slab in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
+                # a slab holds up to one block of every run: format it in bounded pieces
+                for offset in range(0, slab.height, FORMAT_ROWS):
+                    block = slab.slice(offset, FORMAT_ROWS)
+                    last = block["time"][-1] if block.height else 0
+                    pending.append((pool.submit(prv_mod.format_block,
+                                                _checked(block, warns)), last))
+                    while len(pending) > 1:
+                        _write_formatted(writer, pending.popleft(), progress, end_time)
+            while pending:
+                _write_formatted(writer, pending.popleft(), progress, end_time)
         writer.commit(pcf_mod.render(dictionary.pcf_types(metas) + [_reports_type(alignment)]),
                       row_mod.render(model, application))
     return MergeResult(writer.prv, model, alignment, end_time, writer.bytes_written, counts,
                        warns)
+
+
+def _write_formatted(writer: TraceWriter, item: tuple, progress, end_time: int) -> None:
+    future, last = item
+    writer.write_lines(future.result())
+    if progress is not None:
+        progress(last, end_time)
 
 
 def alignment_comments(alignment: Alignment, n_reports: int) -> list[str]:
@@ -362,16 +418,21 @@ def _edge_states(model: ResourceModel, shifts: list[int], end_time: int
 
 FINAL_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Int64, "order": pl.Int64, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,
-    "src": pl.Int8,
-    "rep": pl.Int32, "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64,
-    "d": pl.Int64, "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8, "cpu": pl.Int64,
-    "task": pl.Int64, "thread": pl.Int64, "rcpu": pl.Int64, "rtask": pl.Int64,
+    "src": pl.Int8, "rep": pl.Int32, "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64,
+    "c": pl.Int64, "d": pl.Int64, "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8,
+    "cpu": pl.Int64, "task": pl.Int64, "thread": pl.Int64, "rcpu": pl.Int64, "rtask": pl.Int64,
     "rthread": pl.Int64,
 }
 
 
 def final_schema(df: pl.DataFrame) -> pl.DataFrame:
-    """The trace-wide record layout (same columns and dtypes from every source)."""
-    return df.select([
-        (pl.col(n).cast(t) if n in df.columns else pl.lit(None, t)).alias(n)
+    """The trace-wide record layout (same columns and dtypes from every source), with the
+    packed merge keys."""
+    c = pl.col
+    df = df.select([
+        (c(n).cast(t) if n in df.columns else pl.lit(0 if n == "sub" else None, t)).alias(n)
         for n, t in FINAL_SCHEMA.items()])
+    return df.with_columns(
+        (c("order") * 64 + c("kind").cast(pl.Int64) * 8 + c("phase").cast(pl.Int64)).alias("ok"),
+        (c("src").cast(pl.Int64) * (1 << 56) + c("rep").cast(pl.Int64) * R.ORD_LIMIT
+         + c("ord")).alias("rso"))

@@ -137,9 +137,8 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
         TRANSLATORS[name].translate(report, ctx)
     ctx.shared.clear()
     spans = ctx.spans.table()
-    states, lane_spans, moves = tile(ctx.interval_sorter.sorted_blocks(cut_keys=2), ctx.rows,
-                                     ctx.rows.table(), spans)
-    _emit_states(ctx, states)
+    lane_spans, moves = tile(ctx.interval_sorter.sorted_blocks(cut_keys=2), ctx.rows,
+                             ctx.rows.table(), spans, lambda states: _emit_states(ctx, states))
     ctx.interval_sorter.cleanup()
     if lane_spans.height:
         ctx.count("gpu_activities_on_overlap_lanes", moves.height)

@@ -14,7 +14,7 @@ the current row, the lanes of an open overlap cluster) is carried.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import polars as pl
@@ -25,7 +25,11 @@ from ..paraver import registry as reg
 
 
 class Tiler:
-    def __init__(self, rows: RowRegistry, row_table: pl.DataFrame, spans: pl.DataFrame) -> None:
+    """Tiles sorted interval blocks; states go to `emit` as soon as they are known, so memory
+    holds one block, not the trace."""
+
+    def __init__(self, rows: RowRegistry, row_table: pl.DataFrame, spans: pl.DataFrame,
+                 emit: Callable[[pl.DataFrame], None]) -> None:
         c = pl.col
         self.rows = rows
         self.info = spans.join(row_table.select("row", "kind"), on="row", how="left")\
@@ -33,7 +37,7 @@ class Tiler:
                           pl.when(c("kind") == CPU).then(pl.lit(reg.STATE_RUNNING))
                           .otherwise(pl.lit(reg.STATE_IDLE)).cast(pl.Int8).alias("default"))
         self.gpu_rows = set(row_table.filter(c("kind") == GPU)["row"].to_list())
-        self.states: list[pl.DataFrame] = []
+        self.emit = emit
         self.moves: list[pl.DataFrame] = []  # (src, ord, row) of activities moved to a lane
         self.lane_intervals: list[pl.DataFrame] = []
         self._carry_row: int | None = None  # tiling carry (lane 0 / CPU)
@@ -133,12 +137,12 @@ class Tiler:
         gaps = df.filter(c("prev") < c("start")).select(
             "row", c("prev").alias("time"), c("start").alias("a"),
             c("default").cast(pl.Int64).alias("b"), "ord")
-        self.states.append(pl.concat([states, gaps], how="vertical"))
+        self.emit(pl.concat([states, gaps], how="vertical"))
         self._carry_row, self._carry_end = df.select(c("row").last(), c("cm").last()).row(0)
         self._row_max.append(df.group_by("row").agg(c("cm").max().alias("max_end")))
 
-    def finish(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """(extra spans of lane rows, tail states); call after the last block."""
+    def finish(self) -> pl.DataFrame:
+        """Tiles the lane rows and the tails; returns the spans of the new lane rows."""
         c = pl.col
         lane_spans = pl.DataFrame(schema={"row": pl.Int32, "first": pl.Int64, "last": pl.Int64})
         if self.lane_intervals:
@@ -160,8 +164,8 @@ class Tiler:
             c("from") < c("last")).select(
             "row", c("from").alias("time"), c("last").alias("a"),
             c("default").cast(pl.Int64).alias("b"), pl.lit(-1, pl.Int64).alias("ord"))
-        self.states.append(tails)
-        return lane_spans, pl.concat(self.states, how="vertical")
+        self.emit(tails)
+        return lane_spans
 
     def row_moves(self) -> pl.DataFrame:
         if not self.moves:
@@ -170,10 +174,12 @@ class Tiler:
 
 
 def tile(blocks: Iterable[pl.DataFrame], rows: RowRegistry, row_table: pl.DataFrame,
-         spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(states as records-to-be, spans of new lane rows, moves of activities to lanes)."""
-    tiler = Tiler(rows, row_table, spans)
+         spans: pl.DataFrame, emit: Callable[[pl.DataFrame], None]
+         ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Emit the states (row, time, a=end, b=state, ord) of every row; returns (spans of new
+    lane rows, moves of activities to lanes)."""
+    tiler = Tiler(rows, row_table, spans, emit)
     for block in blocks:
         tiler.block(block)
-    lane_spans, states = tiler.finish()
-    return states, lane_spans, tiler.row_moves()
+    lane_spans = tiler.finish()
+    return lane_spans, tiler.row_moves()

@@ -8,7 +8,7 @@ nulls; a missing table means the kind is absent.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import polars as pl
@@ -20,29 +20,57 @@ DEFAULT_CHUNK_ROWS = 1_000_000
 
 @dataclass(frozen=True)
 class Column:
-    """A normalised column: the first existing of `candidates`, else `fallback` SQL."""
+    """A normalised column: the first existing of `candidates`, else `fallback`.
+
+    `transform` is applied in polars when it is a function (fast: the raw column goes through
+    connectorx with its declared type) or in SQL when it is a template with {c}. `fallback`
+    is a literal (NULL or a number) filled in polars when no candidate exists.
+    """
 
     name: str
     candidates: tuple[str, ...]
     dtype: pl.DataType = pl.Int64
     fallback: str = "NULL"
-    transform: str | None = None  # SQL template with {c} for the chosen column
+    transform: str | Callable[[pl.Expr], pl.Expr] | None = None
 
 
-def select_list(report: Report, table: str, columns: tuple[Column, ...]) -> tuple[str, dict]:
+def _literal(text: str) -> int | float | None:
+    if text.upper() == "NULL":
+        return None
+    return float(text) if "." in text else int(text)
+
+
+def select_list(report: Report, table: str, columns: tuple[Column, ...]
+                ) -> tuple[str, dict, list[pl.Expr]]:
+    """SQL select list of raw columns, their dtypes, and the polars expressions that build the
+    normalised columns from them. Only plain columns are selected where possible: connectorx
+    types result columns from the table declaration, and an expression whose first value is
+    NULL would make it fall back to the slow row-by-row reader."""
     real_cols = set(report.db.columns(table))
-    parts, schema = [], {}
+    parts: list[str] = []
+    schema: dict[str, pl.DataType] = {}
+    exprs: list[pl.Expr] = []
+    raw: dict[str, str] = {}
     for col in columns:
         chosen = next((c for c in col.candidates if c in real_cols), None)
         if chosen is None:
-            expr = col.fallback
+            exprs.append(pl.lit(_literal(col.fallback), col.dtype).alias(col.name))
+        elif isinstance(col.transform, str):
+            alias = f"_sql_{col.name}"
+            parts.append(f"{col.transform.format(c=chr(34) + chosen + chr(34))} AS {alias}")
+            schema[alias] = col.dtype
+            exprs.append(pl.col(alias).cast(col.dtype).alias(col.name))
         else:
-            expr = f'"{chosen}"'
-            if col.transform:
-                expr = col.transform.format(c=expr)
-        parts.append(f"{expr} AS {col.name}")
-        schema[col.name] = col.dtype
-    return ", ".join(parts), schema
+            if chosen not in raw:
+                raw[chosen] = f"_raw{len(raw)}"
+                parts.append(f'"{chosen}" AS {raw[chosen]}')
+                schema[raw[chosen]] = pl.Utf8 if col.dtype == pl.Utf8 else (
+                    pl.Float64 if col.dtype == pl.Float64 else pl.Int64)
+            e = pl.col(raw[chosen])
+            if col.transform is not None:
+                e = col.transform(e)
+            exprs.append(e.cast(col.dtype).alias(col.name))
+    return ", ".join(parts) if parts else "1 AS _none", schema, exprs
 
 
 def read_chunks(report: Report, logical_table: str, columns: tuple[Column, ...],
@@ -50,18 +78,23 @@ def read_chunks(report: Report, logical_table: str, columns: tuple[Column, ...],
     table = report.table(logical_table)
     if table is None:
         return
-    select, schema = select_list(report, table, columns)
-    yield from report.db.chunks(table, "rowid AS row_id, " + select,
-                                {"row_id": pl.Int64, **schema}, chunk_rows, where=where)
+    select, schema, exprs = select_list(report, table, columns)
+    for df in report.db.chunks(table, "rowid AS row_id, " + select,
+                               {"row_id": pl.Int64, **schema}, chunk_rows, where=where):
+        yield df.select(pl.col("row_id"), *exprs)
 
 
 def has_rows(report: Report, logical_table: str) -> bool:
     return report.nonempty(logical_table) is not None
 
 
-# Shared column transforms -----------------------------------------------------------------
-PID_FROM_GLOBAL = "(({c} >> 24) & 16777215)"
-TID_FROM_GLOBAL = "({c} & 16777215)"
+# Shared column transforms: nsys' serialised ids carry the PID in bits 24-47, the TID in 0-23.
+def PID_FROM_GLOBAL(c: pl.Expr) -> pl.Expr:  # noqa: N802 - used like a constant
+    return (c // (1 << 24)) % (1 << 24)
+
+
+def TID_FROM_GLOBAL(c: pl.Expr) -> pl.Expr:  # noqa: N802 - used like a constant
+    return c % (1 << 24)
 
 
 def span(report: Report, logical_table: str) -> tuple[int | None, int | None, int]:

@@ -82,12 +82,17 @@ def fix_times(df: pl.DataFrame, ctx: Context, what: str, open_end: int | None = 
 
 
 def start_end(df: pl.DataFrame, src: int, type_: int | pl.Expr, value: pl.Expr,
-              start_text: pl.Expr | None = None, end_text: pl.Expr | None = None
+              start_text: pl.Expr | None = None, end_text: pl.Expr | None = None,
+              start_type2: int | None = None, start_value2: pl.Expr | None = None
               ) -> list[pl.DataFrame]:
-    """Start record (value) and end record (0) of every region (start, end, row, row_id)."""
+    """Start record (value) and end record (0) of every region (start, end, row, row_id).
+
+    `start_type2`/`start_value2` add a second renumbered pair to the start record (its end
+    value 0 then belongs in `end_text`)."""
     c = pl.col
     start = df.select(R.events(c("start"), c("row"), R.start_phase(c("start"), c("end")), src,
-                               c("row_id"), type_, value, start_text, sub=-c("end")))
+                               c("row_id"), type_, value, start_text, sub=-c("end"),
+                               type2=start_type2, value2=start_value2))
     end = df.select(R.events(c("end"), c("row"), R.end_phase(c("start"), c("end")), src,
                              c("row_id"), type_, pl.lit(0, pl.Int64), end_text, sub=-c("start")))
     return [start, end]

@@ -44,11 +44,8 @@ def translate(report: Report, ctx: Context) -> None:
             (reg.KERNEL_LOCAL_MEM_TOTAL, c("local_mem_total")),
             (reg.CORRELATION_ID, c("correlation")))
         frames = start_end(df, R.SRC_KERNEL, ktype, c("value_short_name_id"),
-                           start_text=geometry, end_text=pl.lit(f":{reg.KERNEL_FULL_NAME}:0"))
-        frames.append(df.select(R.events(c("start"), c("row"),
-                                         R.start_phase(c("start"), c("end")), R.SRC_KERNEL,
-                                         c("row_id"), reg.KERNEL_FULL_NAME,
-                                         c("value_name_id"), sub=-c("end"))))
+                           start_text=geometry, end_text=pl.lit(f":{reg.KERNEL_FULL_NAME}:0"),
+                           start_type2=reg.KERNEL_FULL_NAME, start_value2=c("value_name_id"))
         push(ctx, frames)
         ctx.intervals(intervals(df, reg.STATE_RUNNING, R.SRC_KERNEL))
         first_nccl = df.filter(c("is_nccl")).sort("start").head(1)
