@@ -1,7 +1,13 @@
 """NCCL: host-side NCCL ranges (NVTX) and their payloads, written on the NCCL kernels.
 
-NCCL kernels themselves are type 67000002 (cuda.py). Payload fields decoded from NCCL's NVTX
-ranges (JSON or binary schema payloads) are written on the NCCL kernel the range launched.
+NCCL kernels themselves are type 67000002 (cuda.py). NCCL marks each API call with an NVTX
+range of its "NCCL" domain; recent NCCL releases attach a payload to it (communicator, message
+size, peer, root, reduction, ...), exported as JSON (`jsonText`) or as a binary blob described
+by the NVTX_PAYLOAD_SCHEMA* tables. The call is written on its CPU thread (67600000) with its
+own payload fields; the fields of the operation(s) that a kernel carries out are written on
+that NCCL kernel (the kernel launched inside the call, or inside the ncclGroupEnd that closes
+the group the call belongs to). Payload fields are plain numbers: value at the start of the
+call or kernel, 0 at its end.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ COLLECTIVES = {
     "AllReduce": 1, "AllGather": 2, "ReduceScatter": 3, "Broadcast": 4, "Reduce": 5,
     "Send": 6, "Recv": 7, "AllToAll": 8, "Gather": 9, "Scatter": 10, "SendRecv": 11,
 }
+# Name of the operation of a kernel whose group mixes different collectives (first free value).
+MIXED_GROUP = "Group"
 
 EVENT_TYPES = (
     event_type(NCCL_RANGE, "NCCL call", "NCCL",
@@ -32,9 +40,11 @@ EVENT_TYPES = (
                "name; 0 = end).", values="nccl_calls", kinds=KINDS),
     event_type(NCCL_COLLECTIVE, "NCCL collective", "NCCL",
                "Collective/point-to-point operation of the NCCL kernel starting (value = "
-               "operation; 0 = end).", values="nccl_collectives", kinds=KINDS),
+               "operation; SendRecv for a group of sends and receives, Group for a group of "
+               "different collectives; 0 = end).", values="nccl_collectives", kinds=KINDS),
     event_type(NCCL_MESSAGE_SIZE, "NCCL message size", "NCCL",
-               "Message size in bytes of the NCCL operation.", kinds=KINDS),
+               "Message size in bytes of the NCCL call, and on its kernel the sum over the "
+               "operations of the group the kernel carries out.", kinds=KINDS),
     event_type(NCCL_DATATYPE, "NCCL datatype", "NCCL",
                "Datatype of the NCCL operation (value = ncclDataType_t + 1).",
                values="nccl_datatype", kinds=KINDS),
@@ -44,10 +54,11 @@ EVENT_TYPES = (
     event_type(NCCL_ROOT, "NCCL root", "NCCL", "Root rank of the NCCL operation.", kinds=KINDS),
     event_type(NCCL_PEER, "NCCL peer", "NCCL", "Peer rank of an NCCL send/recv.", kinds=KINDS),
     event_type(NCCL_COMMUNICATOR, "NCCL communicator", "NCCL",
-               "Communicator id of the NCCL operation (as NCCL reports it; 64-bit).",
-               kinds=KINDS),
-    event_type(NCCL_RANK, "NCCL rank", "NCCL", "Rank of this process in the communicator.",
-               kinds=KINDS),
+               "Communicator id of the NCCL operation (NCCL's 64-bit id with its top bit "
+               "cleared, so that it stays a non-negative 64-bit Paraver value).", kinds=KINDS),
+    event_type(NCCL_RANK, "NCCL rank", "NCCL",
+               "Rank of this process in the communicator (from the payload, or from the "
+               "ncclCommInitRank* call that created the communicator).", kinds=KINDS),
     event_type(NCCL_NRANKS, "NCCL number of ranks", "NCCL", "Size of the communicator.",
                kinds=KINDS),
 )

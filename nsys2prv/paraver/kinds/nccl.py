@@ -1,0 +1,274 @@
+"""NCCL -> NCCL calls on the CPU thread (type 67600000, with the call's own payload), and the
+operation each NCCL kernel carries out (collective, size, datatype, reduction, root, peer,
+communicator, rank, number of ranks) on that kernel's GPU stream row.
+
+Kernel <- call: NCCL launches its kernel from inside an API call (or, for grouped calls, from
+inside the ncclGroupEnd that closes the group), so a kernel belongs to the NCCL range of its
+thread that contains the start of the CUDA call that launched it (matched on pid +
+correlation id, as the launch arrows are). The operations of the kernel are that call, or
+every call between the outermost ncclGroupStart and its ncclGroupEnd. Kernels no range
+explains still get their collective from their name (ncclDevKernel_AllGather_RING_LL,
+ncclAllReduceRingLLKernel_sum_f32, ...).
+
+Kernel-side events use the kernel's own ordering fields (src = kernel, ord = kernel rowid), so
+they follow the kernel when it goes to an overlap lane.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ...report.report import Report
+from ...sources import cuda_api as api_source
+from ...sources import kernels as kernel_source
+from ...sources import nccl as source
+from .. import records as R
+from ..registry import nccl as nreg
+from ..values import STRING_ID_OFFSET
+from . import cuda_api
+from .base import Context, NameClassifier, Translator, fix_times, push, start_end
+from .kernels import is_nccl
+
+GROUP_START = "ncclGroupStart"
+GROUP_END = "ncclGroupEnd"
+UNKNOWN = "(unknown)"
+
+# lower-case operation (call name without "nccl") -> registry name
+_OPERATIONS = {k.lower(): k for k in nreg.COLLECTIVES} | {"bcast": "Broadcast",
+                                                          "alltoall": "AllToAll"}
+_KERNEL_OP = (re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)"),
+              re.compile(r"^nccl([A-Za-z]+?)(?:Ring|Tree|CollNet|Nvls|NVLS|Pat)?"
+                         r"(?:LL128|LL|Simple)?Kernel"))
+
+# payload field -> (event type, offset added to the value)
+_NUMBERS = (("bytes", nreg.NCCL_MESSAGE_SIZE, 0), ("datatype", nreg.NCCL_DATATYPE, 1),
+            ("redop", nreg.NCCL_REDUCTION, 1), ("root", nreg.NCCL_ROOT, 0),
+            ("peer", nreg.NCCL_PEER, 0), ("comm", nreg.NCCL_COMMUNICATOR, 0),
+            ("rank", nreg.NCCL_RANK, 0), ("nranks", nreg.NCCL_NRANKS, 0))
+
+
+def operation_of_call(name: str | None) -> str | None:
+    """Registry name of the operation an NCCL call issues (ncclAllReduce -> AllReduce)."""
+    if not name or not name.startswith("nccl"):
+        return None
+    return _OPERATIONS.get(name[4:].lower())
+
+
+def operation_of_kernel(name: str) -> str | None:
+    """Operation in an NCCL kernel name, for kernels no NCCL call explains."""
+    for pattern in _KERNEL_OP:
+        m = pattern.match(name)
+        if m:
+            return _OPERATIONS.get(m.group(1).lower())
+    return None
+
+
+def available(report: Report) -> bool:
+    return source.available(report)
+
+
+def translate(report: Report, ctx: Context) -> None:
+    c = pl.col
+    parts = []
+    for chunk in source.read(report, ctx.chunk_rows):
+        df = _checked(fix_times(chunk, ctx, "NCCL calls", open_end=ctx.report_end), ctx)
+        df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
+        ctx.names.use("nccl_calls", df["text_id"])
+        inline = df.select(pl.when(c("text_id").is_null()).then(c("text").fill_null(""))
+                           .alias("t"))["t"]
+        df = df.with_columns(pl.coalesce(c("text_id") + STRING_ID_OFFSET,
+                                         ctx.names.intern("nccl_calls", inline)).alias("value"))
+        ctx.spans.add(df["row"], df["start"], df["end"])
+        ctx.count("nccl_calls", df.height)
+        ctx.count("nccl_calls_with_payload",
+                  df.filter(pl.any_horizontal(c(f).is_not_null() for f in source.FIELDS)).height)
+        push(ctx, start_end(df, R.SRC_NCCL, nreg.NCCL_RANGE, c("value"),
+                            start_text=_pairs(c), end_text=_pairs(c, end=True)))
+        parts.append(df.select("row_id", "pid", "row", "start", "end", "name", *source.FIELDS))
+    calls = pl.concat(parts, how="vertical") if parts else None
+    _kernel_events(report, ctx, calls)
+
+
+def _pairs(c, end: bool = False) -> pl.Expr:
+    """':type:value' text of the payload numbers present (0 for each at the end)."""
+    items = []
+    for field, type_, shift in _NUMBERS:
+        v = c(field) + shift if shift else c(field)
+        items.append((type_, pl.when(c(field).is_not_null()).then(0) if end else v))
+    return R.pairs(*items)
+
+
+COMM_MASK = (1 << 63) - 1  # communicator ids use 64 bits; Paraver values must stay >= 0
+
+
+def _checked(df: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """Payload fields as Paraver values: communicator without its top bit; datatype and
+    reduction inside the enums the .pcf labels; no negative number (dropped, counted)."""
+    c = pl.col
+    limits = {"datatype": len(nreg.ENUMS["nccl_datatype"]),
+              "redop": len(nreg.ENUMS["nccl_redop"])}
+    bad = {f: (c(f) < 0) | (c(f) >= limits[f]) if f in limits else c(f) < 0
+           for f in source.FIELDS if f != "comm"}
+    n_bad = df.select(pl.sum_horizontal(e.fill_null(False).cast(pl.Int64)
+                                        for e in bad.values()).sum()).item()
+    if n_bad:
+        ctx.warn("NCCL payload: negative or unknown enum values (dropped)", n_bad)
+    return df.with_columns(c("comm") & COMM_MASK,
+                           *[pl.when(~e).then(c(f)).alias(f) for f, e in bad.items()])
+
+
+# -- kernels ----------------------------------------------------------------------------------
+
+def _nccl_kernels(report: Report, ctx: Context) -> pl.DataFrame | None:
+    """NCCL kernels: pid, correlation, start, end, GPU row, rowid, operation from the name."""
+    if not kernel_source.available(report):
+        return None
+    nccl = NameClassifier(ctx.names, "kernel_names", is_nccl, pl.Boolean, False)
+    op = NameClassifier(ctx.names, "kernel_names", lambda n: operation_of_kernel(n) or "",
+                        pl.Utf8, "")
+    c = pl.col
+    parts = []
+    for chunk in kernel_source.read(report, ctx.chunk_rows):
+        df = chunk.filter(c("start").is_not_null() & c("end").is_not_null())
+        df = df.filter(nccl(df["short_name_id"]))
+        if df.height == 0:
+            continue
+        df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
+                             pl.max_horizontal("start", "end").alias("end"),
+                             op(df["short_name_id"]).alias("kernel_op"))
+        parts.append(df.select("row_id", "pid", "correlation", "start", "end", "row",
+                               pl.when(c("kernel_op") != "").then(c("kernel_op"))
+                               .alias("kernel_op")))
+    return pl.concat(parts, how="vertical") if parts else None
+
+
+def _launches(report: Report, ctx: Context, kernels: pl.DataFrame) -> pl.DataFrame:
+    """(pid, correlation) -> api_row, api_start of the calls that launched `kernels`.
+
+    Uses the CUDA API index of this report; when CUDA calls are not translated, reads the
+    runtime table for just these correlation ids."""
+    index = cuda_api.index(ctx)
+    if index.height == 0 and api_source.available(report):
+        wanted = kernels.select("pid", "correlation").unique()
+        parts = []
+        for chunk in api_source.read(report, ctx.chunk_rows):
+            chunk = chunk.join(wanted, on=["pid", "correlation"], how="semi")
+            if chunk.height:
+                parts.append(chunk.select("pid", "correlation",
+                                          ctx.rows.cpu_rows(chunk).alias("api_row"),
+                                          pl.col("start").alias("api_start")))
+        index = cuda_api.correlation_index(parts)
+    return kernels.join(index, on=["pid", "correlation"], how="left", maintain_order="left")
+
+
+def group_keys(calls: pl.DataFrame) -> pl.DataFrame:
+    """Adds `key`: the rowid of the outermost ncclGroupStart for calls inside a group (and for
+    the ncclGroupEnd that closes it), the call's own rowid otherwise.
+
+    Group depth is the running sum of +1 (start) / -1 (end) per thread, clamped at 0 so a
+    trace that begins inside a group does not shift every later group (Lindley recursion:
+    clamped = sum - min(0, running min of sum))."""
+    c = pl.col
+    df = calls.sort(["row", "start", "row_id"])
+    delta = (c("name") == GROUP_START).cast(pl.Int64) - (c("name") == GROUP_END).cast(pl.Int64)
+    df = df.with_columns(delta.fill_null(0).alias("_d"))
+    df = df.with_columns(c("_d").cum_sum().over("row").alias("_s"))
+    df = df.with_columns((c("_s") - pl.min_horizontal(c("_s").cum_min().over("row"), pl.lit(0)))
+                         .alias("_after"))
+    df = df.with_columns(c("_after").shift(1).over("row").fill_null(0).alias("_before"))
+    opens = (c("name") == GROUP_START) & (c("_before") == 0)
+    df = df.with_columns(pl.when(opens).then(c("row_id")).forward_fill().over("row")
+                         .alias("_opener"))
+    grouped = (c("_before") > 0) | opens
+    return df.with_columns(pl.when(grouped & c("_opener").is_not_null()).then(c("_opener"))
+                           .otherwise(c("row_id")).alias("key")).drop(
+        "_d", "_s", "_after", "_before", "_opener")
+
+
+def operations(calls: pl.DataFrame) -> pl.DataFrame:
+    """Per group key: the operation and payload a kernel launched by it carries out.
+
+    One call: its own fields. A group: the shared collective (SendRecv for sends and
+    receives, Group for a mix), the summed message size, and every other field where all
+    calls of the group agree."""
+    c = pl.col
+    ops = calls.with_columns(_operation_expr(c("name")).alias("op"))
+    ops = ops.filter(c("op").is_not_null())
+    single = [pl.when(c(f).drop_nulls().n_unique() == 1).then(c(f).drop_nulls().first())
+              .alias(f) for f in source.FIELDS if f != "bytes"]
+    agg = ops.group_by("key", maintain_order=True).agg(
+        pl.when(c("op").n_unique() == 1).then(c("op").first())
+        .when(c("op").is_in(["Send", "Recv"]).all()).then(pl.lit("SendRecv"))
+        .otherwise(pl.lit(nreg.MIXED_GROUP)).alias("op"),
+        pl.when(c("bytes").is_not_null().any()).then(c("bytes").sum()).alias("bytes"),
+        c("pid").first(), *single)
+    return agg
+
+
+def _operation_expr(name: pl.Expr) -> pl.Expr:
+    """operation_of_call as an expression (a small dictionary over call names)."""
+    key = name.str.strip_prefix("nccl").str.to_lowercase()
+    return pl.when(name.str.starts_with("nccl")).then(
+        key.replace_strict(_OPERATIONS, default=None, return_dtype=pl.Utf8))
+
+
+def _communicators(calls: pl.DataFrame) -> pl.DataFrame:
+    """(pid, comm) -> rank, nranks, from the calls whose payload has them (ncclCommInitRank)."""
+    c = pl.col
+    return (calls.filter(c("comm").is_not_null() & (c("rank").is_not_null()
+                                                    | c("nranks").is_not_null()))
+            .group_by("pid", "comm", maintain_order=True)
+            .agg(c("rank").drop_nulls().last().alias("c_rank"),
+                 c("nranks").drop_nulls().last().alias("c_nranks")))
+
+
+def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> None:
+    """Operation and payload of each NCCL kernel, on its row at its start (0 at its end).
+
+    Launch -> call: the latest-starting NCCL call of the launching thread that began before
+    the launch and had not ended (an as-of join; NCCL calls do not nest in practice)."""
+    c = pl.col
+    kernels = _nccl_kernels(report, ctx)
+    if kernels is None or kernels.height == 0:
+        return
+    fields = list(source.FIELDS)
+    matched = kernels.with_columns(pl.lit(None, pl.Utf8).alias("op"),
+                                   *[pl.lit(None, pl.Int64).alias(f) for f in fields])
+    if calls is not None and calls.height:
+        keyed = group_keys(calls)
+        ops = operations(keyed)
+        comms = _communicators(calls)
+        if comms.height:
+            ops = ops.join(comms, on=["pid", "comm"], how="left", maintain_order="left")\
+                .with_columns(pl.coalesce("rank", "c_rank").alias("rank"),
+                              pl.coalesce("nranks", "c_nranks").alias("nranks"))\
+                .drop("c_rank", "c_nranks")
+        launches = _launches(report, ctx, kernels).filter(c("api_row").is_not_null())
+        if launches.height:
+            ranges = keyed.select(c("row").alias("api_row"), c("start").alias("r_start"),
+                                  c("end").alias("r_end"), "key").sort("r_start")
+            hit = launches.sort("api_start").join_asof(
+                ranges, left_on="api_start", right_on="r_start", by="api_row",
+                strategy="backward", check_sortedness=False)  # both sorted on the key
+            hit = hit.filter(c("r_end").is_not_null() & (c("api_start") <= c("r_end")))
+            ctx.count("nccl_kernels_matched_to_calls", hit.height)
+            hit = hit.select("row_id", "key").join(ops.drop("pid"), on="key", how="inner")
+            matched = kernels.join(hit.drop("key"), on="row_id", how="left",
+                                   maintain_order="left")
+    matched = matched.with_columns(pl.coalesce("op", "kernel_op").alias("op"))
+    has_any = c("op").is_not_null() | pl.any_horizontal(c(f).is_not_null() for f in fields)
+    matched = matched.filter(has_any).with_columns(c("op").fill_null(UNKNOWN))
+    if matched.height == 0:
+        return
+    matched = matched.with_columns(
+        ctx.names.intern("nccl_collectives", matched["op"]).alias("op_value"))
+    ctx.spans.add(matched["row"], matched["start"], matched["end"])
+    ctx.count("nccl_kernels_with_operation", matched.height)
+    push(ctx, start_end(matched, R.SRC_KERNEL, nreg.NCCL_COLLECTIVE, c("op_value"),
+                        start_text=_pairs(c), end_text=_pairs(c, end=True)))
+
+
+TRANSLATORS = (Translator("nccl", 25, "NCCL calls and the operations of NCCL kernels",
+                          available, translate, (source.TABLE,)),)
