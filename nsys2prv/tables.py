@@ -92,3 +92,40 @@ def devices(report: Report) -> pl.DataFrame:
 
 def processes(report: Report) -> pl.DataFrame:
     return report.processes
+
+
+def gpu_metrics(report: Report) -> pl.DataFrame:
+    """GPU metric samples (time, GPU, metric name, value), from either export form."""
+    from .sources import gpu_metrics as _metrics
+
+    if not _metrics.available(report):
+        return pl.DataFrame()
+    df = _all(_metrics.read(report))
+    if df is None:
+        return pl.DataFrame()
+    names = _metrics.metric_table(report).select("metric", pl.col("name").alias("metric_name"))
+    return df.join(names, on="metric", how="left", maintain_order="left")
+
+
+def mpi(report: Report) -> pl.DataFrame:
+    """MPI calls (native MPI_* tables, or the NVTX "MPI" domain of older exports)."""
+    from .sources import mpi as _mpi
+
+    df = _all(_mpi.read(report)) if _mpi.available(report) else None
+    return df if df is not None else pl.DataFrame()
+
+
+def openacc(report: Report) -> pl.DataFrame:
+    """OpenACC data, launch and other records."""
+    from .sources import openacc as _acc
+
+    df = _all(_acc.read(report)) if _acc.available(report) else None
+    return df if df is not None else pl.DataFrame()
+
+
+def nccl(report: Report) -> pl.DataFrame:
+    """NCCL calls (NVTX ranges of NCCL) with their decoded payload fields."""
+    from .sources import nccl as _nccl
+
+    df = _all(_nccl.read(report)) if _nccl.available(report) else None
+    return df if df is not None else pl.DataFrame()

@@ -14,7 +14,9 @@ import re
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from ..errors import OutputError
 
@@ -75,12 +77,28 @@ class TraceWriter:
         """Write each element as a line, straight from Arrow memory (no Python strings)."""
         if lines.len() == 0:
             return
+        arrow = lines.to_arrow()
+        if isinstance(arrow, pa.ChunkedArray):
+            chunks = arrow.chunks
+        else:
+            chunks = [arrow]
         try:
-            pl.DataFrame({"line": lines}).write_csv(self._fh, include_header=False,
-                                                    quote_style="never")
+            for chunk in chunks:
+                chunk = chunk.cast(pa.large_string()) if chunk.type != pa.large_string() \
+                    else chunk
+                offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)[
+                    chunk.offset:chunk.offset + len(chunk) + 1]
+                data = memoryview(chunk.buffers()[2])
+                if len(chunk) == 1:  # the usual case: a formatted block is one string
+                    self._fh.write(data[offsets[0]:offsets[1]])
+                    self._fh.write(b"\n")
+                else:
+                    for a, b in zip(offsets[:-1], offsets[1:]):
+                        self._fh.write(data[a:b])
+                        self._fh.write(b"\n")
+                self.bytes_written += int(offsets[-1] - offsets[0]) + len(chunk)
         except OSError as e:
             raise _output_error(self.prv, e) from None
-        self.bytes_written += int(lines.str.len_bytes().sum()) + lines.len()
 
     def commit(self, pcf_text: str, row_text: str) -> None:
         pcf_tmp, row_tmp = self._temp(self.pcf), self._temp(self.row)
