@@ -66,7 +66,7 @@ def test_corpus_has_cudnn_files():
 def test_corpus_calls_match_sql(db, tmp_path):
     if db is None:
         pytest.skip(f"real-export corpus not found at {CORPUS} (or no cuDNN/cuBLAS tables)")
-    result = nsys2prv.translate(db, tmp_path / "d.prv")
+    nsys2prv.translate(db, tmp_path / "d.prv")
     validate(tmp_path / "d.prv")
     tr = read_prv(tmp_path / "d.prv")
     markers = ",".join(f"'{m}'" for m in MARKERS)

@@ -8,7 +8,7 @@ import pytest
 
 import nsys2prv
 from nsys2prv.paraver import registry as reg
-from nsys2prv.testing.samples import MAIN, PID, WORKER, sample_spec
+from nsys2prv.testing.samples import MAIN, WORKER, sample_spec
 from nsys2prv.testing.synth import LAYOUTS, write_export
 
 from prvtools import read_prv, validate

@@ -96,7 +96,6 @@ class Tiler:
 
     # -- tiling ---------------------------------------------------------------------------------
     def block(self, block: pl.DataFrame) -> None:
-        c = pl.col
         is_gpu = block["row"].is_in(list(self.gpu_rows))
         gpu = block.filter(is_gpu)
         if gpu.height:

@@ -97,6 +97,26 @@ def TID_FROM_GLOBAL(c: pl.Expr) -> pl.Expr:  # noqa: N802 - used like a constant
     return c % (1 << 24)
 
 
+# Column groups shared by many tables -----------------------------------------------------
+# A GPU activity on a stream (kernel, memcpy, memset, graph execution, sync record).
+GPU_ACTIVITY = (
+    Column("start", ("start",)),
+    Column("end", ("end",)),
+    Column("pid", ("globalPid",), transform=PID_FROM_GLOBAL),
+    Column("device", ("deviceId",)),
+    Column("context", ("contextId",), fallback="0"),
+    Column("stream", ("streamId",)),
+    Column("correlation", ("correlationId",)),
+)
+# A call on a CPU thread (CUDA API, OS runtime, NVTX range, cuDNN, OpenACC, ...).
+CPU_CALL = (
+    Column("start", ("start",)),
+    Column("end", ("end",)),
+    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
+    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+)
+
+
 def span(report: Report, logical_table: str) -> tuple[int | None, int | None, int]:
     """(min start, max end, rows) of a table, computed by SQLite in one scan."""
     table = report.table(logical_table)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from ..report.report import Report
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (CPU_CALL, DEFAULT_CHUNK_ROWS, Column, has_rows,
                    read_chunks)
 
 KIND = "dnn"
@@ -22,11 +22,7 @@ CLASS_ENUM = "ENUM_NSYS_EVENT_CLASS"
 MARKERS = (("TRACE_PROCESS_EVENT_CUDNN_START", 33), ("TRACE_PROCESS_EVENT_CUDNN_FINISH", 34),
            ("TRACE_PROCESS_EVENT_CUBLAS_START", 35), ("TRACE_PROCESS_EVENT_CUBLAS_FINISH", 36))
 
-COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+COLUMNS = CPU_CALL + (
     Column("event_class", ("eventClass",)),
     Column("name_id", ("nameId",)),
 )

@@ -17,7 +17,7 @@ import polars as pl
 
 from ..report.report import Report
 from . import kernels, memory
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (GPU_ACTIVITY, CPU_CALL, DEFAULT_CHUNK_ROWS, Column, has_rows,
                    read_chunks)
 
 KIND = "graphs"
@@ -27,23 +27,12 @@ NODE_EVENTS = "CUDA_GRAPH_NODE_EVENTS"
 NODE_TABLES = {"kernel": kernels.TABLE, "memcpy": memory.MEMCPY_TABLE,
                "memset": memory.MEMSET_TABLE}
 
-EXECUTION_COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalPid",), transform=PID_FROM_GLOBAL),
-    Column("device", ("deviceId",)),
-    Column("context", ("contextId",), fallback="0"),
-    Column("stream", ("streamId",)),
-    Column("correlation", ("correlationId",)),
+EXECUTION_COLUMNS = GPU_ACTIVITY + (
     Column("graph_id", ("graphId",)),
     Column("graph_exec_id", ("graphExecId",)),
 )
 
-EVENT_COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+EVENT_COLUMNS = CPU_CALL + (
     Column("event_class", ("eventClass",)),
     Column("name_id", ("nameId",)),
     Column("graph_id", ("graphId",)),
@@ -53,14 +42,7 @@ EVENT_COLUMNS = (
     Column("original_node_id", ("originalGraphNodeId",)),
 )
 
-NODE_COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalPid",), transform=PID_FROM_GLOBAL),
-    Column("device", ("deviceId",)),
-    Column("context", ("contextId",), fallback="0"),
-    Column("stream", ("streamId",)),
-    Column("correlation", ("correlationId",)),
+NODE_COLUMNS = GPU_ACTIVITY + (
     Column("node_id", ("graphNodeId",)),
     Column("graph_id", ("graphId",)),
 )

@@ -7,19 +7,12 @@ from collections.abc import Iterator
 import polars as pl
 
 from ..report.report import Report
-from .base import DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, Column, has_rows, read_chunks
+from .base import GPU_ACTIVITY, DEFAULT_CHUNK_ROWS, Column, has_rows, read_chunks
 
 KIND = "kernels"
 TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 
-COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalPid",), transform=PID_FROM_GLOBAL),
-    Column("device", ("deviceId",)),
-    Column("context", ("contextId",), fallback="0"),
-    Column("stream", ("streamId",)),
-    Column("correlation", ("correlationId",)),
+COLUMNS = GPU_ACTIVITY + (
     Column("short_name_id", ("shortName",)),
     Column("name_id", ("demangledName", "shortName")),
     Column("grid_x", ("gridX",)),

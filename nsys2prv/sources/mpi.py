@@ -21,7 +21,7 @@ import polars as pl
 
 from ..report.report import Report
 from . import nvtx as nvtx_source
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (CPU_CALL, DEFAULT_CHUNK_ROWS, Column, has_rows,
                    read_chunks)
 
 KIND = "mpi"
@@ -33,11 +33,7 @@ TABLES = (*NATIVE_TABLES.values(), nvtx_source.TABLE)
 RANKS_TABLE = "MPI_RANKS"
 COMMUNICATORS_TABLE = "MPI_COMMUNICATORS"
 
-_COMMON = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+_COMMON = CPU_CALL + (
     Column("name_id", ("textId",)),
     Column("text", ("text",), dtype=pl.Utf8),
 )

@@ -29,7 +29,7 @@ import polars as pl
 
 from ..report.report import Report
 from . import nvtx
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (CPU_CALL, DEFAULT_CHUNK_ROWS, Column, has_rows,
                    read_chunks)
 
 KIND = "nccl"
@@ -68,11 +68,7 @@ DATATYPES = {"int8": 0, "char": 0, "uint8": 1, "int32": 2, "int": 2, "uint32": 3
              "uint64": 5, "float16": 6, "half": 6, "float32": 7, "float": 7, "float64": 8,
              "double": 8, "bfloat16": 9, "float8e4m3": 10, "float8e5m2": 11}
 
-COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+COLUMNS = CPU_CALL + (
     Column("event_type", ("eventType",)),
     Column("text_id", ("textId",)),
     Column("text", ("text",), dtype=pl.Utf8),

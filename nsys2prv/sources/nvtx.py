@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from ..report.report import Report
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (CPU_CALL, DEFAULT_CHUNK_ROWS, TID_FROM_GLOBAL, Column, has_rows,
                    read_chunks)
 
 KIND = "nvtx"
@@ -29,11 +29,7 @@ DOMAIN_CREATE = ("NvtxDomainCreate", 75)
 CATEGORY = ("NvtxCategory", 33)
 THREAD_NAME = ("NvtxThread", 39)
 
-COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+COLUMNS = CPU_CALL + (
     Column("end_tid", ("endGlobalTid",), transform=TID_FROM_GLOBAL),
     Column("event_type", ("eventType",)),
     Column("text_id", ("textId",)),

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from ..report.report import Report
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (CPU_CALL, DEFAULT_CHUNK_ROWS, Column, has_rows,
                    read_chunks)
 
 KIND = "openacc"
@@ -24,11 +24,7 @@ LAUNCH_TABLE = "CUPTI_ACTIVITY_KIND_OPENACC_LAUNCH"
 OTHER_TABLE = "CUPTI_ACTIVITY_KIND_OPENACC_OTHER"
 TABLES = (DATA_TABLE, LAUNCH_TABLE, OTHER_TABLE)  # `table` code = index here
 
-COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+COLUMNS = CPU_CALL + (
     Column("name_id", ("nameId",)),
     Column("event_kind", ("eventKind",)),
     Column("device_type", ("DeviceType", "deviceType")),

@@ -7,17 +7,13 @@ from collections.abc import Iterator
 import polars as pl
 
 from ..report.report import Report
-from .base import (DEFAULT_CHUNK_ROWS, PID_FROM_GLOBAL, TID_FROM_GLOBAL, Column, has_rows,
+from .base import (CPU_CALL, DEFAULT_CHUNK_ROWS, Column, has_rows,
                    read_chunks)
 
 KIND = "osrt"
 TABLE = "OSRT_API"
 
-COLUMNS = (
-    Column("start", ("start",)),
-    Column("end", ("end",)),
-    Column("pid", ("globalTid",), transform=PID_FROM_GLOBAL),
-    Column("tid", ("globalTid",), transform=TID_FROM_GLOBAL),
+COLUMNS = CPU_CALL + (
     Column("name_id", ("nameId",)),
     Column("return_value", ("returnValue",)),
     Column("nesting_level", ("nestingLevel",), fallback="0"),
