@@ -51,13 +51,14 @@ class PrepareContext:
     """One report's records, state intervals, rows, names, types and counters."""
 
     def __init__(self, report: Report, workdir: Path, options: PrepareOptions,
-                 report_end: int) -> None:
+                 kinds: list[str]) -> None:
         self.report = report
         self.workdir = workdir
         self.rows = RowRegistry()
         self.spans = RowSpans()
         self.names = LocalNames(report.strings)
-        self.report_end = report_end
+        self._kinds = kinds
+        self._report_end: int | None = None
         self.options = options
         self.chunk_rows = options.chunk_rows
         self.shared: dict[str, Any] = {}
@@ -69,6 +70,13 @@ class PrepareContext:
                                             max_rows=options.spill_rows)
         self.interval_sorter = ExternalSorter(R.INTERVAL_KEYS, workdir, "intervals",
                                               max_rows=options.spill_rows)
+
+    @property
+    def report_end(self) -> int:
+        """Last time of the report's tables (for regions without an end; scans once)."""
+        if self._report_end is None:
+            self._report_end = report_span(self.report, self._kinds)[1]
+        return self._report_end
 
     def records(self, df: pl.DataFrame) -> None:
         self.record_sorter.add(df)
@@ -129,8 +137,7 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
     warn_if_newer(report.schema, str(report.path))
     present = available_kinds(report)
     wanted = present if options.kinds is None else [k for k in present if k in options.kinds]
-    _, end = report_span(report, wanted)
-    ctx = PrepareContext(report, workdir, options, end)
+    ctx = PrepareContext(report, workdir, options, wanted)
     for name in wanted:
         if progress is not None:
             progress(name)

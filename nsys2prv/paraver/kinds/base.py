@@ -27,7 +27,7 @@ class Context(Protocol):
     rows: RowRegistry
     spans: RowSpans
     names: LocalNames
-    report_end: int
+    report_end: int  # last time of the report's selected tables (computed when first read)
     chunk_rows: int
     shared: dict[str, Any]  # data one kind leaves for another (e.g. the correlation index)
     meta: dict[str, Any]  # extra partial metadata for the merge stage
@@ -59,11 +59,18 @@ class Translator:
 
 # -- helpers ----------------------------------------------------------------------------------
 
-def fix_times(df: pl.DataFrame, ctx: Context, what: str, open_end: int | None = None
+REPORT_END = object()  # fix_times(open_end=REPORT_END): unterminated regions end with the report
+
+
+def fix_times(df: pl.DataFrame, ctx: Context, what: str, open_end: int | object | None = None
               ) -> pl.DataFrame:
-    """Unterminated regions end at `open_end`; regions ending before they start get length 0."""
+    """Unterminated regions end at `open_end` (or, with REPORT_END, at the end of the report,
+    which is only computed when needed: it takes a scan of every table); regions ending
+    before they start get length 0."""
     n_open = df["end"].null_count()
     if n_open:
+        if open_end is REPORT_END:
+            open_end = ctx.report_end
         if open_end is None:
             ctx.warn(f"{what}: records without end time (dropped)", n_open)
             df = df.filter(pl.col("end").is_not_null())

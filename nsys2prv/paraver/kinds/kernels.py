@@ -14,6 +14,9 @@ from .base import Context, NameClassifier, Translator, arrows, fix_times, interv
     name_value, push, start_end
 
 
+NCCL_KERNELS = "nccl_kernels"  # ctx.shared: list of frames of this report's NCCL kernels
+
+
 def is_nccl(name: str) -> bool:
     return name.lower().startswith("nccl")
 
@@ -22,6 +25,7 @@ def translate(report: Report, ctx: Context) -> None:
     nccl = NameClassifier(ctx.names, "kernel_names", is_nccl, pl.Boolean, False)
     index = cuda_api.index(ctx)
     c = pl.col
+    ctx.shared[NCCL_KERNELS] = []
     for chunk in source.read(report, ctx.chunk_rows):
         df = fix_times(chunk, ctx, "kernels")
         df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
@@ -48,9 +52,13 @@ def translate(report: Report, ctx: Context) -> None:
                            start_type2=reg.KERNEL_FULL_NAME, start_value2=c("value_name_id"))
         push(ctx, frames)
         ctx.intervals(intervals(df, reg.STATE_RUNNING, R.SRC_KERNEL))
-        first_nccl = df.filter(c("is_nccl")).sort("start").head(1)
-        if first_nccl.height:  # NCCL kernels end together on all ranks: a clock sync point
-            ctx.sync_point("NCCL", first_nccl["end"].item())
+        nccl_kernels = df.filter(c("is_nccl"))
+        if nccl_kernels.height:
+            # NCCL kernels end together on all ranks: a clock sync point
+            ctx.sync_point("NCCL", nccl_kernels.sort("start")["end"][0])
+            # kept for the NCCL kind (translated later), so it need not read the table again
+            ctx.shared.setdefault(NCCL_KERNELS, []).append(nccl_kernels.select(
+                "row_id", "pid", "correlation", "start", "end", "row", "short_name_id"))
         launched(df, ctx, index, "kernels", R.SRC_KERNEL, pl.lit(0, pl.Int64),
                  pl.when(c("is_nccl")).then(pl.lit(reg.TAG_NCCL_LAUNCH))
                  .otherwise(pl.lit(reg.TAG_KERNEL_LAUNCH)))

@@ -23,7 +23,7 @@ from ...sources import mpi as source
 from .. import records as R
 from ..registry import mpi as mreg
 from ..sorting import read_run, write_run
-from .base import Context, Translator, fix_times, intervals, push, start_end
+from .base import REPORT_END, Context, Translator, fix_times, intervals, push, start_end
 
 SRC_MPI = R.SRC_MPI
 SRC_MPI_MESSAGE = R.SRC_MPI_MESSAGE
@@ -161,7 +161,7 @@ def translate(report: Report, ctx: Context) -> None:
     wait_parts: list[pl.DataFrame] = []
     wait_keys = ["pid", "tid", "start", "end", "name_id"]
     for chunk in source.read(report, ctx.chunk_rows):
-        df = fix_times(chunk, ctx, "MPI calls", open_end=ctx.report_end)
+        df = fix_times(chunk, ctx, "MPI calls", open_end=REPORT_END)
         df = df.with_columns((c("source").cast(pl.Int64) * ORD_STRIDE + c("row_id"))
                              .alias("row_id"))
         # Waits/tests: one row per request; every row completes a request, one is the call.

@@ -27,8 +27,8 @@ from ...sources import nccl as source
 from .. import records as R
 from ..registry import nccl as nreg
 from ..values import STRING_ID_OFFSET
-from . import cuda_api
-from .base import Context, NameClassifier, Translator, fix_times, push, start_end
+from . import cuda_api, kernels
+from .base import REPORT_END, Context, NameClassifier, Translator, fix_times, push, start_end
 from .kernels import is_nccl
 
 GROUP_START = "ncclGroupStart"
@@ -73,7 +73,7 @@ def translate(report: Report, ctx: Context) -> None:
     c = pl.col
     parts = []
     for chunk in source.read(report, ctx.chunk_rows):
-        df = _checked(fix_times(chunk, ctx, "NCCL calls", open_end=ctx.report_end), ctx)
+        df = _checked(fix_times(chunk, ctx, "NCCL calls", open_end=REPORT_END), ctx)
         df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
         ctx.names.use("nccl_calls", df["text_id"])
         inline = df.select(pl.when(c("text_id").is_null()).then(c("text").fill_null(""))
@@ -130,14 +130,22 @@ def _nccl_kernels(report: Report, ctx: Context) -> pl.DataFrame | None:
                         pl.Utf8, "")
     c = pl.col
     parts = []
-    for chunk in kernel_source.read(report, ctx.chunk_rows):
-        df = chunk.filter(c("start").is_not_null() & c("end").is_not_null())
-        df = df.filter(nccl(df["short_name_id"]))
-        if df.height == 0:
-            continue
-        df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
-                             pl.max_horizontal("start", "end").alias("end"),
-                             op(df["short_name_id"]).alias("kernel_op"))
+    if kernels.NCCL_KERNELS in ctx.shared:  # the kernels kind kept them: no second read
+        chunks = ctx.shared[kernels.NCCL_KERNELS]
+        translated = True
+    else:
+        chunks = kernel_source.read(report, ctx.chunk_rows)
+        translated = False
+    for chunk in chunks:
+        df = chunk
+        if not translated:
+            df = df.filter(c("start").is_not_null() & c("end").is_not_null())
+            df = df.filter(nccl(df["short_name_id"]))
+            if df.height == 0:
+                continue
+            df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
+                                 pl.max_horizontal("start", "end").alias("end"))
+        df = df.with_columns(op(df["short_name_id"]).alias("kernel_op"))
         parts.append(df.select("row_id", "pid", "correlation", "start", "end", "row",
                                pl.when(c("kernel_op") != "").then(c("kernel_op"))
                                .alias("kernel_op")))

@@ -13,7 +13,7 @@ from ...sources import nvtx as source
 from .. import records as R
 from .. import registry as reg
 from ..values import STRING_ID_OFFSET
-from .base import Context, Translator, fix_times, point_events, push, start_end
+from .base import REPORT_END, Context, Translator, fix_times, point_events, push, start_end
 
 DEFAULT_DOMAIN = ""
 
@@ -41,7 +41,7 @@ def translate(report: Report, ctx: Context) -> None:
                                          ctx.names.intern("nvtx_names", inline)).alias("value"))
         ctx.names.use("nvtx_names", df["text_id"])
         df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
-        ranges = fix_times(df.filter(~is_mark), ctx, "NVTX ranges", open_end=ctx.report_end)
+        ranges = fix_times(df.filter(~is_mark), ctx, "NVTX ranges", open_end=REPORT_END)
         marks = df.filter(is_mark)
         _sync_points(report, ctx, pl.concat([marks, ranges], how="diagonal_relaxed"))
         frames = []
