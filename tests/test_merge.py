@@ -160,3 +160,20 @@ def test_alcf_two_nodes(tmp_path):
     tr = read_prv(tmp_path / "alcf.prv")
     nccl = _region_ends(tr, reg.NCCL_KERNEL, tr.pcf_labels(reg.NCCL_KERNEL)[1])
     assert len(set(nccl.values())) == 1  # first NCCL kernels end together once aligned
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_output_does_not_depend_on_the_format_block_size(tmp_path, monkeypatch, rows):
+    """Records of one row at one time must stay one multi-event line whatever the formatting
+    block size (a cut inside such a group once split them into two lines)."""
+    from nsys2prv.pipeline import merge as merge_mod
+    paths = _write_job(tmp_path)
+    nsys2prv.translate(paths, tmp_path / "big.prv")
+    monkeypatch.setattr(merge_mod, "FORMAT_ROWS", rows)
+    nsys2prv.translate(paths, tmp_path / "small.prv")
+    big = (tmp_path / "big.prv").read_bytes()
+    assert big == (tmp_path / "small.prv").read_bytes()
+    lines = big.decode().splitlines()
+    # the job has multi-event lines, so small blocks really had groups to split
+    assert sum(1 for ln in lines if ln.startswith("2:") and ln.count(":") > 8) > 10
+    validate(tmp_path / "small.prv")

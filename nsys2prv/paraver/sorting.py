@@ -19,6 +19,21 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 _IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
+# Rows per record batch in a run file: small enough that a merge of many runs can hold one
+# short block of each, large enough that the per-batch cost stays negligible.
+RUN_BATCH_ROWS = 8_192
+# In-memory data (estimated bytes) an ExternalSorter collects before spilling a run.
+SPILL_BYTES = 256 << 20
+# Memory a k-way merge may hold in its per-run blocks, and the block bounds.
+MERGE_BYTES = 256 << 20
+MERGE_BLOCK_ROWS = 65_536
+
+
+def merge_block_rows(n_runs: int, row_bytes: int = 150) -> int:
+    """Rows to buffer per run when merging `n_runs` runs: large blocks for few runs (fewer,
+    bigger vectorised steps), shorter ones for many, so the buffers stay near MERGE_BYTES."""
+    fit = MERGE_BYTES // max(1, n_runs * row_bytes)
+    return max(RUN_BATCH_ROWS, min(MERGE_BLOCK_ROWS, fit))
 
 
 def write_run(df: pl.DataFrame, path: Path, block_rows: int) -> None:
@@ -30,26 +45,42 @@ def write_run(df: pl.DataFrame, path: Path, block_rows: int) -> None:
                 writer.write_batch(batch)
 
 
-def read_run(path: Path) -> Iterator[pl.DataFrame]:
-    """The record batches of a run file, in order."""
-    with pa.memory_map(str(path), "r") as source:
+def read_run(path: Path, rows: int = 0) -> Iterator[pl.DataFrame]:
+    """The rows of a run file, in order, in blocks of at least `rows` rows (one record
+    batch per block when `rows` is 0)."""
+    # a plain file, not a memory map: mapped pages would stay in the resident set as the
+    # merge walks through the runs
+    with pa.OSFile(str(path), "rb") as source:
         reader = ipc.open_file(source)
+        batches: list[pa.RecordBatch] = []
+        held = 0
         for i in range(reader.num_record_batches):
-            yield pl.from_arrow(reader.get_batch(i))  # type: ignore[misc]
+            batch = reader.get_batch(i)
+            batches.append(batch)
+            held += batch.num_rows
+            if held >= rows:
+                yield pl.from_arrow(pa.Table.from_batches(batches))  # type: ignore[misc]
+                batches, held = [], 0
+        if batches:
+            yield pl.from_arrow(pa.Table.from_batches(batches))  # type: ignore[misc]
 
 
 class ExternalSorter:
-    """Collects frames, spilling sorted runs of `max_rows` rows to `spill_dir` when needed."""
+    """Collects frames, spilling sorted runs to `spill_dir` when they pass `max_rows` rows or
+    `max_bytes` bytes (whichever comes first), so memory stays bounded whatever the input."""
 
     def __init__(self, keys: Sequence[str], spill_dir: Path, prefix: str,
-                 max_rows: int = 4_000_000, block_rows: int = 65_536) -> None:
+                 max_rows: int = 4_000_000, max_bytes: int = SPILL_BYTES,
+                 block_rows: int = RUN_BATCH_ROWS) -> None:
         self.keys = list(keys)
         self.spill_dir = Path(spill_dir)
         self.prefix = prefix
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
         self.block_rows = block_rows
         self._pending: list[pl.DataFrame] = []
         self._pending_rows = 0
+        self._pending_bytes = 0
         self.run_paths: list[Path] = []
         self.rows = 0
 
@@ -58,15 +89,16 @@ class ExternalSorter:
             return
         self._pending.append(df)
         self._pending_rows += df.height
+        self._pending_bytes += df.estimated_size()
         self.rows += df.height
-        if self._pending_rows >= self.max_rows:
+        if self._pending_rows >= self.max_rows or self._pending_bytes >= self.max_bytes:
             self._spill()
 
     def _take_pending(self) -> pl.DataFrame | None:
         if not self._pending:
             return None
         df = pl.concat(self._pending, how="vertical").sort(self.keys, maintain_order=True)
-        self._pending, self._pending_rows = [], 0
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         return df
 
     def _spill(self) -> None:
@@ -85,9 +117,10 @@ class ExternalSorter:
     def sorted_blocks(self, cut_keys: int = 1) -> Iterator[pl.DataFrame]:
         """Everything added so far, in key order, as blocks (memory: one block per run)."""
         rest = self._take_pending()
-        sources: list[Iterable[pl.DataFrame]] = [read_run(p) for p in self.run_paths]
+        rows = merge_block_rows(len(self.run_paths) + 1)
+        sources: list[Iterable[pl.DataFrame]] = [read_run(p, rows) for p in self.run_paths]
         if rest is not None:
-            sources.append(_blocks_of(rest, self.block_rows))
+            sources.append(_blocks_of(rest, rows))
         yield from merge_sorted(sources, self.keys, cut_keys=cut_keys)
 
     def cleanup(self) -> None:
@@ -143,7 +176,10 @@ def merge_sorted(sources: Sequence[Iterable[pl.DataFrame]], keys: Sequence[str],
         for i in live:
             b = buffers[i]
             # Every buffer is sorted, so the rows below the cutoff are a prefix.
-            n = b.select(cond.sum()).item()
+            if cut_keys == 1:
+                n = int(b[cut[0]].search_sorted(cutoff[0], side="left"))
+            else:
+                n = b.select(cond.sum()).item()
             if n:
                 taken.append(b.head(n))
                 buffers[i] = b.slice(n)

@@ -8,6 +8,7 @@ and formats them into the `.prv`. A single report goes through exactly the same 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter
-from ..paraver.sorting import merge_sorted, read_run
+from ..paraver.sorting import merge_block_rows, merge_sorted, read_run
 from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
 from .prepare import META_FILE
@@ -67,6 +68,8 @@ FAMILY_IDS = {name: i for i, name in enumerate(sorted(reg.VALUE_FAMILIES), start
 ROW_FAMILY = 0  # values that are local row ids (stream destination)
 VALUE_KEY = 1 << 48  # (family, local value) packed into one integer for renumbering
 FORMAT_ROWS = 131_072  # records formatted at a time
+# threads formatting .prv blocks; one core stays with the merge itself
+FORMAT_THREADS = max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 def _family_of_types(dynamic_types: set[int]) -> dict[int, int]:
@@ -207,10 +210,12 @@ class ReportView:
             .then(c("moved_to").cast(pl.Int64)).otherwise(c("b")).alias("b"),
         ).drop("moved", "moved_to")
 
-    def runs(self) -> list[Iterator[pl.DataFrame]]:
-        """One sorted source per run file of the partial (runs are merged, not chained)."""
+    def runs(self, rows: int) -> list[Iterator[pl.DataFrame]]:
+        """One sorted source per run file of the partial (runs are merged, not chained), in
+        blocks of `rows` rows."""
         d = Path(self.meta["_dir"])
-        return [(self.transform(b) for b in read_run(d / name)) for name in self.meta["runs"]]
+        return [(self.transform(b) for b in read_run(d / name, rows))
+                for name in self.meta["runs"]]
 
     def _renumber(self, type_: pl.Expr, value: pl.Expr) -> pl.Expr:
         """Trace-wide value of a (type, local value) pair of an event."""
@@ -311,7 +316,8 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
                       "timestamps of the inputs", stacklevel=2)
     views = [ReportView(i, m, model, s, dictionary) for i, (m, s) in
              enumerate(zip(metas, alignment.shifts))]
-    sources = [run for v in views for run in v.runs()]
+    block_rows = merge_block_rows(sum(len(m["runs"]) for m in metas))
+    sources = [run for v in views for run in v.runs(block_rows)]
     sources.append(_edge_states(model, alignment.shifts, end_time))
     mctx = MergeContext(metas, model, alignment.shifts, views)
     kinds = {k for m in metas for k in m["kinds"]}
@@ -331,17 +337,17 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     with TraceWriter(output, options.compress) as writer:
         writer.write(prv_mod.header(model, end_time, alignment.epoch_of_zero))
         writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
-        # Formatting runs in a thread beside the merge (polars releases the GIL), in order.
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        # Formatting runs in threads beside the merge (polars releases the GIL); blocks are
+        # written in submission order, so the output does not depend on the thread count.
+        with ThreadPoolExecutor(max_workers=FORMAT_THREADS) as pool:
             pending: deque = deque()
             for slab in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
                 # a slab holds up to one block of every run: format it in bounded pieces
-                for offset in range(0, slab.height, FORMAT_ROWS):
-                    block = slab.slice(offset, FORMAT_ROWS)
-                    last = block["time"][-1] if block.height else 0
+                for block in _format_blocks(slab):
+                    last = block["time"][-1]
                     pending.append((pool.submit(prv_mod.format_block,
                                                 _checked(block, warns)), last))
-                    while len(pending) > 1:
+                    while len(pending) > FORMAT_THREADS:
                         _write_formatted(writer, pending.popleft(), progress, end_time)
             while pending:
                 _write_formatted(writer, pending.popleft(), progress, end_time)
@@ -349,6 +355,19 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
                       row_mod.render(model, application))
     return MergeResult(writer.prv, model, alignment, end_time, writer.bytes_written, counts,
                        warns)
+
+
+def _format_blocks(slab: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """Pieces of about FORMAT_ROWS records, cut only between two times: the records of one
+    row at one time must meet in one piece to become one multi-event line."""
+    times = slab["time"]
+    start = 0
+    while start < slab.height:
+        end = start + FORMAT_ROWS
+        if end < slab.height:
+            end = int(times.search_sorted(times[end - 1], side="right"))
+        yield slab.slice(start, end - start)
+        start = end
 
 
 def _write_formatted(writer: TraceWriter, item: tuple, progress, end_time: int) -> None:
