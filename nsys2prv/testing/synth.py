@@ -86,6 +86,16 @@ def _columns(layout: str) -> dict[str, list[str]]:
 _TEXT_COLUMNS = {"value", "name", "label", "text", "jsonText", "busLocation", "devStateName",
                  "utcTime", "localTime", "binaryData"}
 _REAL_COLUMNS = {"doubleValue", "floatValue"}
+# columns whose usual type (above) differs in one table of real exports
+_TABLE_TYPES = {("CUPTI_ACTIVITY_KIND_MEMSET", "value"): _I}
+
+
+
+def _column_type(table: str, column: str) -> str:
+    if (table, column) in _TABLE_TYPES:
+        return _TABLE_TYPES[(table, column)]
+    return _T if column in _TEXT_COLUMNS else (_R if column in _REAL_COLUMNS else _I)
+
 
 NVTX_EVENT_TYPES = {"NvtxCategory": 33, "NvtxMark": 34, "NvtxThread": 39,
                     "NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
@@ -251,8 +261,7 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
     con = sqlite3.connect(path)
     for table, names in cols.items():
         defs = ", ".join(
-            f'"{c}" {_T if c in _TEXT_COLUMNS else (_R if c in _REAL_COLUMNS else _I)}'
-            for c in names)
+            f'"{c}" {_column_type(table, c)}' for c in names)
         con.execute(f'CREATE TABLE "{table}" ({defs})')
     s = _Strings()
     registered_nvtx = layout == "3.17.1"
