@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import warnings
+from concurrent.futures.process import BrokenProcessPool
 
 from . import __version__
 from .errors import Interrupted, Nsys2PrvError, UsageError
@@ -223,11 +224,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"nsys2prv: error: {e}", file=sys.stderr)
         return e.exit_code
-    except MemoryError:
+    except (MemoryError, BrokenProcessPool) as e:
         if debug:
             raise
-        print("nsys2prv: error: out of memory (try -j 1, or smaller --chunk-rows / "
-              "--spill-rows)", file=sys.stderr)
+        what = "out of memory" if isinstance(e, MemoryError) else \
+            "a worker process died (out of memory?)"
+        print(f"nsys2prv: error: {what}; partial outputs removed (try -j 1, or smaller "
+              "--chunk-rows / --spill-rows)", file=sys.stderr)
         return 1
     except OSError as e:  # disk full, file size limit, permissions on temporary files, ...
         if debug:

@@ -80,12 +80,16 @@ def prepare_report(report: str | os.PathLike[str], directory: str | os.PathLike[
 def merge_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str],
                    *, compress: bool = False, sync: str | None = "auto",
                    sync_by_task: bool = False, hosts: Sequence[str | None] | None = None,
+                   jobs: int = 1,
                    on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
-    """The merge stage alone: partial trace directories (in input order) -> one trace."""
+    """The merge stage alone: partial trace directories (in input order) -> one trace.
+
+    `jobs` > 1 merges time windows of a large trace in that many processes (same bytes)."""
     output = _check_output(Path(output), [], compress)
     return merge([Path(p) for p in partials], output,
                  MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
-                              sync=sync, sync_by_task=sync_by_task), progress=on_merge)
+                              sync=sync, sync_by_task=sync_by_task, jobs=max(1, jobs)),
+                 progress=on_merge)
 
 
 def _check_output(output: Path, inputs: list[Path], compress: bool) -> Path:
@@ -145,7 +149,8 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                      for i, (sp, name) in enumerate(zip(sqlite_paths, names))]
         _run_prepare(jobs_args, jobs, dask, on_report)
         return merge_partials([a[2] for a in jobs_args], output, compress=compress, sync=sync,
-                              sync_by_task=sync_by_task, hosts=hosts, on_merge=on_merge)
+                              sync_by_task=sync_by_task, hosts=hosts, jobs=jobs,
+                              on_merge=on_merge)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 import warnings
 from collections import defaultdict
 
@@ -177,3 +178,38 @@ def test_output_does_not_depend_on_the_format_block_size(tmp_path, monkeypatch, 
     # the job has multi-event lines, so small blocks really had groups to split
     assert sum(1 for ln in lines if ln.startswith("2:") and ln.count(":") > 8) > 10
     validate(tmp_path / "small.prv")
+
+
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_windowed_merge_is_byte_identical(tmp_path, monkeypatch, compress):
+    """Merging time windows in several processes gives the serial merge's bytes: the GPU job
+    (multi-event lines, arrows, overlap lanes) and the recorded MPI run (message arrows from
+    the merge hook) together."""
+    import gzip
+
+    from nsys2prv.pipeline import merge as merge_mod
+    paths = _write_job(tmp_path) + sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite"))
+    suffix = ".prv.gz" if compress else ".prv"
+    serial = nsys2prv.translate(paths, tmp_path / f"one{suffix}", jobs=1)
+    monkeypatch.setattr(merge_mod, "WINDOW_RECORDS", 50)
+    used = []
+    real = merge_mod._write_windows
+
+    def spy(partials, options, windows, *rest):
+        used.append(windows)
+        return real(partials, options, windows, *rest)
+
+    monkeypatch.setattr(merge_mod, "_write_windows", spy)
+    parallel = nsys2prv.translate(paths, tmp_path / f"three{suffix}", jobs=3)
+    assert len(used) == 1 and len(used[0]) == 3
+    read = gzip.decompress if compress else (lambda b: b)
+    one = read((tmp_path / f"one{suffix}").read_bytes())
+    assert one == read((tmp_path / f"three{suffix}").read_bytes())
+    assert serial.counts == parallel.counts and serial.warnings == parallel.warnings
+    assert serial.counts["MPI messages"] == 60
+    for ext in (".pcf", ".row"):
+        assert (tmp_path / f"one{ext}").read_bytes() == (tmp_path / f"three{ext}").read_bytes()
+    assert not list(tmp_path.glob(".nsys2prv-*"))

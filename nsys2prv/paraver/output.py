@@ -34,6 +34,34 @@ def trace_paths(output: str | os.PathLike[str], compress: bool = False) -> tuple
     return prv, base.with_name(name + ".pcf"), base.with_name(name + ".row")
 
 
+COPY_BYTES = 16 << 20
+
+
+def write_series_lines(fh, lines: pl.Series) -> int:
+    """Write each string of `lines` and a newline to `fh`, straight from Arrow memory (no
+    Python strings); returns the bytes written."""
+    if lines.len() == 0:
+        return 0
+    arrow = lines.to_arrow()
+    chunks = arrow.chunks if isinstance(arrow, pa.ChunkedArray) else [arrow]
+    written = 0
+    for chunk in chunks:
+        if chunk.type != pa.large_string():
+            chunk = chunk.cast(pa.large_string())
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)[
+            chunk.offset:chunk.offset + len(chunk) + 1]
+        data = memoryview(chunk.buffers()[2])
+        if len(chunk) == 1:  # the usual case: a formatted block is one string
+            fh.write(data[offsets[0]:offsets[1]])
+            fh.write(b"\n")
+        else:
+            for a, b in zip(offsets[:-1], offsets[1:]):
+                fh.write(data[a:b])
+                fh.write(b"\n")
+        written += int(offsets[-1] - offsets[0]) + len(chunk)
+    return written
+
+
 class TraceWriter:
     def __init__(self, output: str | os.PathLike[str], compress: bool = False) -> None:
         self.prv, self.pcf, self.row = trace_paths(output, compress)
@@ -70,35 +98,25 @@ class TraceWriter:
         try:
             self._fh.write(data)
         except OSError as e:
-            raise _output_error(self.prv, e) from None
+            raise output_error(self.prv, e) from None
         self.bytes_written += len(data)
 
     def write_lines(self, lines: pl.Series) -> None:
         """Write each element as a line, straight from Arrow memory (no Python strings)."""
-        if lines.len() == 0:
-            return
-        arrow = lines.to_arrow()
-        if isinstance(arrow, pa.ChunkedArray):
-            chunks = arrow.chunks
-        else:
-            chunks = [arrow]
         try:
-            for chunk in chunks:
-                chunk = chunk.cast(pa.large_string()) if chunk.type != pa.large_string() \
-                    else chunk
-                offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)[
-                    chunk.offset:chunk.offset + len(chunk) + 1]
-                data = memoryview(chunk.buffers()[2])
-                if len(chunk) == 1:  # the usual case: a formatted block is one string
-                    self._fh.write(data[offsets[0]:offsets[1]])
-                    self._fh.write(b"\n")
-                else:
-                    for a, b in zip(offsets[:-1], offsets[1:]):
-                        self._fh.write(data[a:b])
-                        self._fh.write(b"\n")
-                self.bytes_written += int(offsets[-1] - offsets[0]) + len(chunk)
+            self.bytes_written += write_series_lines(self._fh, lines)
         except OSError as e:
-            raise _output_error(self.prv, e) from None
+            raise output_error(self.prv, e) from None
+
+    def copy_file(self, path: str | os.PathLike[str]) -> None:
+        """Append the bytes of a file (a part of the .prv written elsewhere)."""
+        try:
+            with open(path, "rb") as src:
+                while chunk := src.read(COPY_BYTES):
+                    self._fh.write(chunk)
+                    self.bytes_written += len(chunk)
+        except OSError as e:
+            raise output_error(self.prv, e) from None
 
     def commit(self, pcf_text: str, row_text: str) -> None:
         pcf_tmp, row_tmp = self._temp(self.pcf), self._temp(self.row)
@@ -114,7 +132,7 @@ class TraceWriter:
             os.replace(row_tmp, self.row)
             os.replace(self._prv_tmp, self.prv)
         except OSError as e:
-            raise _output_error(self.prv, e) from None
+            raise output_error(self.prv, e) from None
         self._temps = []
 
     def abort(self) -> None:
@@ -146,7 +164,7 @@ def os_errno(e: OSError) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _output_error(path: Path, e: OSError) -> OutputError:
+def output_error(path: Path, e: OSError) -> OutputError:
     code = os_errno(e)
     if code in (errno.ENOSPC, errno.EDQUOT):
         return OutputError(f"{path}: disk full (or quota exceeded) while writing the trace; "

@@ -36,33 +36,38 @@ def merge_block_rows(n_runs: int, row_bytes: int = 150) -> int:
     return max(RUN_BATCH_ROWS, min(MERGE_BLOCK_ROWS, fit))
 
 
-def write_run(df: pl.DataFrame, path: Path, block_rows: int) -> None:
-    """Write a sorted frame as an IPC file of record batches of `block_rows` rows."""
+def write_run(df: pl.DataFrame, path: Path, block_rows: int) -> list[int]:
+    """Write a sorted frame as an IPC file of record batches of `block_rows` rows; returns
+    the first value of the leading column in each batch (an index for reading a key range)."""
     table = df.to_arrow()
+    block_rows = max(1, block_rows)
+    firsts = df[df.columns[0]].gather_every(block_rows).to_list() if df.height else []
     with pa.OSFile(str(path), "wb") as sink:
         with ipc.new_file(sink, table.schema, options=_IPC_OPTIONS) as writer:
-            for batch in table.to_batches(max_chunksize=max(1, block_rows)):
+            for batch in table.to_batches(max_chunksize=block_rows):
                 writer.write_batch(batch)
+    return firsts
 
 
-def read_run(path: Path, rows: int = 0) -> Iterator[pl.DataFrame]:
-    """The rows of a run file, in order, in blocks of at least `rows` rows (one record
-    batch per block when `rows` is 0)."""
+def read_run(path: Path, rows: int = 0, batches: range | None = None
+             ) -> Iterator[pl.DataFrame]:
+    """The rows of a run file (or of its record batches `batches`), in order, in blocks of
+    at least `rows` rows (one record batch per block when `rows` is 0)."""
     # a plain file, not a memory map: mapped pages would stay in the resident set as the
     # merge walks through the runs
     with pa.OSFile(str(path), "rb") as source:
         reader = ipc.open_file(source)
-        batches: list[pa.RecordBatch] = []
-        held = 0
-        for i in range(reader.num_record_batches):
+        held: list[pa.RecordBatch] = []
+        n_held = 0
+        for i in batches if batches is not None else range(reader.num_record_batches):
             batch = reader.get_batch(i)
-            batches.append(batch)
-            held += batch.num_rows
-            if held >= rows:
-                yield pl.from_arrow(pa.Table.from_batches(batches))  # type: ignore[misc]
-                batches, held = [], 0
-        if batches:
-            yield pl.from_arrow(pa.Table.from_batches(batches))  # type: ignore[misc]
+            held.append(batch)
+            n_held += batch.num_rows
+            if n_held >= rows:
+                yield pl.from_arrow(pa.Table.from_batches(held))  # type: ignore[misc]
+                held, n_held = [], 0
+        if held:
+            yield pl.from_arrow(pa.Table.from_batches(held))  # type: ignore[misc]
 
 
 class ExternalSorter:
@@ -82,6 +87,7 @@ class ExternalSorter:
         self._pending_rows = 0
         self._pending_bytes = 0
         self.run_paths: list[Path] = []
+        self.run_firsts: list[list[int]] = []  # per run: first leading key of each batch
         self.rows = 0
 
     def add(self, df: pl.DataFrame) -> None:
@@ -106,7 +112,7 @@ class ExternalSorter:
         if df is None:
             return
         path = self.spill_dir / f"{self.prefix}-{len(self.run_paths):05d}.arrow"
-        write_run(df, path, self.block_rows)
+        self.run_firsts.append(write_run(df, path, self.block_rows))
         self.run_paths.append(path)
 
     def finish_runs(self) -> list[Path]:
@@ -130,6 +136,7 @@ class ExternalSorter:
             except OSError:
                 pass
         self.run_paths = []
+        self.run_firsts = []
 
 
 def _blocks_of(df: pl.DataFrame, block_rows: int) -> Iterator[pl.DataFrame]:

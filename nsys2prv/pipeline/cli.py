@@ -10,6 +10,7 @@ writes a partial trace directory, see docs/intermediate.md) and one job runs `me
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +46,9 @@ def _merge_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-nvtx", metavar="NAME")
     p.add_argument("--sync-by-task", action="store_true")
     p.add_argument("--no-sync", action="store_true")
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="processes merging time windows of a large trace "
+                        "(default: the number of cores)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true")
     return p
@@ -88,7 +92,7 @@ def main(command: str, argv: list[str]) -> int:
 
     sync = None if args.no_sync else (f"nvtx:{args.sync_nvtx}" if args.sync_nvtx else args.sync)
     result = merge_partials(find_partials(dirs), output, compress=args.compress, sync=sync,
-                            sync_by_task=args.sync_by_task)
+                            sync_by_task=args.sync_by_task, jobs=args.jobs)
     if not args.quiet:
         _summary(result, 0.0)
     return 0

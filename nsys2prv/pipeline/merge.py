@@ -7,12 +7,16 @@ and formats them into the `.prv`. A single report goes through exactly the same 
 
 from __future__ import annotations
 
+import bisect
 import json
+import multiprocessing
 import os
+import shutil
+import tempfile
 import warnings
 from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +31,7 @@ from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
-from ..paraver.output import TraceWriter
+from ..paraver.output import TraceWriter, output_error, write_series_lines
 from ..paraver.sorting import merge_block_rows, merge_sorted, read_run
 from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
@@ -43,6 +47,7 @@ class MergeOptions:
     compress: bool = False
     sync: str | None = "auto"  # "auto", "MPI_Init", "NCCL", "nvtx:NAME", or None
     sync_by_task: bool = False
+    jobs: int = 1  # processes merging time windows of a large trace
 
 
 @dataclass
@@ -210,12 +215,24 @@ class ReportView:
             .then(c("moved_to").cast(pl.Int64)).otherwise(c("b")).alias("b"),
         ).drop("moved", "moved_to")
 
-    def runs(self, rows: int) -> list[Iterator[pl.DataFrame]]:
+    def runs(self, rows: int, window: tuple[int, int] | None = None
+             ) -> list[Iterator[pl.DataFrame]]:
         """One sorted source per run file of the partial (runs are merged, not chained), in
-        blocks of `rows` rows."""
+        blocks of `rows` rows; only the records of a trace-time window [lo, hi) if given."""
         d = Path(self.meta["_dir"])
-        return [(self.transform(b) for b in read_run(d / name, rows))
-                for name in self.meta["runs"]]
+        out: list[Iterator[pl.DataFrame]] = []
+        for k, name in enumerate(self.meta["runs"]):
+            if window is None:
+                out.append(self.transform(b) for b in read_run(d / name, rows))
+                continue
+            # batch i holds local times F[i]..F[i+1] (equal times may continue in i+1)
+            firsts = self.meta["run_index"][k]
+            lo, hi = window[0] - self.shift, window[1] - self.shift
+            batches = range(max(0, bisect.bisect_left(firsts, lo) - 1),
+                            bisect.bisect_left(firsts, hi))
+            out.append(_in_window((self.transform(b) for b in
+                                   read_run(d / name, rows, batches)), window))
+        return out
 
     def _renumber(self, type_: pl.Expr, value: pl.Expr) -> pl.Expr:
         """Trace-wide value of a (type, local value) pair of an event."""
@@ -291,10 +308,21 @@ class MergeContext:
 
 # -- the merge itself -------------------------------------------------------------------------
 
-def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
-          progress=None) -> MergeResult:
-    """Write the trace for prepared partials (in rank/input order) to `output`."""
-    options = options or MergeOptions()
+@dataclass
+class _Plan:
+    """Everything the merge decides before it reads a record: model, clocks, numbering."""
+
+    metas: list[dict]
+    model: ResourceModel
+    alignment: Alignment
+    dictionary: Dictionary
+    views: list[ReportView]
+    end_time: int
+    mctx: MergeContext
+    hooks: list[Iterator[pl.DataFrame]]
+
+
+def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False) -> _Plan:
     metas = [load_partial(p) for p in partials]
     empty = [m for m in metas if not m["rows"]]
     if empty:
@@ -310,51 +338,157 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     for m, s in zip(metas, alignment.shifts):
         if m["rows"]:
             end_time = max(end_time, m["time"]["last"] + s)
-    if end_time >= 2**53:
+    if end_time >= 2**53 and not quiet:
         warnings.warn(f"the trace spans {end_time} ns (more than 2^53, about 104 days): "
                       "Paraver stores times as doubles and will round them; check the "
-                      "timestamps of the inputs", stacklevel=2)
+                      "timestamps of the inputs", stacklevel=3)
     views = [ReportView(i, m, model, s, dictionary) for i, (m, s) in
              enumerate(zip(metas, alignment.shifts))]
-    block_rows = merge_block_rows(sum(len(m["runs"]) for m in metas))
-    sources = [run for v in views for run in v.runs(block_rows)]
-    sources.append(_edge_states(model, alignment.shifts, end_time))
     mctx = MergeContext(metas, model, alignment.shifts, views)
     kinds = {k for m in metas for k in m["kinds"]}
-    for name, t in TRANSLATORS.items():
-        if t.merge_records is not None and name in kinds:
-            sources.append(iter(t.merge_records(mctx)))
+    hooks = [iter(t.merge_records(mctx)) for name, t in TRANSLATORS.items()
+             if t.merge_records is not None and name in kinds]
+    return _Plan(metas, model, alignment, dictionary, views, end_time, mctx, hooks)
+
+
+def _sources(plan: _Plan, n_segments: int = 1,
+             window: tuple[int, int] | None = None) -> list[Iterator[pl.DataFrame]]:
+    """Every sorted record source of the trace (or of one time window of it)."""
+    n_runs = sum(len(m["runs"]) for m in plan.metas)
+    block_rows = merge_block_rows(n_runs * n_segments)
+    sources = [run for v in plan.views for run in v.runs(block_rows, window)]
+    extra = [_edge_states(plan.model, plan.alignment.shifts, plan.end_time), *plan.hooks]
+    if window is not None:
+        extra = [_in_window(src, window) for src in extra]
+    return sources + extra
+
+
+def _in_window(blocks: Iterable[pl.DataFrame], window: tuple[int, int]
+               ) -> Iterator[pl.DataFrame]:
+    """The records of `blocks` with lo <= time < hi (empty blocks are dropped: the merge
+    would take an empty buffer for a finished source)."""
+    lo, hi = window
+    for b in blocks:
+        b = b.filter((pl.col("time") >= lo) & (pl.col("time") < hi))
+        if b.height:
+            yield b
+
+
+def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
+          progress=None) -> MergeResult:
+    """Write the trace for prepared partials (in rank/input order) to `output`.
+
+    With `options.jobs` > 1 and enough records, the time axis is cut into windows merged and
+    formatted by separate processes, then concatenated in order: the bytes are the same."""
+    options = options or MergeOptions()
+    plan = _plan(partials, options)
+    metas, alignment = plan.metas, plan.alignment
     comments = alignment_comments(alignment, len(metas))
     counts: dict[str, int] = {}
     warns: dict[str, int] = {}
     for part_counts, part_warns in [(m["counts"], m["warnings"]) for m in metas] + [
-            (mctx.counts, mctx.warnings)]:
+            (plan.mctx.counts, plan.mctx.warnings)]:
         for k, v in part_counts.items():
             counts[k] = counts.get(k, 0) + v
         for k, v in part_warns.items():
             warns[k] = warns.get(k, 0) + v
     application = metas[0]["report"]["name"] if len(metas) == 1 else f"{len(metas)} reports"
+    windows = _windows(plan, options.jobs)
     with TraceWriter(output, options.compress) as writer:
-        writer.write(prv_mod.header(model, end_time, alignment.epoch_of_zero))
+        writer.write(prv_mod.header(plan.model, plan.end_time, alignment.epoch_of_zero))
         writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
-        # Formatting runs in threads beside the merge (polars releases the GIL); blocks are
-        # written in submission order, so the output does not depend on the thread count.
-        with ThreadPoolExecutor(max_workers=FORMAT_THREADS) as pool:
-            pending: deque = deque()
-            for slab in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
-                # a slab holds up to one block of every run: format it in bounded pieces
-                for block in _format_blocks(slab):
-                    last = block["time"][-1]
-                    pending.append((pool.submit(prv_mod.format_block,
-                                                _checked(block, warns)), last))
-                    while len(pending) > FORMAT_THREADS:
-                        _write_formatted(writer, pending.popleft(), progress, end_time)
-            while pending:
-                _write_formatted(writer, pending.popleft(), progress, end_time)
-        writer.commit(pcf_mod.render(dictionary.pcf_types(metas) + [_reports_type(alignment)]),
-                      row_mod.render(model, application))
-    return MergeResult(writer.prv, model, alignment, end_time, writer.bytes_written, counts,
-                       warns)
+        if len(windows) == 1:
+            _write_records(_sources(plan), writer.write_lines, warns, progress, plan.end_time)
+        else:
+            _write_windows([str(p) for p in partials], options, windows, writer, warns,
+                           progress, plan.end_time)
+        writer.commit(pcf_mod.render(plan.dictionary.pcf_types(metas)
+                                     + [_reports_type(alignment)]),
+                      row_mod.render(plan.model, application))
+    return MergeResult(writer.prv, plan.model, alignment, plan.end_time, writer.bytes_written,
+                       counts, warns)
+
+
+def _write_records(sources: list[Iterator[pl.DataFrame]], write_lines, warns: dict[str, int],
+                   progress, end_time: int) -> None:
+    """k-way merge `sources` and write their .prv lines, in order."""
+    # Formatting runs in threads beside the merge (polars releases the GIL); blocks are
+    # written in submission order, so the output does not depend on the thread count.
+    with ThreadPoolExecutor(max_workers=FORMAT_THREADS) as pool:
+        pending: deque = deque()
+        for slab in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
+            # a slab holds up to one block of every run: format it in bounded pieces
+            for block in _format_blocks(slab):
+                last = block["time"][-1]
+                pending.append((pool.submit(prv_mod.format_block, _checked(block, warns)),
+                                last))
+                while len(pending) > FORMAT_THREADS:
+                    _write_formatted(write_lines, pending.popleft(), progress, end_time)
+        while pending:
+            _write_formatted(write_lines, pending.popleft(), progress, end_time)
+
+
+# -- merging time windows in parallel ---------------------------------------------------------
+
+WINDOW_RECORDS = 8_000_000  # fewer records per window than this: not worth a process
+_FAR = 1 << 62  # beyond any trace time, either way
+
+
+def _windows(plan: _Plan, jobs: int) -> list[tuple[int, int]]:
+    """Time windows [lo, hi) of about equal record counts, one per process (or one window).
+
+    Cut points come from the run indexes (first time of every record batch), so a window
+    never splits the records of one time: multi-event lines stay whole."""
+    total = sum(m.get("records", 0) for m in plan.metas)
+    n = min(jobs, total // WINDOW_RECORDS)
+    if n < 2 or any(len(m.get("run_index") or []) != len(m["runs"]) for m in plan.metas):
+        return [(-_FAR, _FAR)]
+    firsts = np.sort(np.concatenate(
+        [np.asarray(idx, dtype=np.int64) + v.shift
+         for v, m in zip(plan.views, plan.metas) for idx in m["run_index"]]
+        or [np.zeros(0, np.int64)]))
+    cuts = sorted({int(firsts[len(firsts) * k // n]) for k in range(1, n)} - {int(firsts[0])})
+    bounds = [-_FAR, *cuts, _FAR]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _write_windows(partials: list[str], options: MergeOptions, windows: list[tuple[int, int]],
+                   writer: TraceWriter, warns: dict[str, int], progress, end_time: int) -> None:
+    """Merge each window in its own process into a file next to the output, then append the
+    files in order (a window's file is removed as soon as it is copied)."""
+    tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
+    try:
+        ctx = multiprocessing.get_context("spawn")  # forking a polars process can deadlock
+        with ProcessPoolExecutor(max_workers=len(windows), mp_context=ctx) as pool:
+            futures = [pool.submit(merge_window, partials, options, w, len(windows),
+                                   str(tmp / f"window-{i:04d}.txt"))
+                       for i, w in enumerate(windows)]
+            for i, (future, (_, hi)) in enumerate(zip(futures, windows)):
+                try:
+                    window_warns = future.result()
+                except OSError as e:  # e.g. disk full writing the window's file
+                    raise output_error(writer.prv, e) from None
+                for k, v in window_warns.items():
+                    warns[k] = warns.get(k, 0) + v
+                part = tmp / f"window-{i:04d}.txt"
+                writer.copy_file(part)
+                part.unlink()
+                if progress is not None:
+                    progress(min(hi, end_time), end_time)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def merge_window(partials: list[str], options: MergeOptions, window: tuple[int, int],
+                 n_windows: int, path: str) -> dict[str, int]:
+    """The .prv lines of one time window, written to `path` (a worker process's job);
+    returns the warnings counted while formatting."""
+    plan = _plan(partials, options, quiet=True)
+    warns: dict[str, int] = {}
+    with open(path, "wb") as fh:
+        _write_records(_sources(plan, n_windows, window),
+                       lambda lines: write_series_lines(fh, lines), warns, None, plan.end_time)
+    return warns
 
 
 def _format_blocks(slab: pl.DataFrame) -> Iterator[pl.DataFrame]:
@@ -370,9 +504,9 @@ def _format_blocks(slab: pl.DataFrame) -> Iterator[pl.DataFrame]:
         start = end
 
 
-def _write_formatted(writer: TraceWriter, item: tuple, progress, end_time: int) -> None:
+def _write_formatted(write_lines, item: tuple, progress, end_time: int) -> None:
     future, last = item
-    writer.write_lines(future.result())
+    write_lines(future.result())
     if progress is not None:
         progress(last, end_time)
 

@@ -217,6 +217,9 @@ def _metadata(ctx: PrepareContext, kinds: list[str], row_table: pl.DataFrame,
         "enums": _enum_labels(report),
         "time": {"first": first, "last": last},
         "runs": [p.name for p in runs],
+        # per run: local time of the first record of each record batch (for reading a time
+        # window of a run, as the parallel merge does)
+        "run_index": ctx.record_sorter.run_firsts,
         "moves": MOVES_FILE if has_moves else None,
         "records": ctx.record_sorter.rows,
         "extra": ctx.meta,
