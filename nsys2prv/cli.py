@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from . import __version__
 from .errors import Interrupted, Nsys2PrvError, UsageError
+from .pipeline.budget import memory_size
 
 SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge")
 
@@ -61,8 +62,12 @@ def _translate_parser() -> argparse.ArgumentParser:
     p.add_argument("--dask", metavar="SCHEDULER",
                    help="prepare the reports on a Dask cluster (scheduler address; workers "
                         "must see the inputs and --workdir at the same paths)")
+    p.add_argument("--memory", type=memory_size, metavar="SIZE",
+                   help="memory for all processes together, e.g. 4G (default 2G): caps how "
+                        "many reports are read at once and sizes the buffers")
     p.add_argument("--chunk-rows", type=int, metavar="N",
-                   help="rows read from the export at a time (default 1000000)")
+                   help="rows read from the export at a time (default: from --memory, "
+                        "at most 250000)")
     p.add_argument("--spill-rows", type=int, metavar="N",
                    help="records held in memory before sorting them to disk (default 4000000)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
@@ -111,6 +116,7 @@ def _run_translate(argv: list[str]) -> int:
                        workdir=args.workdir, sync=None if args.no_sync else args.sync,
                        sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,
                        dask=args.dask, chunk_rows=args.chunk_rows, spill_rows=args.spill_rows,
+                       memory=args.memory,
                        on_report=bars.report, on_merge=bars.merge)
     bars.close()
     if not args.quiet:
@@ -229,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         what = "out of memory" if isinstance(e, MemoryError) else \
             "a worker process died (out of memory?)"
-        print(f"nsys2prv: error: {what}; partial outputs removed (try -j 1, or smaller "
-              "--chunk-rows / --spill-rows)", file=sys.stderr)
+        print(f"nsys2prv: error: {what}; partial outputs removed (try a smaller --memory "
+              "or -j 1)", file=sys.stderr)
         return 1
     except OSError as e:  # disk full, file size limit, permissions on temporary files, ...
         if debug:

@@ -20,6 +20,7 @@ from typing import Any
 from .errors import InputError, OutputError, UsageError
 from .paraver.kinds import TRANSLATORS as KINDS
 from .paraver.output import trace_paths
+from .pipeline.budget import plan as budget_plan
 from .pipeline.merge import MergeOptions, MergeResult, merge
 from .pipeline.prepare import PrepareOptions, prepare
 from .report.export import export_report, is_report
@@ -67,28 +68,33 @@ def _sqlite_of(path: Path, cache_root: Path) -> Path:
 
 def prepare_report(report: str | os.PathLike[str], directory: str | os.PathLike[str], *,
                    only: Sequence[str] | None = None, exclude: Sequence[str] = (),
-                   sync_nvtx: str | None = None) -> dict:
-    """The per-report stage alone: write the partial trace of `report` into `directory`."""
+                   sync_nvtx: str | None = None, memory: int | None = None) -> dict:
+    """The per-report stage alone: write the partial trace of `report` into `directory`
+    (buffers sized for `memory` bytes, default 2 GiB)."""
     path = Path(report)
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     sqlite = _sqlite_of(path, directory.parent)
-    options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx)
+    budget = budget_plan(memory, 1, 1)
+    options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx,
+                             chunk_rows=budget.chunk_rows, spill_bytes=budget.spill_bytes)
     return _prepare_one((str(sqlite), _report_names([path])[0], directory, options))
 
 
 def merge_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str],
                    *, compress: bool = False, sync: str | None = "auto",
                    sync_by_task: bool = False, hosts: Sequence[str | None] | None = None,
-                   jobs: int = 1,
+                   jobs: int = 1, memory: int | None = None,
                    on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
     """The merge stage alone: partial trace directories (in input order) -> one trace.
 
-    `jobs` > 1 merges time windows of a large trace in that many processes (same bytes)."""
+    `jobs` > 1 merges time windows of a large trace in that many processes (same bytes);
+    `memory` (bytes, default 2 GiB) bounds them together."""
     output = _check_output(Path(output), [], compress)
     return merge([Path(p) for p in partials], output,
                  MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
-                              sync=sync, sync_by_task=sync_by_task, jobs=max(1, jobs)),
+                              sync=sync, sync_by_task=sync_by_task, jobs=max(1, jobs),
+                              memory=memory),
                  progress=on_merge)
 
 
@@ -114,7 +120,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
               workdir: str | os.PathLike[str] | None = None,
               chunk_rows: int | None = None, spill_rows: int | None = None,
               sync: str | None = "auto", sync_nvtx: str | None = None,
-              sync_by_task: bool = False, dask: Any = None,
+              sync_by_task: bool = False, dask: Any = None, memory: int | None = None,
               on_report: Callable[[int, int], None] | None = None,
               on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
     """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
@@ -124,8 +130,10 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     first NCCL kernel; "MPI_Init"; "NCCL"; None: session start only); `sync_nvtx` names an
     NVTX range or mark to align on instead. `jobs` reports are prepared in parallel; `dask`
     (a `distributed.Client` or a scheduler address) runs that stage on a Dask cluster, whose
-    workers must see the inputs and `workdir` at the same paths. Returns what was written and
-    a summary (counts, warnings, clock offsets and residual skew).
+    workers must see the inputs and `workdir` at the same paths. `memory` (bytes, default
+    2 GiB) bounds what the local processes take together: it caps how many run at once and
+    sizes their buffers. Returns what was written and a summary (counts, warnings, clock
+    offsets and residual skew).
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
@@ -137,8 +145,10 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx)
     if sync_nvtx:
         sync = f"nvtx:{sync_nvtx}"
-    if chunk_rows:
-        options.chunk_rows = chunk_rows
+    # Dask workers have their own memory: each report there gets a whole budget.
+    budget = budget_plan(memory, 1 if dask is not None else jobs, len(inputs))
+    options.chunk_rows = chunk_rows or budget.chunk_rows
+    options.spill_bytes = budget.spill_bytes
     if spill_rows:
         options.spill_rows = spill_rows
     sqlite_paths = [_sqlite_of(p, out_dir) for p in inputs]
@@ -147,10 +157,10 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     try:
         jobs_args = [(str(sp), name, work / f"report-{i:05d}", options)
                      for i, (sp, name) in enumerate(zip(sqlite_paths, names))]
-        _run_prepare(jobs_args, jobs, dask, on_report)
+        _run_prepare(jobs_args, budget.workers, dask, on_report)
         return merge_partials([a[2] for a in jobs_args], output, compress=compress, sync=sync,
                               sync_by_task=sync_by_task, hosts=hosts, jobs=jobs,
-                              on_merge=on_merge)
+                              memory=memory, on_merge=on_merge)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

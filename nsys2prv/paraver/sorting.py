@@ -29,10 +29,10 @@ MERGE_BYTES = 256 << 20
 MERGE_BLOCK_ROWS = 65_536
 
 
-def merge_block_rows(n_runs: int, row_bytes: int = 150) -> int:
+def merge_block_rows(n_runs: int, budget: int = MERGE_BYTES, row_bytes: int = 150) -> int:
     """Rows to buffer per run when merging `n_runs` runs: large blocks for few runs (fewer,
-    bigger vectorised steps), shorter ones for many, so the buffers stay near MERGE_BYTES."""
-    fit = MERGE_BYTES // max(1, n_runs * row_bytes)
+    bigger vectorised steps), shorter ones for many, so the buffers stay near `budget`."""
+    fit = budget // max(1, n_runs * row_bytes)
     return max(RUN_BATCH_ROWS, min(MERGE_BLOCK_ROWS, fit))
 
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, UsageError
+from .budget import memory_size
 from .prepare import META_FILE
 
 
@@ -31,6 +32,8 @@ def _prepare_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="KINDS")
     p.add_argument("--exclude", metavar="KINDS", default="")
     p.add_argument("--sync-nvtx", metavar="NAME")
+    p.add_argument("--memory", type=memory_size, metavar="SIZE",
+                   help="memory for this report's buffers, e.g. 1G (default 2G)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true")
     return p
@@ -49,6 +52,8 @@ def _merge_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes merging time windows of a large trace "
                         "(default: the number of cores)")
+    p.add_argument("--memory", type=memory_size, metavar="SIZE",
+                   help="memory for all merging processes together, e.g. 4G (default 2G)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true")
     return p
@@ -79,7 +84,8 @@ def main(command: str, argv: list[str]) -> int:
         from ..translate import prepare_report
 
         meta = prepare_report(args.report, args.directory, only=_kinds(args.only),
-                              exclude=_kinds(args.exclude) or [], sync_nvtx=args.sync_nvtx)
+                              exclude=_kinds(args.exclude) or [], sync_nvtx=args.sync_nvtx,
+                              memory=args.memory)
         if not args.quiet:
             counts = ", ".join(f"{k} {v}" for k, v in sorted(meta["counts"].items()))
             print(f"nsys2prv: prepared {args.directory}: {counts}", file=sys.stderr)
@@ -92,7 +98,8 @@ def main(command: str, argv: list[str]) -> int:
 
     sync = None if args.no_sync else (f"nvtx:{args.sync_nvtx}" if args.sync_nvtx else args.sync)
     result = merge_partials(find_partials(dirs), output, compress=args.compress, sync=sync,
-                            sync_by_task=args.sync_by_task, jobs=args.jobs)
+                            sync_by_task=args.sync_by_task, jobs=args.jobs,
+                            memory=args.memory)
     if not args.quiet:
         _summary(result, 0.0)
     return 0

@@ -35,6 +35,8 @@ from ..paraver.output import TraceWriter, output_error, write_series_lines
 from ..paraver.sorting import merge_block_rows, merge_sorted, read_run
 from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
+from .budget import Budget
+from .budget import plan as budget_plan
 from .prepare import META_FILE
 
 # = (time, order, kind, phase, sub, src, rep, ord), packed into four integer columns
@@ -48,6 +50,7 @@ class MergeOptions:
     sync: str | None = "auto"  # "auto", "MPI_Init", "NCCL", "nvtx:NAME", or None
     sync_by_task: bool = False
     jobs: int = 1  # processes merging time windows of a large trace
+    memory: int | None = None  # bytes for all merging processes together (None: default)
 
 
 @dataclass
@@ -351,11 +354,11 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
     return _Plan(metas, model, alignment, dictionary, views, end_time, mctx, hooks)
 
 
-def _sources(plan: _Plan, n_segments: int = 1,
+def _sources(plan: _Plan, budget: Budget,
              window: tuple[int, int] | None = None) -> list[Iterator[pl.DataFrame]]:
     """Every sorted record source of the trace (or of one time window of it)."""
     n_runs = sum(len(m["runs"]) for m in plan.metas)
-    block_rows = merge_block_rows(n_runs * n_segments)
+    block_rows = merge_block_rows(n_runs, budget.merge_bytes)
     sources = [run for v in plan.views for run in v.runs(block_rows, window)]
     extra = [_edge_states(plan.model, plan.alignment.shifts, plan.end_time), *plan.hooks]
     if window is not None:
@@ -393,12 +396,13 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
         for k, v in part_warns.items():
             warns[k] = warns.get(k, 0) + v
     application = metas[0]["report"]["name"] if len(metas) == 1 else f"{len(metas)} reports"
-    windows = _windows(plan, options.jobs)
+    windows = _windows(plan, options.jobs, options.memory)
     with TraceWriter(output, options.compress) as writer:
         writer.write(prv_mod.header(plan.model, plan.end_time, alignment.epoch_of_zero))
         writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
         if len(windows) == 1:
-            _write_records(_sources(plan), writer.write_lines, warns, progress, plan.end_time)
+            _write_records(_sources(plan, budget_plan(options.memory, 1, 1)), writer.write_lines,
+                           warns, progress, plan.end_time)
         else:
             _write_windows([str(p) for p in partials], options, windows, writer, warns,
                            progress, plan.end_time)
@@ -434,13 +438,13 @@ WINDOW_RECORDS = 8_000_000  # fewer records per window than this: not worth a pr
 _FAR = 1 << 62  # beyond any trace time, either way
 
 
-def _windows(plan: _Plan, jobs: int) -> list[tuple[int, int]]:
+def _windows(plan: _Plan, jobs: int, memory: int | None) -> list[tuple[int, int]]:
     """Time windows [lo, hi) of about equal record counts, one per process (or one window).
 
     Cut points come from the run indexes (first time of every record batch), so a window
     never splits the records of one time: multi-event lines stay whole."""
     total = sum(m.get("records", 0) for m in plan.metas)
-    n = min(jobs, total // WINDOW_RECORDS)
+    n = budget_plan(memory, jobs, total // WINDOW_RECORDS).workers
     if n < 2 or any(len(m.get("run_index") or []) != len(m["runs"]) for m in plan.metas):
         return [(-_FAR, _FAR)]
     firsts = np.sort(np.concatenate(
@@ -486,7 +490,8 @@ def merge_window(partials: list[str], options: MergeOptions, window: tuple[int, 
     plan = _plan(partials, options, quiet=True)
     warns: dict[str, int] = {}
     with open(path, "wb") as fh:
-        _write_records(_sources(plan, n_windows, window),
+        _write_records(_sources(plan, budget_plan(options.memory, n_windows, n_windows),
+                                window),
                        lambda lines: write_series_lines(fh, lines), warns, None, plan.end_time)
     return warns
 

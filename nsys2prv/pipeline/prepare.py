@@ -20,7 +20,7 @@ from ..model.rows import RowRegistry, RowSpans
 from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver.kinds import TRANSLATORS
-from ..paraver.sorting import ExternalSorter, write_run
+from ..paraver.sorting import SPILL_BYTES, ExternalSorter, write_run
 from ..paraver.values import LocalNames
 from ..report.report import Report
 from ..report.schema import warn_if_newer
@@ -39,6 +39,7 @@ class PrepareOptions:
     kinds: list[str] | None = None  # None: every kind present
     chunk_rows: int = base.DEFAULT_CHUNK_ROWS
     spill_rows: int = 4_000_000
+    spill_bytes: int = SPILL_BYTES  # estimated in-memory bytes a sorter holds before spilling
     sync_nvtx: str | None = None  # NVTX range/mark whose first end is a clock sync point
 
 
@@ -67,9 +68,11 @@ class PrepareContext:
         self.warnings: Counter[str] = Counter()
         self.type_keys: dict[str, dict[int, str]] = {}
         self.record_sorter = ExternalSorter(R.SORT_KEYS, workdir, "records",
-                                            max_rows=options.spill_rows)
+                                            max_rows=options.spill_rows,
+                                            max_bytes=options.spill_bytes)
         self.interval_sorter = ExternalSorter(R.INTERVAL_KEYS, workdir, "intervals",
-                                              max_rows=options.spill_rows)
+                                              max_rows=options.spill_rows,
+                                              max_bytes=options.spill_bytes)
 
     @property
     def report_end(self) -> int:
