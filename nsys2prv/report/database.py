@@ -136,7 +136,10 @@ class Database:
         Rowid ranges keep memory bounded and read the table sequentially, which is what
         SQLite does fastest; the chunks come in rowid order, so output stays deterministic.
         """
-        lo, hi = self.rows(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
+        # two statements: SQLite answers a lone min() or max() of the rowid from the b-tree
+        # ends, but scans the whole table for both in one statement
+        lo = self.scalar(f'SELECT min(rowid) FROM "{table}"')
+        hi = self.scalar(f'SELECT max(rowid) FROM "{table}"')
         if lo is None:
             return
         extra = f" AND ({where})" if where else ""
