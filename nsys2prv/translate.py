@@ -21,6 +21,7 @@ from .errors import InputError, OutputError, UsageError
 from .paraver.kinds import TRANSLATORS as KINDS
 from .paraver.output import trace_paths
 from .pipeline.budget import plan as budget_plan
+from .pipeline.budget import worker_environment
 from .pipeline.merge import MergeOptions, MergeResult, merge
 from .pipeline.prepare import PrepareOptions, prepare
 from .report.export import export_report, is_report
@@ -186,8 +187,8 @@ def _run_prepare(jobs_args: list[tuple], jobs: int, dask: Any,
         return
     if jobs > 1 and total > 1:
         # spawn, not fork: forking a process whose polars thread pool runs can deadlock it
-        with ProcessPoolExecutor(max_workers=jobs,
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+        with worker_environment(), ProcessPoolExecutor(
+                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             for _ in pool.map(_prepare_one, jobs_args):
                 tick()
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 
 import pytest
 
@@ -78,3 +79,14 @@ def test_eight_reports_run_at_most_four_at_once(tmp_path, monkeypatch):
     seen.clear()
     nsys2prv.translate(paths, tmp_path / "big.prv", jobs=8, memory=8 << 30)
     assert seen[0][0] == 8
+
+
+def test_worker_environment_sets_allocator_only_for_workers(monkeypatch):
+    monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
+    with budget.worker_environment():
+        assert os.environ["_RJEM_MALLOC_CONF"] == budget.WORKER_MALLOC_CONF
+    assert "_RJEM_MALLOC_CONF" not in os.environ
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")  # the user's choice wins
+    with budget.worker_environment():
+        assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"

@@ -9,7 +9,10 @@ from its share, and no more processes start than the budget can hold.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 DEFAULT_MEMORY = 2 << 30
@@ -79,3 +82,26 @@ def memory_size(text: str) -> int:
     if size < 256 << 20:
         raise argparse.ArgumentTypeError(f"{text}: at least 256M is needed")
     return size
+
+
+# polars allocates through jemalloc, which keeps freed pages for 10 s by default: with
+# chunk-sized buffers coming and going, every process then holds hundreds of MB it no longer
+# uses. Worker processes, which run several at once, give them back within 0.2 s (jemalloc's
+# background thread does it). The main process keeps the default: one process, and the
+# prompt return costs system time.
+WORKER_MALLOC_CONF = "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"
+_MALLOC_VAR = "_RJEM_MALLOC_CONF"
+
+
+@contextmanager
+def worker_environment() -> Iterator[None]:
+    """Environment for starting worker processes (they read it when polars loads); a value
+    the user set wins."""
+    if _MALLOC_VAR in os.environ:
+        yield
+        return
+    os.environ[_MALLOC_VAR] = WORKER_MALLOC_CONF
+    try:
+        yield
+    finally:
+        os.environ.pop(_MALLOC_VAR, None)

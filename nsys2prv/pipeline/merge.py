@@ -35,7 +35,7 @@ from ..paraver.output import TraceWriter, output_error, write_series_lines
 from ..paraver.sorting import merge_block_rows, merge_sorted, read_run
 from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
-from .budget import Budget
+from .budget import Budget, worker_environment
 from .budget import plan as budget_plan
 from .prepare import META_FILE
 
@@ -463,7 +463,8 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
     tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
     try:
         ctx = multiprocessing.get_context("spawn")  # forking a polars process can deadlock
-        with ProcessPoolExecutor(max_workers=len(windows), mp_context=ctx) as pool:
+        with worker_environment(), ProcessPoolExecutor(max_workers=len(windows),
+                                                       mp_context=ctx) as pool:
             futures = [pool.submit(merge_window, partials, options, w, len(windows),
                                    str(tmp / f"window-{i:04d}.txt"))
                        for i, w in enumerate(windows)]
