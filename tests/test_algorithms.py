@@ -118,3 +118,39 @@ def test_overlapping_kernels_use_lanes(tmp_path):
     # same bytes without the tiny chunks
     nsys2prv.translate(db, tmp_path / "p.prv")
     assert (tmp_path / "o.prv").read_bytes() == (tmp_path / "p.prv").read_bytes()
+
+
+calls = st.lists(st.tuples(st.sampled_from([7, 9, None]), st.one_of(st.none(),
+                                                                   st.integers(-5, 30))),
+                 min_size=0, max_size=60)
+
+
+@given(calls, calls)
+@settings(max_examples=150, deadline=None)
+def test_correlation_index_matches_a_brute_force_lookup(api, activities):
+    """First call per (pid, correlation) wins; rows without pid or id never match."""
+    from nsys2prv.paraver.kinds.cuda_api import CorrelationIndex
+    parts = [pl.DataFrame({"pid": [p for p, _ in api], "correlation": [k for _, k in api],
+                           "api_row": list(range(len(api))),
+                           "api_start": [10 * i for i in range(len(api))]},
+                          schema={"pid": pl.Int64, "correlation": pl.Int64,
+                                  "api_row": pl.Int32, "api_start": pl.Int64})]
+    index = CorrelationIndex(parts)
+    first: dict[tuple, int] = {}
+    for i, (p, k) in enumerate(api):
+        if p is not None and k is not None:
+            first.setdefault((p, k), i)
+    assert index.height == len(first)
+    assert index.duplicates == sum(p is not None and k is not None for p, k in api) - len(first)
+    df = pl.DataFrame({"pid": [p for p, _ in activities],
+                       "correlation": [k for _, k in activities],
+                       "me": list(range(len(activities)))},
+                      schema={"pid": pl.Int64, "correlation": pl.Int64, "me": pl.Int64})
+    want = [first.get((p, k)) for p, k in activities]
+    left = index.join(df, how="left")
+    assert left["me"].to_list() == list(range(len(activities)))
+    assert left["api_row"].to_list() == want
+    assert left["api_start"].to_list() == [None if w is None else 10 * w for w in want]
+    inner = index.join(df, how="inner")
+    assert inner["me"].to_list() == [i for i, w in enumerate(want) if w is not None]
+    assert inner["api_row"].to_list() == [w for w in want if w is not None]

@@ -18,7 +18,7 @@ def translate(report: Report, ctx: Context) -> None:
     c = pl.col
     for chunk in source.read(report, ctx.chunk_rows):
         df = fix_times(chunk, ctx, "CUDA synchronization records")
-        joined = df.join(index, on=["pid", "correlation"], how="inner")
+        joined = index.join(df, how="inner")
         if df.height > joined.height:
             ctx.count("CUDA synchronization records without a CUDA call",
                       df.height - joined.height)

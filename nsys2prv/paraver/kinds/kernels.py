@@ -64,12 +64,12 @@ def translate(report: Report, ctx: Context) -> None:
                  .otherwise(pl.lit(reg.TAG_KERNEL_LAUNCH)))
 
 
-def launched(df: pl.DataFrame, ctx: Context, index: pl.DataFrame, what: str, src: int,
-             size: pl.Expr, tag: pl.Expr | int) -> None:
+def launched(df: pl.DataFrame, ctx: Context, index: cuda_api.CorrelationIndex, what: str,
+             src: int, size: pl.Expr, tag: pl.Expr | int) -> None:
     """Arrows from the CUDA call (matched on pid + correlation id) to each GPU activity."""
     if index.height == 0 or df.height == 0:
         return
-    joined = df.join(index, on=["pid", "correlation"], how="inner")
+    joined = index.join(df, how="inner")
     if df.height > joined.height:
         ctx.count(f"{what} without a matching CUDA call", df.height - joined.height)
     arrows(joined, ctx, "api_start", "api_row", "start", "row", size, tag, src)

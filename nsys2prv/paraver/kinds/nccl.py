@@ -168,7 +168,7 @@ def _launches(report: Report, ctx: Context, kernels: pl.DataFrame) -> pl.DataFra
                                           ctx.rows.cpu_rows(chunk).alias("api_row"),
                                           pl.col("start").alias("api_start")))
         index = cuda_api.correlation_index(parts)
-    return kernels.join(index, on=["pid", "correlation"], how="left", maintain_order="left")
+    return index.join(kernels, how="left")
 
 
 def group_keys(calls: pl.DataFrame) -> pl.DataFrame:
