@@ -175,8 +175,9 @@ def _summary(result, seconds: float) -> None:
                   f"{d['offset_ns'] / 1e6:.6f} ms, sync correction "
                   f"{d['sync_correction_ns'] / 1e3:.3f} us", file=err)
         if al.residual_ns is not None:
-            print(f"nsys2prv: residual skew at the sync point {al.residual_ns / 1e3:.3f} us",
-                  file=err)
+            print(f"nsys2prv: spread at the sync point after alignment "
+                  f"{al.residual_ns / 1e3:.3f} us (an upper bound of the residual skew; ranks "
+                  "on one host share a clock, so there it is their own spread)", file=err)
         if al.check_point is not None:
             print(f"nsys2prv: spread of {al.check_point} after alignment "
                   f"{al.check_spread_ns / 1e3:.3f} us (independent check)", file=err)

@@ -522,7 +522,8 @@ def alignment_comments(alignment: Alignment, n_reports: int) -> list[str]:
     if alignment.epoch_of_zero is not None:
         out.append(f"time 0 = UTC epoch {alignment.epoch_of_zero} ns")
     if alignment.residual_ns is not None:
-        out.append(f"residual skew at the sync point: {alignment.residual_ns} ns")
+        out.append(f"spread at the sync point after alignment (bounds the residual skew): "
+                   f"{alignment.residual_ns} ns")
     if alignment.check_point is not None:
         out.append(f"spread of {alignment.check_point} after alignment: "
                    f"{alignment.check_spread_ns} ns")
