@@ -38,7 +38,7 @@ def translate(report: Report, ctx: Context) -> None:
         parts.append(df.filter(pl.col("correlation").is_not_null()).select(
             "pid", "correlation", pl.col("row").alias("api_row"),
             pl.col("start").alias("api_start")))
-    index = correlation_index(parts)
+    index = CorrelationIndex(parts)
     if index.duplicates:
         ctx.warn("CUDA API calls: duplicate correlation ids (the first call is used)",
                  index.duplicates)
@@ -89,10 +89,9 @@ class CorrelationIndex:
         self._row = unique["api_row"].cast(pl.Int32).to_numpy()
         self._start = unique["api_start"].cast(pl.Int64).to_numpy()
         pids = unique["pid"].to_numpy()
-        bounds = np.flatnonzero(np.diff(pids)) + 1 if pids.size else np.zeros(0, np.int64)
-        starts = np.concatenate(([0], bounds)) if pids.size else bounds
-        ends = np.concatenate((bounds, [pids.size])) if pids.size else bounds
-        self._pids = {int(pids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
+        keys, first = np.unique(pids, return_index=True)  # pids are sorted: one range each
+        last = np.append(first[1:], pids.size)
+        self._pids = {int(p): (int(a), int(b)) for p, a, b in zip(keys, first, last)}
 
     @property
     def height(self) -> int:
@@ -101,9 +100,8 @@ class CorrelationIndex:
     def join(self, df: pl.DataFrame, how: str = "inner") -> pl.DataFrame:
         """`df` (with pid, correlation) plus api_row and api_start: only the rows with a
         call (`inner`), or every row in order with nulls where none matches (`left`)."""
-        n = df.height
-        pos = np.full(n, -1, dtype=np.int64)
-        if n and self.height:
+        pos = np.full(df.height, -1, dtype=np.int64)  # index position of each row's call
+        if df.height and self.height:
             pid_col, corr_col = df["pid"], df["correlation"]
             valid = (pid_col.is_not_null() & corr_col.is_not_null()).to_numpy()
             pid = pid_col.fill_null(0).cast(pl.Int64).to_numpy()
@@ -116,22 +114,18 @@ class CorrelationIndex:
                 at = np.minimum(np.searchsorted(keys, corr[sel]), hi - lo - 1)
                 hit = keys[at] == corr[sel]
                 pos[sel[hit]] = lo + at[hit]
-        found = pos >= 0
-        safe = np.where(found, pos, 0)
-        row = pl.Series("api_row", self._row[safe] if self.height else np.zeros(n, np.int32))
-        start = pl.Series("api_start",
-                          self._start[safe] if self.height else np.zeros(n, np.int64))
         if how == "inner":
-            mask = pl.Series(found)
-            return df.filter(mask).with_columns(row.filter(mask), start.filter(mask))
-        missing = pl.Series(~found)
-        return df.with_columns(pl.when(missing).then(None).otherwise(row).alias("api_row"),
-                               pl.when(missing).then(None).otherwise(start).alias("api_start"))
-
-
-def correlation_index(parts: list[pl.DataFrame]) -> CorrelationIndex:
-    """The index of the calls in `parts` (frames of pid, correlation, api_row, api_start)."""
-    return CorrelationIndex(parts)
+            take = np.flatnonzero(pos >= 0)
+            return df[take].with_columns(
+                pl.Series("api_row", self._row[pos[take]], pl.Int32),
+                pl.Series("api_start", self._start[pos[take]], pl.Int64))
+        found = pl.Series(pos >= 0)
+        at = np.maximum(pos, 0)
+        row = self._row[at] if self.height else np.zeros(df.height, np.int32)
+        start = self._start[at] if self.height else np.zeros(df.height, np.int64)
+        return df.with_columns(
+            pl.when(found).then(pl.Series(row, dtype=pl.Int32)).alias("api_row"),
+            pl.when(found).then(pl.Series(start, dtype=pl.Int64)).alias("api_start"))
 
 
 def index(ctx: Context) -> CorrelationIndex:

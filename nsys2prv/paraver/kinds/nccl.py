@@ -167,7 +167,7 @@ def _launches(report: Report, ctx: Context, kernels: pl.DataFrame) -> pl.DataFra
                 parts.append(chunk.select("pid", "correlation",
                                           ctx.rows.cpu_rows(chunk).alias("api_row"),
                                           pl.col("start").alias("api_start")))
-        index = cuda_api.correlation_index(parts)
+        index = cuda_api.CorrelationIndex(parts)
     return index.join(kernels, how="left")
 
 
