@@ -206,6 +206,7 @@ def test_nsys_rep_too_new(tmp_path, fake_nsys, capsys):
     rep.write_text("NEWER report")
     code, _, err = run([rep, tmp_path / "t.prv"], capsys)
     assert code == 1 and "newer Nsight Systems" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "new.nsys-rep", "nsys.log"]
 
 
 def test_nsys_rep_without_nsys(tmp_path, monkeypatch, capsys):

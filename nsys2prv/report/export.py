@@ -8,6 +8,7 @@ always called with an argument list (never through a shell).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -86,6 +87,8 @@ def export_report(report: str | os.PathLike[str], cache_root: str | os.PathLike[
         raise NsysError(f"{report}: cannot run {nsys} ({e.strerror})") from None
     if proc.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # leave no empty cache behind a failed export
+            cache.rmdir()
         raise NsysError(_explain_failure(report, version, proc.stdout + proc.stderr))
     os.replace(tmp, target)
     stamp_file.write_text(json.dumps(stamp))
