@@ -42,10 +42,17 @@ import numpy as np
 import pyarrow as pa
 
 try:
-    from nsys2prv.testing.synth import _column_type, _columns
+    import nsys2prv  # noqa: F401
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from nsys2prv.testing.synth import _column_type, _columns
+from nsys2prv.testing import synth
+from nsys2prv.testing.synth import (
+    NVTX_EVENT_TYPES,
+    SYNC_TYPES,
+    _column_type,
+    _columns,
+    global_tid,
+)
 
 # Activity mix of the presets (fractions of the total row count).
 MIX = {"kernels": 0.44, "memcpy": 0.02, "memset": 0.01, "api": 0.50, "nvtx": 0.03}
@@ -160,29 +167,11 @@ MEMCPY_OPER = [("UNKNOWN", "Unknown"), ("HTOD", "Host-to-Device"), ("DTOH", "Dev
 MEM_KIND = [("PAGEABLE", "Pageable"), ("PINNED", "Pinned"), ("DEVICE", "Device"),
             ("ARRAY", "Array"), ("MANAGED", "Managed"), ("DEVICE_STATIC", "Device Static"),
             ("MANAGED_STATIC", "Managed Static"), ("UNKNOWN", "Unknown")]
-SYNC_TYPES = ["UNKNOWN", "EVENT_SYNCHRONIZE", "STREAM_WAIT_EVENT", "STREAM_SYNCHRONIZE",
-              "CONTEXT_SYNCHRONIZE"]
-NSYS_EVENT_TYPES = {"NvtxCategory": 33, "NvtxMark": 34, "NvtxThread": 39,
-                    "NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 
 
-class Strings:
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        for s in ("QnxKernelTrace", "GpuMetrics"):
-            self.id(s)
-
-    def id(self, s: str) -> int:
-        if s not in self.ids:
-            self.ids[s] = len(self.ids)
-        return self.ids[s]
-
+class Strings(synth.Strings):
     def ids_of(self, names) -> np.ndarray:
-        return np.array([self.id(n) for n in names], dtype=np.int64)
-
-
-def global_tid(pid, tid, vm: int = 1):
-    return (vm << 48) | (pid << 24) | tid
+        return np.array(super().ids_of(names), dtype=np.int64)
 
 
 def zipf_weights(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
@@ -448,7 +437,7 @@ def generate(path: Path, *, kernels: int, api: int, memcpy: int, memset: int, nv
                                  for k, v in env.items()]
            + [{"name": "CAPTURE_START_TIME_UTC", "value": "2026-01-01T00:00:00Z"}])
     w.rows("ENUM_NSYS_EVENT_TYPE", [{"id": i, "name": n, "label": n}
-                                    for n, i in NSYS_EVENT_TYPES.items()])
+                                    for n, i in NVTX_EVENT_TYPES.items()])
     w.rows("ENUM_CUDA_MEMCPY_OPER", [{"id": i, "name": "CUDA_MEMCPY_KIND_" + n, "label": lbl}
                                      for i, (n, lbl) in enumerate(MEMCPY_OPER)])
     w.rows("ENUM_CUDA_MEM_KIND", [{"id": i, "name": "CUDA_MEMOPR_MEMORY_KIND_" + n, "label": lbl}

@@ -103,6 +103,8 @@ _MEMCPY_OPER = ["UNKNOWN", "HTOD", "DTOH", "HTOA", "ATOH", "ATOA", "ATOD", "DTOA
                 "HTOH", "PTOP"]
 _MEM_KIND = ["PAGEABLE", "PINNED", "DEVICE", "ARRAY", "MANAGED", "DEVICE_STATIC",
              "MANAGED_STATIC", "UNKNOWN"]
+SYNC_TYPES = ["UNKNOWN", "EVENT_SYNCHRONIZE", "STREAM_WAIT_EVENT", "STREAM_SYNCHRONIZE",
+              "CONTEXT_SYNCHRONIZE"]
 
 
 def global_tid(pid: int, tid: int, vm: int = 1) -> int:
@@ -231,7 +233,7 @@ class Spec:
     osrt: list[Osrt] = field(default_factory=list)
 
 
-class _Strings:
+class Strings:
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         # nsys' first strings; a name at id 0 must not become Paraver value 0.
@@ -242,6 +244,9 @@ class _Strings:
         if s not in self.ids:
             self.ids[s] = len(self.ids)
         return self.ids[s]
+
+    def ids_of(self, names: Iterable[str]) -> list[int]:
+        return [self.id(n) for n in names]
 
 
 def _insert(con: sqlite3.Connection, table: str, cols: list[str], rows: Iterable[dict]) -> None:
@@ -263,7 +268,7 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
         defs = ", ".join(
             f'"{c}" {_column_type(table, c)}' for c in names)
         con.execute(f'CREATE TABLE "{table}" ({defs})')
-    s = _Strings()
+    s = Strings()
     registered_nvtx = layout == "3.17.1"
     legacy = layout == "legacy"
 
@@ -291,9 +296,7 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
                 [{"id": i, "name": "CUDA_MEMOPR_MEMORY_KIND_" + n, "label": n.title()}
                  for i, n in enumerate(_MEM_KIND)])
         _insert(con, "ENUM_CUPTI_SYNC_TYPE", ["id", "name", "label"],
-                [{"id": i, "name": n, "label": n} for i, n in
-                 enumerate(["UNKNOWN", "EVENT_SYNCHRONIZE", "STREAM_WAIT_EVENT",
-                            "STREAM_SYNCHRONIZE", "CONTEXT_SYNCHRONIZE"])])
+                [{"id": i, "name": n, "label": n} for i, n in enumerate(SYNC_TYPES)])
         if spec.session_start_ns is not None:
             _insert(con, "TARGET_INFO_SESSION_START_TIME",
                     ["utcEpochNs", "utcTime", "localTime"],
@@ -416,7 +419,7 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
     return path
 
 
-def _nvtx_row(s: _Strings, registered: bool, start: int, end: int | None, kind: str, pid: int,
+def _nvtx_row(s: Strings, registered: bool, start: int, end: int | None, kind: str, pid: int,
               tid: int, text: str | None, domain: int) -> dict:
     row = {"start": start, "end": end, "eventType": NVTX_EVENT_TYPES[kind],
            "globalTid": global_tid(pid, tid), "domainId": domain, "category": 0}
