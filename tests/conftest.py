@@ -18,6 +18,25 @@ def corpus_files(*subdirs: str) -> list[Path]:
     return out
 
 
+def corpus_cases(files: list[Path]) -> dict:
+    """Fixture params: one case per corpus file, or a single case that skips when there is
+    none (so the skip and its reason show in the report)."""
+    return {"params": files or [None],
+            "ids": [f"{p.parent.name}/{p.name}" for p in files] or ["no-corpus"]}
+
+
+def translate_case(request, tmp_path_factory, missing: str) -> tuple[Path, object, Path]:
+    """Translate the corpus file of a `corpus_cases` fixture: (database, result, .prv);
+    skips with `missing` when there is no such file."""
+    if request.param is None:
+        pytest.skip(missing)
+    import nsys2prv
+
+    db: Path = request.param
+    out = tmp_path_factory.mktemp("corpus") / (db.name.split(".")[0] + ".prv")
+    return db, nsys2prv.translate(db, out), out
+
+
 def need_corpus() -> None:
     if not CORPUS.is_dir():
         pytest.skip(f"real-export corpus not found at {CORPUS} (set NSYS2PRV_CORPUS)")

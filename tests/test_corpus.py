@@ -9,32 +9,21 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
+from conftest import corpus_cases, corpus_files, translate_case
+from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate
 
-import nsys2prv
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.check import check_trace
-
-from conftest import corpus_files
-from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate
 
 FILES = corpus_files()
 
 
-def _ids(paths):
-    return [f"{p.parent.name}/{p.name}" for p in paths]
-
-
-@pytest.fixture(scope="module", params=FILES or [None], ids=_ids(FILES) or ["no-corpus"])
+@pytest.fixture(scope="module", **corpus_cases(FILES))
 def translated(request, tmp_path_factory):
-    if request.param is None:
-        pytest.skip("real-export corpus (../shared/corpus) not present")
-    db: Path = request.param
-    out = tmp_path_factory.mktemp("corpus") / (db.name.split(".")[0] + ".prv")
-    result = nsys2prv.translate(db, out)
-    return db, result, out
+    return translate_case(request, tmp_path_factory,
+                          "real-export corpus (../shared/corpus) not present")
 
 
 def _count(db, table, where="1"):

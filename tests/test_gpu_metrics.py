@@ -16,15 +16,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, corpus_cases, corpus_files, translate_case
+from prvtools import read_prv, sql, tables, validate
 
 import nsys2prv
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.registry import gpu_metrics as greg
 from nsys2prv.testing import synth_metrics as sm
 from nsys2prv.testing.synth import write_export
-
-from conftest import CORPUS, corpus_files
-from prvtools import read_prv, sql, tables, validate
 
 SM_ACTIVE = greg.SAMPLES.type_of(greg.KNOWN_METRICS["SM Active"])
 TENSOR = greg.SAMPLES.type_of(greg.KNOWN_METRICS["Tensor Active"])
@@ -127,15 +126,11 @@ def _metrics_form(db: Path) -> str | None:
 FILES = [p for p in corpus_files() if _metrics_form(p)]
 
 
-@pytest.fixture(scope="module", params=FILES or [None],
-                ids=[f"{p.parent.name}/{p.name}" for p in FILES] or ["no-corpus"])
+@pytest.fixture(scope="module", **corpus_cases(FILES))
 def real(request, tmp_path_factory):
-    if request.param is None:
-        pytest.skip(f"no real export with GPU metrics (corpus at {CORPUS} absent or without "
-                    "GPU_METRICS / GENERIC_EVENTS GpuMetrics)")
-    db: Path = request.param
-    out = tmp_path_factory.mktemp("gpu-metrics") / (db.name.split(".")[0] + ".prv")
-    result = nsys2prv.translate(db, out)
+    db, result, out = translate_case(
+        request, tmp_path_factory, f"no real export with GPU metrics (corpus at {CORPUS} "
+        "absent or without GPU_METRICS / GENERIC_EVENTS GpuMetrics)")
     validate(out)
     return db, _metrics_form(db), result, read_prv(out)
 

@@ -7,6 +7,8 @@ from collections import defaultdict
 
 import polars as pl
 import pytest
+from conftest import CORPUS, corpus_cases, corpus_files, translate_case
+from prvtools import read_prv, sql, tables, validate
 
 import nsys2prv
 from nsys2prv.paraver.kinds import nccl as kind
@@ -15,9 +17,6 @@ from nsys2prv.paraver.registry.cuda import NCCL_KERNEL
 from nsys2prv.report.report import Report
 from nsys2prv.sources import nccl as source
 from nsys2prv.testing import synth_gpu as sg
-
-from conftest import CORPUS, corpus_files
-from prvtools import read_prv, sql, tables, validate
 
 MASK = (1 << 63) - 1
 PAYLOAD_TYPES = {nreg.NCCL_COLLECTIVE, nreg.NCCL_MESSAGE_SIZE, nreg.NCCL_DATATYPE,
@@ -236,14 +235,10 @@ def test_corpus_has_nccl_files():
             "alcf_seqpar_rank0.nsys2023.4.sqlite"} <= names
 
 
-@pytest.fixture(scope="module", params=NCCL_FILES or [None],
-                ids=[p.name for p in NCCL_FILES] or ["no-corpus"])
+@pytest.fixture(scope="module", **corpus_cases(NCCL_FILES))
 def real(request, tmp_path_factory):
-    if request.param is None:
-        pytest.skip(f"real-export corpus not found at {CORPUS} (no NCCL files)")
-    db = request.param
-    out = tmp_path_factory.mktemp("nccl-corpus") / "t.prv"
-    result = nsys2prv.translate(db, out)
+    db, result, out = translate_case(request, tmp_path_factory,
+                                     f"real-export corpus not found at {CORPUS} (no NCCL files)")
     validate(out)
     return db, result, read_prv(out)
 

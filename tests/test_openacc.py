@@ -7,15 +7,14 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, corpus_cases, corpus_files, translate_case
+from prvtools import read_prv, sql, tables, validate
 
 import nsys2prv
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.registry import openacc as acc
 from nsys2prv.testing import synth_metrics as sm
 from nsys2prv.testing.synth import write_export
-
-from conftest import CORPUS, corpus_files
-from prvtools import read_prv, sql, tables, validate
 
 ACC_TABLES = ("CUPTI_ACTIVITY_KIND_OPENACC_DATA", "CUPTI_ACTIVITY_KIND_OPENACC_LAUNCH",
               "CUPTI_ACTIVITY_KIND_OPENACC_OTHER")
@@ -35,15 +34,11 @@ def _has_openacc(db: Path) -> bool:
 FILES = [p for p in corpus_files() if _has_openacc(p)]
 
 
-@pytest.fixture(scope="module", params=FILES or [None],
-                ids=[f"{p.parent.name}/{p.name}" for p in FILES] or ["no-corpus"])
+@pytest.fixture(scope="module", **corpus_cases(FILES))
 def real(request, tmp_path_factory):
-    if request.param is None:
-        pytest.skip(f"no real export with OpenACC records (corpus at {CORPUS} absent or "
-                    "without CUPTI_ACTIVITY_KIND_OPENACC_* rows)")
-    db: Path = request.param
-    out = tmp_path_factory.mktemp("openacc") / (db.name.split(".")[0] + ".prv")
-    result = nsys2prv.translate(db, out)
+    db, result, out = translate_case(
+        request, tmp_path_factory, f"no real export with OpenACC records (corpus at {CORPUS} "
+        "absent or without CUPTI_ACTIVITY_KIND_OPENACC_* rows)")
     validate(out)
     return db, result, read_prv(out)
 
