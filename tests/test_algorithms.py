@@ -1,4 +1,5 @@
-"""Building blocks checked against brute force: lanes, out-of-core sorting, tiling with lanes."""
+"""Building blocks checked against brute force: lanes, the engine (runs, merge, formatting,
+tiling) and tiling with lanes end to end."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 import nsys2prv
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.kinds.nvtx import assign_lanes
-from nsys2prv.paraver.sorting import ExternalSorter, merge_sorted
+from nsys2prv import engine
 from nsys2prv.testing.synth import ApiCall, Kernel, Spec, write_export
 
 from prvtools import read_prv, validate
@@ -46,32 +47,163 @@ def test_assign_lanes_is_first_fit(items):
     assert lanes.tolist() == _first_fit(row, start, end)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 4)), max_size=300),
-       st.integers(1, 60), st.integers(1, 20), st.integers(1, 2))
-def test_external_sorter_matches_sort(tmp_path_factory, rows, max_rows, block_rows, cut_keys):
+NUL = engine.NUL
+BIG = 1 << 62
+
+record = st.tuples(
+    st.integers(0, 30),                       # time
+    st.integers(0, 3),                        # row
+    st.sampled_from([1, 2, 2, 2, 3]),         # kind
+    st.integers(0, 3),                        # phase
+    st.sampled_from([0, -5, -40, 7, -BIG]),   # sub
+    st.integers(0, 111),                      # src
+    st.integers(-1, 3),                       # ord
+    st.lists(st.one_of(st.none(), st.integers(-BIG, BIG), st.integers(-3, 50)),
+             min_size=6, max_size=6),         # a..f
+    st.one_of(st.none(), st.sampled_from(["", ":7:1", ":63000005:123456789:9:0"])))
+
+
+def _frame(recs):
+    cols = list(zip(*recs)) if recs else [[]] * 9
+    vals = list(zip(*cols[7])) if recs else [[]] * 6
+    return pl.DataFrame({
+        "time": cols[0], "row": cols[1], "kind": cols[2], "phase": cols[3], "sub": cols[4],
+        "src": cols[5], "ord": cols[6], **{k: list(v) for k, v in zip("abcdef", vals)},
+        "text": cols[8]}, schema={
+        "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,
+        "src": pl.Int8, "ord": pl.Int64, **{k: pl.Int64 for k in "abcdef"}, "text": pl.Utf8})
+
+
+def _identity_map(shift=0, n_rows=4):
+    """Row r -> order 10r, cpu r+1, task 1, thread r+1; the 'no row' slot is all zeros."""
+    rows = np.arange(n_rows + 1, dtype=np.int64)
+    one = (rows < n_rows).astype(np.int64)
+    empty = np.zeros(0, np.int64)
+    return (shift, rows * 10 * one, (rows + 1) * one, one, (rows + 1) * one,
+            empty, empty, empty, empty, empty, empty, empty, empty)
+
+
+def _reference(recs, shift=0):
+    """The .prv text of `recs` as the merge defines it, written the slow and obvious way."""
+    def key(i):
+        t, row, kind, phase, sub, src, ord_ = recs[i][:7]
+        return (t + shift, row * 10, kind, phase, sub, src, 0, ord_, i)
+    lines, prev = [], None
+    for i in sorted(range(len(recs)), key=key):
+        t, row, kind, phase, sub, src, ord_, f, text = recs[i]
+        a, b, c, d, e, ff = f
+        if a is None or b is None:
+            continue
+        t += shift
+        if kind != 2:
+            a += shift
+        if kind == 3:
+            c = None if c is None else c + shift
+            d = None if d is None else d + shift
+        tail = f":{a}"
+        if kind == 3:
+            r = b if 0 <= b < 4 else None
+            tail += f":{r + 1}:1:1:{r + 1}" if r is not None else ":0:1:0:0"
+        else:
+            tail += f":{b}"
+        if c is not None and d is not None:
+            tail += f":{c}:{d}"
+        if kind == 3 and e is not None and ff is not None:
+            tail += f":{e}:{ff}"
+        if kind == 2 and text:
+            tail += text
+        if kind == 2 and prev == (2, t, row):
+            lines[-1] += tail
+        else:
+            lines.append(f"{kind}:{row + 1}:1:1:{row + 1}:{t}" + tail)
+        prev = (kind, t, row)
+    return "".join(line + "\n" for line in lines)
+
+
+def _merge_text(runs, lo=-BIG, hi=BIG, shift=0):
+    merger = engine.Merger([(r.path, 0, 0, -1) for r in runs], [_identity_map(shift)], [], lo, hi)
+    out = b""
+    while (block := merger.next(64)) is not None:
+        out += block
+    return out.decode()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(record, max_size=120), st.integers(1, 40), st.sampled_from([1, 3, 8192]),
+       st.integers(-20, 20))
+def test_engine_runs_and_merge_match_a_plain_sort(tmp_path_factory, recs, chunk, block,
+                                                  shift):
+    """Tiny buffers (many runs), tiny blocks, nulls, huge values, negative sub and ord, text:
+    the merged text equals sorting everything at once, and windows concatenate to it."""
     d = tmp_path_factory.mktemp("runs")
-    df = pl.DataFrame({"a": [r[0] for r in rows], "b": [r[1] for r in rows],
-                       "i": list(range(len(rows)))}, schema={"a": pl.Int64, "b": pl.Int64,
-                                                             "i": pl.Int64})
-    sorter = ExternalSorter(["a", "b"], d, "t", max_rows=max_rows, block_rows=block_rows)
-    for off in range(0, df.height, 7):
-        sorter.add(df.slice(off, 7))
-    got = list(sorter.sorted_blocks(cut_keys=cut_keys))
-    out = pl.concat(got) if got else df.head(0)
-    assert out.equals(df.sort(["a", "b"], maintain_order=True))
+    store = engine.Records(d / "r", 4096, block)
+    df = _frame(recs)
+    for off in range(0, df.height, chunk):
+        store.add(df.slice(off, chunk))
+    runs = store.finish()
+    assert sum(r.records for r in runs) == len(recs)
+    assert len(runs) >= len(recs) * 96 // 4096 // 2
+    text = _merge_text(runs, shift=shift)
+    assert text == _reference(recs, shift)
+    cut = 12 + shift
+    assert _merge_text(runs, hi=cut, shift=shift) + _merge_text(runs, lo=cut, shift=shift) == text
 
 
-def test_merge_sorted_interleaves_many_sources():
-    rng = np.random.default_rng(1)
-    sources, frames = [], []
-    for k in range(5):
-        t = np.sort(rng.integers(0, 100, 200))
-        f = pl.DataFrame({"time": t, "src": np.full(200, k)})
-        frames.append(f)
-        sources.append([f.slice(o, 13) for o in range(0, 200, 13)])
-    merged = pl.concat(list(merge_sorted(sources, ["time", "src"])))
-    assert merged.equals(pl.concat(frames).sort(["time", "src"], maintain_order=True))
+def _tile_reference(items, first, gpu):
+    """States (row, time, end, state) of intervals (row, start, end, state): per row in
+    (start, add order); GPU rows send overlapping activities to first-fit lanes."""
+    out, moved = [], []
+    for row in sorted({i[0] for i in items}):
+        ivs = sorted((i for i in items if i[0] == row), key=lambda i: (i[1], i[4]))
+        lanes, cmax, kept = [], None, []
+        for it in ivs:
+            if row in gpu:
+                if cmax is None or it[1] >= cmax:
+                    lanes = []
+                cmax = it[2] if cmax is None or it[1] >= cmax else max(cmax, it[2])
+                lane = next((k for k, e in enumerate(lanes) if e <= it[1]), len(lanes))
+                if lane == len(lanes):
+                    lanes.append(0)
+                lanes[lane] = it[2]
+                if lane:
+                    moved.append((it, lane))
+                    continue
+            kept.append(it)
+        cm = None
+        for r, s, e, state, _ in kept:
+            prev = cm if cm is not None else first[row]
+            eff = max(s, prev)
+            if eff < e:
+                out.append((row, eff, e, state))
+            if prev < s:
+                out.append((row, prev, s, 9 if row not in gpu else 8))
+            cm = e if cm is None else max(cm, e)
+    return sorted(out), moved
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 100), st.integers(0, 40),
+                          st.integers(1, 5)), max_size=80), st.sampled_from([4096, 1 << 20]))
+def test_engine_tiling_matches_brute_force(tmp_path_factory, items, budget):
+    d = tmp_path_factory.mktemp("tile")
+    items = [(r, s, s + dur, st_, i) for i, (r, s, dur, st_) in enumerate(items)]
+    gpu = {2, 3}
+    first = np.array([min([i[1] for i in items if i[0] == r], default=0) for r in range(4)])
+    iv = engine.Intervals(d / "i", budget)
+    iv.add(pl.DataFrame({"row": [i[0] for i in items], "start": [i[1] for i in items],
+                         "end": [i[2] for i in items], "state": [i[3] for i in items],
+                         "src": [3] * len(items), "ord": [i[4] for i in items]},
+                        schema={"row": pl.Int32, "start": pl.Int64, "end": pl.Int64,
+                                "state": pl.Int8, "src": pl.Int8, "ord": pl.Int64}))
+    recs = engine.Records(d / "r", 1 << 20)
+    moved, row_max = iv.tile(recs, first, np.array([9, 9, 8, 8]), np.array([0, 0, 1, 1]))
+    want, want_moved = _tile_reference(items, first, gpu)
+    text = _merge_text(recs.finish())
+    got = sorted((int(f[4]) - 1, int(f[5]), int(f[6]), int(f[7]))
+                 for f in (line.split(":") for line in text.splitlines()))
+    assert got == want
+    assert [(int(m["ord"]), int(m["lane"])) for m in moved] == [(m[0][4], m[1])
+                                                                 for m in want_moved]
 
 
 def _overlap_spec():

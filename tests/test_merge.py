@@ -163,14 +163,15 @@ def test_alcf_two_nodes(tmp_path):
     assert len(set(nccl.values())) == 1  # first NCCL kernels end together once aligned
 
 
-@pytest.mark.parametrize("rows", [1, 2, 7])
-def test_output_does_not_depend_on_the_format_block_size(tmp_path, monkeypatch, rows):
+@pytest.mark.parametrize("nbytes", [1, 2, 70])
+def test_output_does_not_depend_on_the_format_block_size(tmp_path, monkeypatch, nbytes):
     """Records of one row at one time must stay one multi-event line whatever the formatting
-    block size (a cut inside such a group once split them into two lines)."""
+    block size (a cut inside such a group once split them into two lines): blocks of a few
+    bytes end after every time."""
     from nsys2prv.pipeline import merge as merge_mod
     paths = _write_job(tmp_path)
     nsys2prv.translate(paths, tmp_path / "big.prv")
-    monkeypatch.setattr(merge_mod, "FORMAT_ROWS", rows)
+    monkeypatch.setattr(merge_mod, "BLOCK_BYTES", nbytes)
     nsys2prv.translate(paths, tmp_path / "small.prv")
     big = (tmp_path / "big.prv").read_bytes()
     assert big == (tmp_path / "small.prv").read_bytes()

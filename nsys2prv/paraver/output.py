@@ -101,6 +101,14 @@ class TraceWriter:
             raise output_error(self.prv, e) from None
         self.bytes_written += len(data)
 
+    def write_bytes(self, data: bytes) -> None:
+        """Append formatted .prv text (whole lines)."""
+        try:
+            self._fh.write(data)
+        except OSError as e:
+            raise output_error(self.prv, e) from None
+        self.bytes_written += len(data)
+
     def write_lines(self, lines: pl.Series) -> None:
         """Write each element as a line, straight from Arrow memory (no Python strings)."""
         try:

@@ -20,9 +20,10 @@ a..f      state: a=end, b=state
           comm:  a=physical send, b=receiver row, c=logical recv, d=physical recv,
                  e=size, f=tag
 text      event only: further ":type:value" pairs that need no renumbering
-rk, so    packed sort keys: rk = row*64 + kind*8 + phase, so = src * 2^48 + ord (sorting
-          on four integer columns is much faster than on seven)
 ========  =====================================================================================
+
+The engine (`nsys2prv/engine`) keeps a report's records sorted by time; the merge orders the
+records of one time by (row's trace order, kind, phase, sub, src, report, ord).
 """
 
 from __future__ import annotations
@@ -46,9 +47,8 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Int64, "row": pl.Int32, "kind": pl.Int8, "phase": pl.Int8, "sub": pl.Int64,
     "src": pl.Int8,
     "ord": pl.Int64, "a": pl.Int64, "b": pl.Int64, "c": pl.Int64, "d": pl.Int64,
-    "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8, "rk": pl.Int64, "so": pl.Int64,
+    "e": pl.Int64, "f": pl.Int64, "text": pl.Utf8,
 }
-SORT_KEYS = ["time", "rk", "sub", "so"]  # = (time, row, kind, phase, sub, src, ord)
 ORD_LIMIT = 1 << 40  # rowids stay below this (packed with the source and report ids)
 
 INTERVAL_SCHEMA: dict[str, pl.DataType] = {
@@ -59,21 +59,14 @@ INTERVAL_KEYS = ["row", "start", "ord"]
 
 
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Add missing record columns (nulls; `sub` 0), the packed sort keys, and fix dtypes and
-    column order."""
+    """Add missing record columns (nulls; `sub` 0) and fix dtypes and column order."""
     exprs = []
     for name, dtype in RECORD_SCHEMA.items():
-        if name in ("rk", "so"):
-            continue
         if name in df.columns:
             exprs.append(pl.col(name).cast(dtype))
         else:
             exprs.append(pl.lit(0 if name == "sub" else None, dtype).alias(name))
-    c = pl.col
-    return df.select(exprs).with_columns(
-        (c("row").cast(pl.Int64) * 64 + c("kind").cast(pl.Int64) * 8
-         + c("phase").cast(pl.Int64)).alias("rk"),
-        (c("src").cast(pl.Int64) * (1 << 48) + c("ord")).alias("so"))
+    return df.select(exprs)
 
 
 def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl.Expr,

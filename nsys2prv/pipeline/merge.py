@@ -10,19 +10,18 @@ from __future__ import annotations
 import bisect
 import json
 import multiprocessing
-import os
 import shutil
 import tempfile
 import warnings
-from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from .. import engine
 from ..errors import InputError
 from ..model.resources import ResourceModel, build_model
 from ..paraver import pcf as pcf_mod
@@ -31,8 +30,7 @@ from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
-from ..paraver.output import TraceWriter, output_error, write_series_lines
-from ..paraver.sorting import merge_block_rows, merge_sorted, read_run
+from ..paraver.output import TraceWriter, output_error
 from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
 from .budget import Budget, worker_environment
@@ -75,9 +73,7 @@ def load_partial(directory: str | Path) -> dict:
 FAMILY_IDS = {name: i for i, name in enumerate(sorted(reg.VALUE_FAMILIES), start=1)}
 ROW_FAMILY = 0  # values that are local row ids (stream destination)
 VALUE_KEY = 1 << 48  # (family, local value) packed into one integer for renumbering
-FORMAT_ROWS = 131_072  # records formatted at a time
-# threads formatting .prv blocks; one core stays with the merge itself
-FORMAT_THREADS = max(1, min(4, (os.cpu_count() or 2) - 1))
+BLOCK_BYTES = 8 << 20  # .prv text the engine formats at a time
 
 
 def _family_of_types(dynamic_types: set[int]) -> dict[int, int]:
@@ -173,10 +169,9 @@ def _number_keys(r: reg.TypeRange, keys: set[str]) -> dict[str, int]:
 # -- per-report transformation ----------------------------------------------------------------
 
 class ReportView:
-    """Turns one report's partial records into trace-wide records (time, rows, values).
-
-    Row lookups are array gathers and renumbering is one hash replace per block, so this
-    stays cheap next to formatting."""
+    """How one report's partial records become trace-wide ones: its clock shift, where its
+    local rows are in the trace, and the renumbering of its names and per-trace types (the
+    engine applies it to every record)."""
 
     def __init__(self, index: int, meta: dict, model: ResourceModel, shift: int,
                  dictionary: Dictionary) -> None:
@@ -186,94 +181,59 @@ class ReportView:
         n_local = max((r["row"] for r in meta["rows"]), default=-1) + 1
         look = model.lookup(index, n_local)
         self.lookup = pl.DataFrame({"row": np.arange(n_local, dtype=np.int32), **look})
-        # local row -> (order, cpu, task, thread); an extra slot for "no row" (nulls)
-        self._cols = {k: pl.Series(k, np.append(look[k], 0)) for k in ("order", "cpu", "task",
-                                                                       "thread")}
-        self._missing = n_local
+        # local row -> (order, cpu, task, thread); an extra slot for "no row" (zeros)
+        self._cols = {k: np.append(look[k], 0).astype(np.int64)
+                      for k in ("order", "cpu", "task", "thread")}
         self.types = dictionary.type_map(meta)
-        values = dictionary.value_map(meta)
-        self._value_old = (values["fam"].cast(pl.Int64) * VALUE_KEY + values["b"])
-        self._value_new = values["nb"]
+        self._values = dictionary.value_map(meta)
         self._fam_of_type = _family_of_types(set(self.types.values()))
         self.moves = None
         if meta.get("moves"):
-            self.moves = pl.concat(list(read_run(Path(meta["_dir"]) / meta["moves"])))
+            self.moves = pl.read_ipc(Path(meta["_dir"]) / meta["moves"])
 
-    def _gather(self, name: str, rows: pl.Expr) -> pl.Expr:
-        idx = pl.when(rows.is_between(0, self._missing - 1)).then(rows).otherwise(self._missing)
-        return pl.lit(self._cols[name]).gather(idx.cast(pl.Int64))
+    def engine_map(self) -> tuple:
+        """The report's mapping in the engine's form (see engine.Merger)."""
+        def pairs(d: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+            return (np.fromiter(d.keys(), np.int64, len(d)),
+                    np.fromiter(d.values(), np.int64, len(d)))
 
-    def _follow_moves(self, df: pl.DataFrame) -> pl.DataFrame:
-        """Events of an activity moved to an overlap lane, and arrows to it, follow it."""
-        c = pl.col
-        mv = self.moves.rename({"row": "moved"})
-        df = df.join(mv, on=["src", "ord"], how="left", maintain_order="left")
-        arrows = mv.with_columns((c("src") + R.SRC_LAUNCH_OFFSET).cast(pl.Int8))\
-            .rename({"moved": "moved_to"})
-        df = df.join(arrows, on=["src", "ord"], how="left", maintain_order="left")
-        return df.with_columns(
-            pl.when((c("kind") == R.EVENT) & c("moved").is_not_null()).then(c("moved"))
-            .otherwise(c("row")).alias("row"),
-            pl.when((c("kind") == R.COMM) & c("moved_to").is_not_null())
-            .then(c("moved_to").cast(pl.Int64)).otherwise(c("b")).alias("b"),
-        ).drop("moved", "moved_to")
+        v = self._values
+        value_keys = (v["fam"].cast(pl.Int64) * VALUE_KEY + v["b"]).to_numpy()
+        if self.moves is not None and self.moves.height:
+            m = self.moves
+            move_keys = (m["src"].cast(pl.Int64) * (1 << 48) + m["ord"]).to_numpy()
+            move_rows = m["row"].cast(pl.Int64).to_numpy()
+        else:
+            move_keys = move_rows = np.zeros(0, np.int64)
+        c = self._cols
+        return (int(self.shift), c["order"], c["cpu"], c["task"], c["thread"],
+                *pairs(self.types), *pairs(self._fam_of_type),
+                np.ascontiguousarray(value_keys, np.int64),
+                np.ascontiguousarray(v["nb"].to_numpy(), np.int64),
+                np.ascontiguousarray(move_keys, np.int64),
+                np.ascontiguousarray(move_rows, np.int64))
 
-    def runs(self, rows: int, window: tuple[int, int] | None = None
-             ) -> list[Iterator[pl.DataFrame]]:
-        """One sorted source per run file of the partial (runs are merged, not chained), in
-        blocks of `rows` rows; only the records of a trace-time window [lo, hi) if given."""
+    def runs(self, window: tuple[int, int] | None = None) -> list[tuple[str, int, int, int]]:
+        """(path, report, start offset, end offset or -1) of each run file, limited to the
+        blocks that can hold records of a trace-time window [lo, hi) if given."""
         d = Path(self.meta["_dir"])
-        out: list[Iterator[pl.DataFrame]] = []
+        out = []
         for k, name in enumerate(self.meta["runs"]):
+            path = str(d / name)
             if window is None:
-                out.append(self.transform(b) for b in read_run(d / name, rows))
+                out.append((path, self.index, 0, -1))
                 continue
-            # batch i holds local times F[i]..F[i+1] (equal times may continue in i+1)
-            firsts = self.meta["run_index"][k]
+            index = self.meta["run_index"][k]
+            firsts = [t for t, _ in index]
             lo, hi = window[0] - self.shift, window[1] - self.shift
-            batches = range(max(0, bisect.bisect_left(firsts, lo) - 1),
-                            bisect.bisect_left(firsts, hi))
-            out.append(_in_window((self.transform(b) for b in
-                                   read_run(d / name, rows, batches)), window))
+            # block i holds local times F[i]..F[i+1] (equal times may continue in i+1)
+            first = max(0, bisect.bisect_left(firsts, lo) - 1)
+            last = bisect.bisect_left(firsts, hi)
+            if last <= first:
+                continue
+            end = index[last][1] if last < len(index) else -1
+            out.append((path, self.index, index[first][1], end))
         return out
-
-    def _renumber(self, type_: pl.Expr, value: pl.Expr) -> pl.Expr:
-        """Trace-wide value of a (type, local value) pair of an event."""
-        fam = type_.replace_strict(self._fam_of_type, default=None, return_dtype=pl.Int64)
-        key = fam * VALUE_KEY + value
-        named = key.replace_strict(self._value_old, self._value_new, default=None)
-        thread = self._gather("thread", value)
-        return (pl.when(fam == ROW_FAMILY).then(pl.when(value.is_not_null()).then(thread))
-                .when(fam.is_not_null() & (value != 0)).then(pl.coalesce(named, value))
-                .otherwise(value))
-
-    def transform(self, df: pl.DataFrame) -> pl.DataFrame:
-        c = pl.col
-        s = self.shift
-        is_state, is_event, is_comm = (c("kind") == k for k in (R.STATE, R.EVENT, R.COMM))
-        if self.types:
-            df = df.with_columns(pl.when(is_event).then(c("a").replace(self.types))
-                                 .otherwise(c("a")).alias("a"),
-                                 pl.when(is_event).then(c("c").replace(self.types))
-                                 .otherwise(c("c")).alias("c"))
-        if self.moves is not None:
-            df = self._follow_moves(df)
-        df = df.with_columns(
-            (c("time") + s).alias("time"),
-            pl.when(is_state | is_comm).then(c("a") + s).otherwise(c("a")).alias("a"),
-            pl.when(is_event).then(self._renumber(c("a"), c("b"))).otherwise(c("b")).alias("b"),
-            pl.when(is_comm).then(c("c") + s).otherwise(c("c")).alias("c"),
-            pl.when(is_comm).then(c("d") + s)
-            .when(is_event).then(self._renumber(c("c"), c("d"))).otherwise(c("d")).alias("d"),
-            pl.lit(self.index, pl.Int32).alias("rep"),
-            self._gather("order", c("row")).alias("order"),
-            self._gather("cpu", c("row")).alias("cpu"),
-            self._gather("task", c("row")).alias("task"),
-            self._gather("thread", c("row")).alias("thread"),
-            pl.when(is_comm).then(self._gather("cpu", c("b"))).alias("rcpu"),
-            pl.when(is_comm).then(self._gather("task", c("b"))).alias("rtask"),
-            pl.when(is_comm).then(self._gather("thread", c("b"))).alias("rthread"))
-        return final_schema(df)
 
 
 @dataclass
@@ -354,27 +314,29 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
     return _Plan(metas, model, alignment, dictionary, views, end_time, mctx, hooks)
 
 
-def _sources(plan: _Plan, budget: Budget,
-             window: tuple[int, int] | None = None) -> list[Iterator[pl.DataFrame]]:
-    """Every sorted record source of the trace (or of one time window of it)."""
-    n_runs = sum(len(m["runs"]) for m in plan.metas)
-    block_rows = merge_block_rows(n_runs, budget.merge_bytes)
-    sources = [run for v in plan.views for run in v.runs(block_rows, window)]
-    extra = [_edge_states(plan.model, plan.alignment.shifts, plan.end_time), *plan.hooks]
-    if window is not None:
-        extra = [_in_window(src, window) for src in extra]
-    return sources + extra
+MEMORY_COLUMNS = ("time", "order", "kind", "phase", "sub", "src", "rep", "ord", "a", "b", "c",
+                  "d", "e", "f", "cpu", "task", "thread", "rcpu", "rtask", "rthread")
 
 
-def _in_window(blocks: Iterable[pl.DataFrame], window: tuple[int, int]
-               ) -> Iterator[pl.DataFrame]:
-    """The records of `blocks` with lo <= time < hi (empty blocks are dropped: the merge
-    would take an empty buffer for a finished source)."""
-    lo, hi = window
-    for b in blocks:
-        b = b.filter((pl.col("time") >= lo) & (pl.col("time") < hi))
-        if b.height:
-            yield b
+def _memory_source(frames: Iterable[pl.DataFrame]) -> tuple | None:
+    """Trace-wide records (FINAL_SCHEMA, sorted by MERGE_KEYS) as an engine source."""
+    parts = [f for f in frames if f.height]
+    if not parts:
+        return None
+    df = pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]
+    offsets, data = engine.text_buffers(df["text"])
+    return ([engine.int64_column(df[c]) for c in MEMORY_COLUMNS], offsets, data)
+
+
+def _merger(plan: _Plan, window: tuple[int, int] | None = None) -> engine.Merger:
+    """The engine merging every record source of the trace (or of one time window of it):
+    the run files of every report, then the edge states, then each kind's merge records."""
+    runs = [run for v in plan.views for run in v.runs(window)]
+    memory = [m for m in (_memory_source(src) for src in
+                          [_edge_states(plan.model, plan.alignment.shifts, plan.end_time),
+                           *plan.hooks]) if m is not None]
+    lo, hi = window if window is not None else (-_FAR, _FAR)
+    return engine.Merger(runs, [v.engine_map() for v in plan.views], memory, lo, hi)
 
 
 def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
@@ -401,8 +363,7 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
         writer.write(prv_mod.header(plan.model, plan.end_time, alignment.epoch_of_zero))
         writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
         if len(windows) == 1:
-            _write_records(_sources(plan, budget_plan(options.memory, 1, 1)), writer.write_lines,
-                           warns, progress, plan.end_time)
+            _write_records(_merger(plan), writer.write_bytes, warns, progress, plan.end_time)
         else:
             _write_windows([str(p) for p in partials], options, windows, writer, warns,
                            progress, plan.end_time)
@@ -413,23 +374,18 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
                        counts, warns)
 
 
-def _write_records(sources: list[Iterator[pl.DataFrame]], write_lines, warns: dict[str, int],
-                   progress, end_time: int) -> None:
-    """k-way merge `sources` and write their .prv lines, in order."""
-    # Formatting runs in threads beside the merge (polars releases the GIL); blocks are
-    # written in submission order, so the output does not depend on the thread count.
-    with ThreadPoolExecutor(max_workers=FORMAT_THREADS) as pool:
-        pending: deque = deque()
-        for slab in merge_sorted(sources, MERGE_KEYS, cut_keys=1):
-            # a slab holds up to one block of every run: format it in bounded pieces
-            for block in _format_blocks(slab):
-                last = block["time"][-1]
-                pending.append((pool.submit(prv_mod.format_block, _checked(block, warns)),
-                                last))
-                while len(pending) > FORMAT_THREADS:
-                    _write_formatted(write_lines, pending.popleft(), progress, end_time)
-        while pending:
-            _write_formatted(write_lines, pending.popleft(), progress, end_time)
+DROPPED = "records dropped (unresolved fields)"
+
+
+def _write_records(merger: engine.Merger, write, warns: dict[str, int], progress,
+                   end_time: int) -> None:
+    """Write the merged .prv lines, block by block, in order."""
+    while (block := merger.next(BLOCK_BYTES)) is not None:
+        write(block)
+        if progress is not None:
+            progress(merger.last_time, end_time)
+    if merger.dropped:  # a bug guard: counted, never silent
+        warns[DROPPED] = warns.get(DROPPED, 0) + merger.dropped
 
 
 # -- merging time windows in parallel ---------------------------------------------------------
@@ -441,14 +397,14 @@ _FAR = 1 << 62  # beyond any trace time, either way
 def _windows(plan: _Plan, jobs: int, memory: int | None) -> list[tuple[int, int]]:
     """Time windows [lo, hi) of about equal record counts, one per process (or one window).
 
-    Cut points come from the run indexes (first time of every record batch), so a window
+    Cut points come from the run indexes (first time of every block), so a window
     never splits the records of one time: multi-event lines stay whole."""
     total = sum(m.get("records", 0) for m in plan.metas)
     n = budget_plan(memory, jobs, total // WINDOW_RECORDS).workers
     if n < 2 or any(len(m.get("run_index") or []) != len(m["runs"]) for m in plan.metas):
         return [(-_FAR, _FAR)]
     firsts = np.sort(np.concatenate(
-        [np.asarray(idx, dtype=np.int64) + v.shift
+        [np.asarray([t for t, _ in idx], dtype=np.int64) + v.shift
          for v, m in zip(plan.views, plan.metas) for idx in m["run_index"]]
         or [np.zeros(0, np.int64)]))
     cuts = sorted({int(firsts[len(firsts) * k // n]) for k in range(1, n)} - {int(firsts[0])})
@@ -491,30 +447,8 @@ def merge_window(partials: list[str], options: MergeOptions, window: tuple[int, 
     plan = _plan(partials, options, quiet=True)
     warns: dict[str, int] = {}
     with open(path, "wb") as fh:
-        _write_records(_sources(plan, budget_plan(options.memory, n_windows, n_windows),
-                                window),
-                       lambda lines: write_series_lines(fh, lines), warns, None, plan.end_time)
+        _write_records(_merger(plan, window), fh.write, warns, None, plan.end_time)
     return warns
-
-
-def _format_blocks(slab: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """Pieces of about FORMAT_ROWS records, cut only between two times: the records of one
-    row at one time must meet in one piece to become one multi-event line."""
-    times = slab["time"]
-    start = 0
-    while start < slab.height:
-        end = start + FORMAT_ROWS
-        if end < slab.height:
-            end = int(times.search_sorted(times[end - 1], side="right"))
-        yield slab.slice(start, end - start)
-        start = end
-
-
-def _write_formatted(write_lines, item: tuple, progress, end_time: int) -> None:
-    future, last = item
-    write_lines(future.result())
-    if progress is not None:
-        progress(last, end_time)
 
 
 def alignment_comments(alignment: Alignment, n_reports: int) -> list[str]:
@@ -540,19 +474,6 @@ def _reports_type(alignment: Alignment) -> pcf_mod.PcfType:
         labels[i] = (f"{d['report']} on {d['host']}: offset {d['offset_ns']} ns, sync "
                      f"correction {d['sync_correction_ns']} ns ({alignment.method})")
     return pcf_mod.PcfType(reg.REPORT_INFO, "nsys2prv input report (clock offsets)", labels)
-
-
-def _checked(block: pl.DataFrame, warns: dict[str, int]) -> pl.DataFrame:
-    """Drop records whose fields did not resolve (a bug guard: counted, never silent)."""
-    c = pl.col
-    bad = c("a").is_null() | c("b").is_null() | c("cpu").is_null() | (
-        (c("kind") == R.COMM) & c("rcpu").is_null())
-    n = block.select(bad.sum()).item()
-    if n:
-        warns["records dropped (unresolved fields)"] = warns.get(
-            "records dropped (unresolved fields)", 0) + n
-        block = block.filter(~bad)
-    return block
 
 
 def _edge_states(model: ResourceModel, shifts: list[int], end_time: int

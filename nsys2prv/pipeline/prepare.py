@@ -16,20 +16,20 @@ from typing import Any
 
 import polars as pl
 
+from ..engine import Intervals, Records, Run
 from ..model.rows import RowRegistry, RowSpans
-from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver.kinds import TRANSLATORS
-from ..paraver.sorting import SPILL_BYTES, ExternalSorter, write_run
 from ..paraver.values import LocalNames
 from ..report.report import Report
 from ..report.schema import warn_if_newer
 from ..sources import base, nvtx
 from .tiling import tile
 
-PARTIAL_FORMAT = 1
+PARTIAL_FORMAT = 2  # 2: engine run files (1: Arrow IPC runs)
 META_FILE = "partial.json"
 MOVES_FILE = "moves.arrow"  # (src, ord, row): activities moved to an overlap lane row
+SPILL_BYTES = 256 << 20
 
 
 @dataclass
@@ -39,7 +39,7 @@ class PrepareOptions:
     kinds: list[str] | None = None  # None: every kind present
     chunk_rows: int = base.DEFAULT_CHUNK_ROWS
     spill_rows: int = 4_000_000
-    spill_bytes: int = SPILL_BYTES  # estimated in-memory bytes a sorter holds before spilling
+    spill_bytes: int = SPILL_BYTES  # bytes of records held in memory before a run is spilled
     sync_nvtx: str | None = None  # NVTX range/mark whose first end is a clock sync point
 
 
@@ -67,12 +67,10 @@ class PrepareContext:
         self.counts: Counter[str] = Counter()
         self.warnings: Counter[str] = Counter()
         self.type_keys: dict[str, dict[int, str]] = {}
-        self.record_sorter = ExternalSorter(R.SORT_KEYS, workdir, "records",
-                                            max_rows=options.spill_rows,
-                                            max_bytes=options.spill_bytes)
-        self.interval_sorter = ExternalSorter(R.INTERVAL_KEYS, workdir, "intervals",
-                                              max_rows=options.spill_rows,
-                                              max_bytes=options.spill_bytes)
+        # spill_rows (a test knob: tiny runs) caps the record buffer at ~96 bytes a record
+        budget = min(options.spill_bytes, max(1, options.spill_rows) * 96)
+        self.record_store = Records(workdir / "records", budget)
+        self.interval_store = Intervals(workdir / "intervals", budget // 4)
 
     @property
     def report_end(self) -> int:
@@ -82,10 +80,10 @@ class PrepareContext:
         return self._report_end
 
     def records(self, df: pl.DataFrame) -> None:
-        self.record_sorter.add(df)
+        self.record_store.add(df)
 
     def intervals(self, df: pl.DataFrame) -> None:
-        self.interval_sorter.add(df)
+        self.interval_store.add(df)
 
     def warn(self, key: str, n: int) -> None:
         self.warnings[key] += int(n)
@@ -147,27 +145,18 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
         TRANSLATORS[name].translate(report, ctx)
     ctx.shared.clear()
     spans = ctx.spans.table()
-    lane_spans, moves = tile(ctx.interval_sorter.sorted_blocks(cut_keys=2), ctx.rows,
-                             ctx.rows.table(), spans, lambda states: _emit_states(ctx, states))
-    ctx.interval_sorter.cleanup()
+    lane_spans, moves = tile(ctx.interval_store, ctx.record_store, ctx.rows, ctx.rows.table(),
+                             spans, str(workdir / "intervals"))
+    del ctx.interval_store
     if lane_spans.height:
         ctx.count("gpu_activities_on_overlap_lanes", moves.height)
         spans = pl.concat([spans, lane_spans.select(spans.columns)], how="vertical")
     if moves.height:
-        write_run(moves, workdir / MOVES_FILE, 1 << 20)
-    runs = ctx.record_sorter.finish_runs()
+        moves.write_ipc(workdir / MOVES_FILE)
+    runs = ctx.record_store.finish()
     meta = _metadata(ctx, wanted, ctx.rows.table(), spans, runs, moves.height > 0)
     (workdir / META_FILE).write_text(json.dumps(meta, sort_keys=True))
     return meta
-
-
-def _emit_states(ctx: PrepareContext, df: pl.DataFrame) -> None:
-    df = df.filter(pl.col("time") < pl.col("a"))
-    if df.height == 0:
-        return
-    ctx.records(R.conform(df.with_columns(
-        pl.lit(R.STATE).alias("kind"), pl.lit(0).alias("phase"),
-        pl.lit(R.SRC_STATE).alias("src"))))
 
 
 def _enum_labels(report: Report) -> dict[str, dict[str, str]]:
@@ -181,7 +170,7 @@ def _enum_labels(report: Report) -> dict[str, dict[str, str]]:
 
 
 def _metadata(ctx: PrepareContext, kinds: list[str], row_table: pl.DataFrame,
-              spans: pl.DataFrame, runs: list[Path], has_moves: bool) -> dict:
+              spans: pl.DataFrame, runs: list[Run], has_moves: bool) -> dict:
     report = ctx.report
     rows = row_table.join(spans, on="row", how="left")
     if rows.height:
@@ -219,11 +208,11 @@ def _metadata(ctx: PrepareContext, kinds: list[str], row_table: pl.DataFrame,
                       for r, keys in sorted(ctx.type_keys.items())},
         "enums": _enum_labels(report),
         "time": {"first": first, "last": last},
-        "runs": [p.name for p in runs],
-        # per run: local time of the first record of each record batch (for reading a time
-        # window of a run, as the parallel merge does)
-        "run_index": ctx.record_sorter.run_firsts,
+        "runs": [Path(r.path).name for r in runs],
+        # per run: (local time of the first record, byte offset) of each block (for reading
+        # a time window of a run, as the parallel merge does)
+        "run_index": [[list(p) for p in r.index] for r in runs],
         "moves": MOVES_FILE if has_moves else None,
-        "records": ctx.record_sorter.rows,
+        "records": sum(r.records for r in runs),
         "extra": ctx.meta,
     }

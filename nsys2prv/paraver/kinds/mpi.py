@@ -22,7 +22,6 @@ from ...report.report import Report
 from ...sources import mpi as source
 from .. import records as R
 from ..registry import mpi as mreg
-from ..sorting import read_run, write_run
 from .base import REPORT_END, Context, Translator, fix_times, intervals, push, start_end
 
 SRC_MPI = R.SRC_MPI
@@ -310,7 +309,7 @@ def _write_messages(ctx: Context, parts: list[pl.DataFrame], wait_parts: list[pl
             df = df.filter(~bad.fill_null(False))
     df = df.select(c("role").cast(pl.Int8), "rank", "peer", "comm", "tag", "size",
                    c("start").alias("t_log"), "t_phys", c("row").cast(pl.Int32), "ord")
-    write_run(df.sort(["t_log", "ord"]), ctx.side_file(SIDE_FILE), 1 << 20)
+    df.sort(["t_log", "ord"]).write_ipc(ctx.side_file(SIDE_FILE))
 
 
 # -- merge stage ------------------------------------------------------------------------------
@@ -326,7 +325,7 @@ def load_messages(mctx: Any) -> pl.DataFrame:
         path = Path(mctx.side_file(i, SIDE_FILE))
         if not path.exists():
             continue
-        df = pl.concat(list(read_run(path)), how="vertical")
+        df = pl.read_ipc(path)
         shift = int(mctx.shifts[i])
         parts.append(df.with_columns(pl.lit(i, pl.Int32).alias("rep"),
                                      (pl.col("t_log") + shift).alias("t_log"),

@@ -1,0 +1,140 @@
+"""The engine: records in, sorted Paraver text out.
+
+Everything that touches every record once per pass is compiled (`_engine.c`); this module
+turns polars frames into the column buffers it takes. Three parts:
+
+* `Records` (per report) — takes record frames (`paraver/records.py` layout) and keeps them
+  in a bounded buffer that is spilled as *run files*: records sorted by time, compact
+  (varint-coded, times as deltas), in blocks indexed by their first time and offset.
+* `Intervals` (per report) — takes state intervals; `tile()` sorts them by (row, start, ord)
+  out of core and writes the states that tile every row straight into a `Records`. GPU
+  activities that overlap an earlier one on their stream come back with their lane.
+* `Merger` (merge stage) — k-way merges the run files of every report and trace-wide
+  in-memory sources, maps local records to the trace (clock shift, row -> cpu/task/thread,
+  renumbered names and types, activities moved to lanes), orders the records of each time
+  by the merge key (order, kind, phase, sub, src, report, ord) and returns the `.prv` lines
+  block by block. Blocks end between two times, so windows of a trace merged apart and
+  concatenated give the same bytes.
+
+Null integers cross the boundary as `NUL` (INT64_MIN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ._engine import NUL, IntervalStore, Merger, RecordStore
+
+__all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int64_column",
+           "RUN_BLOCK_RECORDS"]
+
+RUN_BLOCK_RECORDS = 8192  # records per block of a run file (the unit a time window seeks to)
+
+# numpy layout of a moved interval as IntervalStore.tile returns it (the C struct Iv + lane)
+MOVED_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("ord", "<i8"), ("row", "<i4"),
+                        ("state", "i1"), ("src", "i1"), ("pad", "<i2"), ("lane", "<i8")])
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run file: its path, (first time, byte offset) of each block, and its record count."""
+
+    path: str
+    index: list[tuple[int, int]]
+    records: int
+
+
+def int64_column(s: pl.Series) -> np.ndarray:
+    """A contiguous int64 array of `s`, nulls as NUL (zero-copy when there is nothing to do)."""
+    if s.dtype != pl.Int64:
+        s = s.cast(pl.Int64)
+    if s.null_count():
+        s = s.fill_null(NUL)
+    return s.to_numpy()
+
+
+def _typed(s: pl.Series, dtype: pl.DataType, np_dtype: str) -> np.ndarray:
+    if s.dtype != dtype:
+        s = s.cast(dtype)
+    if s.null_count():
+        s = s.fill_null(-1)
+    return np.ascontiguousarray(s.to_numpy(), dtype=np_dtype)
+
+
+def text_buffers(s: pl.Series) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(offsets, bytes) of a string column for the engine, or (None, None) when it is all
+    null or empty (nulls are empty strings: both print nothing)."""
+    if s.len() == 0 or s.null_count() == s.len():
+        return None, None
+    arr = s.fill_null("").to_arrow(compat_level=pl.CompatLevel.oldest())
+    if hasattr(arr, "combine_chunks"):
+        arr = arr.combine_chunks()
+    import pyarrow as pa  # polars' to_arrow already imported it
+
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
+        np.zeros(1, np.uint8)
+    if offsets[-1] == offsets[0]:
+        return None, None
+    return np.ascontiguousarray(offsets), data
+
+
+class Records:
+    """One report's records, spilled as sorted run files `<prefix>-NNNNN.run`."""
+
+    def __init__(self, prefix: str | Path, budget: int,
+                 block_records: int = RUN_BLOCK_RECORDS) -> None:
+        self.store = RecordStore(str(prefix), int(budget), int(block_records))
+
+    def add(self, df: pl.DataFrame) -> None:
+        """Take a frame in the record layout (`records.conform`)."""
+        if df.height == 0:
+            return
+        c = df.get_column
+        offsets, data = text_buffers(c("text"))
+        self.store.add(int64_column(c("time")), _typed(c("row"), pl.Int32, "<i4"),
+                       _typed(c("kind"), pl.Int8, "i1"), _typed(c("phase"), pl.Int8, "i1"),
+                       int64_column(c("sub")), _typed(c("src"), pl.Int8, "i1"),
+                       int64_column(c("ord")),
+                       *(int64_column(c(k)) for k in ("a", "b", "c", "d", "e", "f")),
+                       offsets, data)
+
+    @property
+    def total(self) -> int:
+        return self.store.total
+
+    def finish(self) -> list[Run]:
+        return [Run(path, [tuple(p) for p in index], n)
+                for path, index, n in self.store.finish()]
+
+
+class Intervals:
+    """One report's state intervals (row, start, end, state, src, ord) until tiling."""
+
+    def __init__(self, prefix: str | Path, budget: int) -> None:
+        self.store = IntervalStore(str(prefix), int(budget))
+
+    def add(self, df: pl.DataFrame) -> None:
+        if df.height == 0:
+            return
+        c = df.get_column
+        self.store.add(_typed(c("row"), pl.Int32, "<i4"), int64_column(c("start")),
+                       int64_column(c("end")), _typed(c("state"), pl.Int8, "i1"),
+                       _typed(c("src"), pl.Int8, "i1"), int64_column(c("ord")))
+
+    def tile(self, records: Records, first: np.ndarray, default: np.ndarray,
+             is_gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tile every row (arrays indexed by row id); returns (moved intervals as
+        MOVED_DTYPE, max tiled end per row with NUL where none)."""
+        moved, row_max = self.store.tile(
+            records.store, np.ascontiguousarray(first, dtype=np.int64),
+            np.ascontiguousarray(default, dtype=np.int8),
+            np.ascontiguousarray(is_gpu, dtype=np.uint8))
+        return np.frombuffer(moved, dtype=MOVED_DTYPE), np.frombuffer(row_max, dtype=np.int64)
