@@ -10,6 +10,12 @@ Library use::
 
 __version__ = "0.1.0"
 
+import os as _os
+
+# numpy's OpenBLAS starts worker threads that spin after a BLAS call; nsys2prv makes none
+# worth a thread, and the spinning takes a core from the engine (a user's setting wins).
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from .errors import Nsys2PrvError  # noqa: E402
 from .translate import merge_partials, open_report, prepare_report, translate  # noqa: E402
 from . import tables  # noqa: E402

@@ -48,11 +48,27 @@ class Run:
     records: int
 
 
+_NULS = np.full(0, NUL, dtype=np.int64)
+
+
+def _all_null(n: int) -> np.ndarray:
+    """A read-only view of n NULs (one shared array: all-null columns are common and a fresh
+    array each time costs page faults)."""
+    global _NULS
+    if len(_NULS) < n:
+        _NULS = np.full(max(n, 1 << 16), NUL, dtype=np.int64)
+        _NULS.flags.writeable = False
+    return _NULS[:n]
+
+
 def int64_column(s: pl.Series) -> np.ndarray:
     """A contiguous int64 array of `s`, nulls as NUL (zero-copy when there is nothing to do)."""
+    nulls = s.null_count()
+    if nulls == s.len():
+        return _all_null(s.len())
     if s.dtype != pl.Int64:
         s = s.cast(pl.Int64)
-    if s.null_count():
+    if nulls:
         s = s.fill_null(NUL)
     return s.to_numpy()
 
@@ -68,22 +84,18 @@ def _typed(s: pl.Series, dtype: pl.DataType, np_dtype: str) -> np.ndarray:
 def text_buffers(s: pl.Series) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(offsets, bytes) of a string column for the engine, or (None, None) when it is all
     null or empty (nulls are empty strings: both print nothing)."""
-    if s.len() == 0 or s.null_count() == s.len():
+    nulls = s.null_count()
+    if s.len() == 0 or nulls == s.len():
         return None, None
-    arr = s.fill_null("").to_arrow(compat_level=pl.CompatLevel.oldest())
-    if hasattr(arr, "combine_chunks"):
-        arr = arr.combine_chunks()
-    import pyarrow as pa  # polars' to_arrow already imported it
-
-    if arr.type != pa.large_string():
-        arr = arr.cast(pa.large_string())
-    bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
-        np.zeros(1, np.uint8)
-    if offsets[-1] == offsets[0]:
+    lengths = s.str.len_bytes()
+    if nulls:
+        lengths = lengths.fill_null(0)
+    offsets = np.zeros(s.len() + 1, dtype=np.int64)
+    np.cumsum(lengths.to_numpy(), out=offsets[1:])
+    if offsets[-1] == 0:
         return None, None
-    return np.ascontiguousarray(offsets), data
+    data = s.str.join("").item().encode()
+    return offsets, np.frombuffer(data, dtype=np.uint8)
 
 
 class Records:

@@ -110,6 +110,30 @@ static void radix_sort(uint32_t *idx, uint32_t *tmp, const uint64_t *key, size_t
     if (src != idx) memcpy(idx, src, n * sizeof *idx);
 }
 
+/* Sort scratch kept by a store between spills: freeing and reallocating tens of MB per run
+ * costs a page fault per 4 KB each time. */
+typedef struct {
+    uint32_t *idx, *tmp;
+    uint64_t *key;
+    size_t cap;
+} Scratch;
+
+static int scratch_reserve(Scratch *s, size_t n) {
+    if (n <= s->cap) return 0;
+    free(s->idx); free(s->tmp); free(s->key);
+    s->idx = malloc(n * sizeof *s->idx);
+    s->tmp = malloc(n * sizeof *s->tmp);
+    s->key = malloc(n * sizeof *s->key);
+    s->cap = n;
+    if (!s->idx || !s->tmp || !s->key) { s->cap = 0; return -1; }
+    return 0;
+}
+
+static void scratch_free(Scratch *s) {
+    free(s->idx); free(s->tmp); free(s->key);
+    memset(s, 0, sizeof *s);
+}
+
 /* ------------------------------------------------------------------ buffer helpers -- */
 
 typedef struct {
@@ -157,10 +181,14 @@ typedef struct {
     char *prefix;         /* run files are <prefix>-NNNNN.run */
     PyObject *runs;       /* list of (path, [(first time, offset), ...], records) */
     long long total;
+    Scratch scratch;
+    Buf block;
 } RecordStore;
 
 static void RecordStore_dealloc(RecordStore *self) {
     free(self->recs);
+    scratch_free(&self->scratch);
+    buf_free(&self->block);
     buf_free(&self->text);
     free(self->prefix);
     Py_XDECREF(self->runs);
@@ -271,13 +299,13 @@ static int write_all(FILE *fh, const void *p, size_t n) { return fwrite(p, 1, n,
  * the GIL; returns 0, or -1 with errno set. The block index goes to *index (pairs). */
 static int store_spill_nogil(RecordStore *self, const char *path, int64_t **index, size_t *nindex) {
     size_t n = self->n;
-    uint32_t *idx = malloc(n * sizeof *idx), *tmp = malloc(n * sizeof *tmp);
-    uint64_t *key = malloc(n * sizeof *key);
     int64_t *ix = malloc(((n + self->block_records - 1) / self->block_records + 1) * 2 * sizeof *ix);
-    Buf block = {0};
     FILE *fh = NULL;
     int rc = -1;
-    if (!idx || !tmp || !key || !ix) { errno = ENOMEM; goto done; }
+    if (scratch_reserve(&self->scratch, n) < 0 || !ix) { errno = ENOMEM; goto done; }
+    uint32_t *idx = self->scratch.idx, *tmp = self->scratch.tmp;
+    uint64_t *key = self->scratch.key;
+#define block (self->block)
     int64_t tmin = n ? self->recs[0].time : 0;
     for (size_t i = 0; i < n; i++)
         if (self->recs[i].time < tmin) tmin = self->recs[i].time;
@@ -322,11 +350,8 @@ done:
         fclose(fh);
         errno = e;
     }
-    free(idx);
-    free(tmp);
-    free(key);
+#undef block
     free(ix);
-    buf_free(&block);
     return rc;
 }
 
@@ -364,7 +389,7 @@ static size_t store_bytes(RecordStore *self) { return self->n * sizeof(Rec) + se
 
 static int store_reserve(RecordStore *self, size_t extra) {
     if (self->n + extra <= self->cap) return 0;
-    size_t cap = self->cap ? self->cap : 65536;
+    size_t cap = self->cap ? self->cap : self->budget / sizeof(Rec) + 1024;
     while (cap < self->n + extra) cap *= 2;
     Rec *p = realloc(self->recs, cap * sizeof *p);
     if (!p) { PyErr_NoMemory(); return -1; }
@@ -488,6 +513,8 @@ static PyObject *RecordStore_finish(RecordStore *self, PyObject *Py_UNUSED(ignor
     self->recs = NULL;
     self->cap = 0;
     buf_free(&self->text);
+    scratch_free(&self->scratch);
+    buf_free(&self->block);
     Py_INCREF(self->runs);
     return self->runs;
 }
@@ -534,10 +561,15 @@ typedef struct {
     char *prefix;
     int nruns;
     long long total;
+    Scratch scratch;
+    Iv *sorted;
+    size_t sorted_cap;
 } IntervalStore;
 
 static void IntervalStore_dealloc(IntervalStore *self) {
     free(self->v);
+    scratch_free(&self->scratch);
+    free(self->sorted);
     for (int i = 0; i < self->nruns; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s-%05d.iv", self->prefix, i);
@@ -565,15 +597,18 @@ static int iv_less(const Iv *x, const Iv *y) {
 }
 
 /* sort v[0..n) by (row, start, ord), stable */
-static int iv_sort(Iv *v, size_t n) {
+static int iv_sort(IntervalStore *self, Iv *v, size_t n) {
     if (n < 2) return 0;
-    uint32_t *idx = malloc(n * sizeof *idx), *tmp = malloc(n * sizeof *tmp);
-    uint64_t *key = malloc(n * sizeof *key);
-    Iv *out = malloc(n * sizeof *out);
-    if (!idx || !tmp || !key || !out) {
-        free(idx); free(tmp); free(key); free(out);
-        return -1;
+    if (scratch_reserve(&self->scratch, n) < 0) return -1;
+    if (self->sorted_cap < n) {
+        free(self->sorted);
+        self->sorted = malloc(n * sizeof *self->sorted);
+        self->sorted_cap = self->sorted ? n : 0;
+        if (!self->sorted) return -1;
     }
+    uint32_t *idx = self->scratch.idx, *tmp = self->scratch.tmp;
+    uint64_t *key = self->scratch.key;
+    Iv *out = self->sorted;
     int64_t smin = v[0].start;
     int32_t rmin = v[0].row;
     for (size_t i = 0; i < n; i++) {
@@ -603,7 +638,6 @@ static int iv_sort(Iv *v, size_t n) {
         }
     }
     memcpy(v, out, n * sizeof *v);
-    free(idx); free(tmp); free(key); free(out);
     return 0;
 }
 
@@ -613,7 +647,7 @@ static int iv_spill(IntervalStore *self) {
     snprintf(path, sizeof path, "%s-%05d.iv", self->prefix, self->nruns);
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (iv_sort(self->v, self->n) < 0) { errno = ENOMEM; rc = -1; }
+    if (iv_sort(self, self->v, self->n) < 0) { errno = ENOMEM; rc = -1; }
     else {
         FILE *fh = fopen(path, "wb");
         if (!fh) rc = -1;
@@ -712,6 +746,41 @@ static void ivsrc_next(IvSource *s) {
     }
 }
 
+/* min-heap of interval sources on (head, source index): ties keep run order */
+static inline int ivsrc_less(const IvSource *srcs, int a, int b) {
+    if (iv_less(&srcs[a].cur, &srcs[b].cur)) return 1;
+    if (iv_less(&srcs[b].cur, &srcs[a].cur)) return 0;
+    return a < b;
+}
+
+static void ivheap_down(int *heap, int hn, const IvSource *srcs, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < hn && ivsrc_less(srcs, heap[l], heap[m])) m = l;
+        if (r < hn && ivsrc_less(srcs, heap[r], heap[m])) m = r;
+        if (m == i) return;
+        int t = heap[i]; heap[i] = heap[m]; heap[m] = t;
+        i = m;
+    }
+}
+
+static void ivheap_push(int *heap, int *hn, const IvSource *srcs, int s) {
+    int i = (*hn)++;
+    heap[i] = s;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!ivsrc_less(srcs, heap[i], heap[p])) break;
+        int t = heap[i]; heap[i] = heap[p]; heap[p] = t;
+        i = p;
+    }
+}
+
+/* the top source advanced: drop it if done, else sift it down */
+static void ivheap_fix(int *heap, int *hn, const IvSource *srcs) {
+    if (!srcs[heap[0]].live) heap[0] = heap[--(*hn)];
+    if (*hn > 0) ivheap_down(heap, *hn, srcs, 0);
+}
+
 /* the tiler's running state */
 typedef struct {
     RecordStore *store;
@@ -797,6 +866,8 @@ static PyObject *IntervalStore_tile(IntervalStore *self, PyObject *args) {
     memset(a, 0, sizeof a);
     PyObject *result = NULL;
     IvSource *srcs = NULL;
+    int *heap = NULL;
+    int hn = 0;
     int nsrc = 0;
     Tiler t;
     memset(&t, 0, sizeof t);
@@ -823,7 +894,7 @@ static PyObject *IntervalStore_tile(IntervalStore *self, PyObject *args) {
     char errpath[4096] = "";
     Py_BEGIN_ALLOW_THREADS
     if (self->nruns == 0) {
-        if (iv_sort(self->v, self->n) < 0) { err = ENOMEM; }
+        if (iv_sort(self, self->v, self->n) < 0) { err = ENOMEM; }
         srcs[0].mem = self->v;
         srcs[0].mem_n = self->n;
         nsrc = 1;
@@ -835,22 +906,25 @@ static PyObject *IntervalStore_tile(IntervalStore *self, PyObject *args) {
             if (!srcs[i].fh) err = errno;
         }
     }
+    heap = malloc(((size_t)nsrc + 1) * sizeof *heap);
+    if (!heap) err = ENOMEM;
     if (!err)
-        for (int i = 0; i < nsrc; i++) ivsrc_next(&srcs[i]);
+        for (int i = 0; i < nsrc; i++) {
+            ivsrc_next(&srcs[i]);
+            if (srcs[i].live) ivheap_push(heap, &hn, srcs, i);
+        }
     Py_END_ALLOW_THREADS
     /* tile in steps: the states spill as runs (with the GIL) whenever the store is full */
     int finished = 0;
     while (!err && !finished) {
         Py_BEGIN_ALLOW_THREADS
         for (;;) {
-            /* few runs: a linear scan for the smallest head is as fast as a heap */
-            int best = -1;
-            for (int i = 0; i < nsrc; i++)
-                if (srcs[i].live && (best < 0 || iv_less(&srcs[i].cur, &srcs[best].cur))) best = i;
-            if (best < 0) { finished = 1; break; }
+            if (hn == 0) { finished = 1; break; }
+            int best = heap[0];
             tiler_push(&t, &srcs[best].cur);
             if (t.err) { err = ENOMEM; break; }
             ivsrc_next(&srcs[best]);
+            ivheap_fix(heap, &hn, srcs);
             if (store_bytes(t.store) >= t.store->budget) break;
         }
         Py_END_ALLOW_THREADS
@@ -865,6 +939,7 @@ static PyObject *IntervalStore_tile(IntervalStore *self, PyObject *args) {
     result = Py_BuildValue("(y#y#)", t.moved.p ? t.moved.p : "", (Py_ssize_t)t.moved.n,
                            (const char *)t.row_max, (Py_ssize_t)(t.nrows * sizeof(int64_t)));
 done:
+    free(heap);
     if (srcs) {
         for (int i = 0; i < nsrc; i++)
             if (srcs[i].fh) fclose(srcs[i].fh);
@@ -1019,6 +1094,8 @@ typedef struct {
     int started;
     long long dropped, written;
     int64_t last_time;
+    Buf outbuf[2];            /* results alternate between two buffers (see next()) */
+    int which;
     PyObject *keep;           /* references to the arrays of in-memory sources */
     Arr *arrs;
     int narrs;
@@ -1048,6 +1125,8 @@ static void Merger_dealloc(Merger *self) {
     free(self->gidx);
     free(self->gtmp);
     free(self->heap);
+    buf_free(&self->outbuf[0]);
+    buf_free(&self->outbuf[1]);
     for (int i = 0; i < self->narrs; i++) arr_release(&self->arrs[i]);
     free(self->arrs);
     Py_XDECREF(self->keep);
@@ -1257,20 +1336,37 @@ static void group_sort(Merger *m, size_t lo, size_t hi) {
     memcpy(a + lo, t + lo, n * sizeof *a);
 }
 
+static const char DIGIT_PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* decimal text of v (two digits per step) */
 static inline char *fmt_i64(char *o, int64_t v) {
-    char tmp[24];
-    int n = 0;
     uint64_t u;
     if (v < 0) {
         *o++ = '-';
         u = (uint64_t)0 - (uint64_t)v;
     } else u = (uint64_t)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    while (n) *o++ = tmp[--n];
-    return o;
+    if (u < 10) {
+        *o++ = (char)('0' + u);
+        return o;
+    }
+    char tmp[24];
+    char *t = tmp + sizeof tmp;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        t -= 2;
+        memcpy(t, DIGIT_PAIRS + 2 * r, 2);
+    }
+    if (u >= 10) {
+        t -= 2;
+        memcpy(t, DIGIT_PAIRS + 2 * u, 2);
+    } else *--t = (char)('0' + u);
+    size_t n = (size_t)(tmp + sizeof tmp - t);
+    memcpy(o, t, n);
+    return o + n;
 }
 
 /* Append the formatted records of the current group to out. */
@@ -1365,11 +1461,15 @@ static int group_add(Merger *m, MSource *s) {
     return 0;
 }
 
-/* next(max_bytes) -> bytes of whole lines (newline-terminated), or None at the end */
+/* next(max_bytes) -> a memoryview of whole lines, or None at the end. The view is valid until
+ * the call after the next one (results alternate between two buffers), so a caller can write
+ * one block while the next is being formatted. */
 static PyObject *Merger_next(Merger *self, PyObject *args) {
     Py_ssize_t max_bytes = 8 << 20;
     if (!PyArg_ParseTuple(args, "|n", &max_bytes)) return NULL;
-    Buf out = {0};
+    Buf out = self->outbuf[self->which];
+    out.n = 0;
+    if (buf_reserve(&out, (size_t)max_bytes + 65536) < 0) return PyErr_NoMemory();
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     int *take = malloc((size_t)(self->nsrc + 1) * sizeof *take);
@@ -1396,14 +1496,13 @@ static PyObject *Merger_next(Merger *self, PyObject *args) {
     }
     free(take);
     Py_END_ALLOW_THREADS
+    self->outbuf[self->which] = out;
     if (err) {
-        buf_free(&out);
         errno = err;
         if (err == ENOMEM) return PyErr_NoMemory();
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     if (out.n == 0) {
-        buf_free(&out);
         if (self->started == 1) {
             /* the last line's newline */
             self->started = 2;
@@ -1411,8 +1510,8 @@ static PyObject *Merger_next(Merger *self, PyObject *args) {
         }
         Py_RETURN_NONE;
     }
-    PyObject *res = PyBytes_FromStringAndSize(out.p, (Py_ssize_t)out.n);
-    buf_free(&out);
+    PyObject *res = PyMemoryView_FromMemory(out.p, (Py_ssize_t)out.n, PyBUF_READ);
+    self->which ^= 1;
     return res;
 }
 

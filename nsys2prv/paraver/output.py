@@ -14,9 +14,6 @@ import re
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
 
 from ..errors import OutputError
 
@@ -35,31 +32,6 @@ def trace_paths(output: str | os.PathLike[str], compress: bool = False) -> tuple
 
 
 COPY_BYTES = 16 << 20
-
-
-def write_series_lines(fh, lines: pl.Series) -> int:
-    """Write each string of `lines` and a newline to `fh`, straight from Arrow memory (no
-    Python strings); returns the bytes written."""
-    if lines.len() == 0:
-        return 0
-    arrow = lines.to_arrow()
-    chunks = arrow.chunks if isinstance(arrow, pa.ChunkedArray) else [arrow]
-    written = 0
-    for chunk in chunks:
-        if chunk.type != pa.large_string():
-            chunk = chunk.cast(pa.large_string())
-        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)[
-            chunk.offset:chunk.offset + len(chunk) + 1]
-        data = memoryview(chunk.buffers()[2])
-        if len(chunk) == 1:  # the usual case: a formatted block is one string
-            fh.write(data[offsets[0]:offsets[1]])
-            fh.write(b"\n")
-        else:
-            for a, b in zip(offsets[:-1], offsets[1:]):
-                fh.write(data[a:b])
-                fh.write(b"\n")
-        written += int(offsets[-1] - offsets[0]) + len(chunk)
-    return written
 
 
 class TraceWriter:
@@ -108,13 +80,6 @@ class TraceWriter:
         except OSError as e:
             raise output_error(self.prv, e) from None
         self.bytes_written += len(data)
-
-    def write_lines(self, lines: pl.Series) -> None:
-        """Write each element as a line, straight from Arrow memory (no Python strings)."""
-        try:
-            self.bytes_written += write_series_lines(self._fh, lines)
-        except OSError as e:
-            raise output_error(self.prv, e) from None
 
     def copy_file(self, path: str | os.PathLike[str]) -> None:
         """Append the bytes of a file (a part of the .prv written elsewhere)."""

@@ -20,16 +20,12 @@ from . import registry as reg
 INLINE_ID_BASE = 1 << 40  # ids of interned inline strings (above any StringIds id)
 STRING_ID_OFFSET = 1  # local id = StringIds id + 1, so that no name is ever value 0 ("end")
 
-try:
-    import cxxfilt as _cxxfilt
-except ImportError:  # pragma: no cover
-    _cxxfilt = None
-
-
 def _demangle(name: str) -> str:
-    if _cxxfilt is not None and name.startswith("_Z"):
+    if name.startswith("_Z"):
         try:
-            return _cxxfilt.demangle(name)
+            import cxxfilt  # imported when a mangled name first appears
+
+            return cxxfilt.demangle(name)
         except Exception:  # noqa: BLE001 - keep the mangled name if it cannot be demangled
             return name
     return name

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -379,11 +379,17 @@ DROPPED = "records dropped (unresolved fields)"
 
 def _write_records(merger: engine.Merger, write, warns: dict[str, int], progress,
                    end_time: int) -> None:
-    """Write the merged .prv lines, block by block, in order."""
-    while (block := merger.next(BLOCK_BYTES)) is not None:
-        write(block)
-        if progress is not None:
-            progress(merger.last_time, end_time)
+    """Write the merged .prv lines, block by block, in order: the engine formats the next
+    block on a second thread while this one is written (a block stays valid until the call
+    after the next)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-merge") as pool:
+        ahead = pool.submit(merger.next, BLOCK_BYTES)
+        while (block := ahead.result()) is not None:
+            last = merger.last_time
+            ahead = pool.submit(merger.next, BLOCK_BYTES)
+            write(block)
+            if progress is not None:
+                progress(last, end_time)
     if merger.dropped:  # a bug guard: counted, never silent
         warns[DROPPED] = warns.get(DROPPED, 0) + merger.dropped
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,12 +22,13 @@ import polars as pl
 
 from ..errors import InputError
 
-try:  # optional accelerator
-    import connectorx as _cx
-except ImportError:  # pragma: no cover - exercised only where connectorx is missing
-    _cx = None
+import importlib.util
+
+# connectorx (the fast Arrow reader) is imported on first use: it costs ~15 ms of start-up
+_HAVE_CX = importlib.util.find_spec("connectorx") is not None
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+SMALL_TABLE_ROWS = 4096  # rowid spans below this are read with sqlite3 (no connectorx set-up)
 
 
 def _decode(raw: bytes) -> str:
@@ -63,7 +65,7 @@ class Database:
         self.tables: dict[str, str] = {name: kind for name, kind in rows}
         self._columns: dict[str, list[str]] = {}
         sidecars = [Path(str(self.path) + s) for s in ("-journal", "-wal", "-shm")]
-        self._arrow_ok = use_arrow and _cx is not None and not any(p.exists() for p in sidecars)
+        self._arrow_ok = use_arrow and _HAVE_CX and not any(p.exists() for p in sidecars)
 
     # -- introspection -----------------------------------------------------------------------
     def has_table(self, name: str) -> bool:
@@ -97,7 +99,9 @@ class Database:
         """Run `sql` and return its columns with the given dtypes (names must match)."""
         if self._arrow_ok:
             try:
-                table = _cx.read_sql("sqlite://" + urllib.parse.quote(str(self.path.resolve())),
+                import connectorx as cx
+
+                table = cx.read_sql("sqlite://" + urllib.parse.quote(str(self.path.resolve())),
                                      sql, return_type="arrow")
                 df = pl.from_arrow(table)
                 if isinstance(df, pl.Series):  # pragma: no cover - single column edge
@@ -143,15 +147,27 @@ class Database:
         if lo is None:
             return
         extra = f" AND ({where})" if where else ""
-        start = lo
-        while start <= hi:
-            stop = start + chunk_rows
-            sql = (f'SELECT {select} FROM "{table}" '
-                   f"WHERE rowid >= {start} AND rowid < {stop}{extra}")
-            df = self.frame(sql, schema)
-            if df.height:
-                yield df
-            start = stop
+        queries = [f'SELECT {select} FROM "{table}" '
+                   f"WHERE rowid >= {start} AND rowid < {start + chunk_rows}{extra}"
+                   for start in range(lo, hi + 1, chunk_rows)]
+        if hi - lo < SMALL_TABLE_ROWS:
+            # a small table: Python's sqlite3 answers before connectorx has opened the file
+            for sql in queries:
+                df = self._frame_sqlite(sql, schema)
+                if df.height:
+                    yield df
+            return
+        # The next chunk is read on a second thread while the caller works on this one
+        # (connectorx and polars release the GIL): reading overlaps translating, and at most
+        # two chunks are held.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
+            ahead = pool.submit(self.frame, queries[0], schema)
+            for k in range(len(queries)):
+                df = ahead.result()
+                if k + 1 < len(queries):
+                    ahead = pool.submit(self.frame, queries[k + 1], schema)
+                if df.height:
+                    yield df
 
     def close(self) -> None:
         self._con.close()
