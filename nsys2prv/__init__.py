@@ -12,6 +12,9 @@ __version__ = "0.1.0"
 
 import os as _os
 
+from . import _alloc
+
+_alloc.setup()  # before polars is imported
 # numpy's OpenBLAS starts worker threads that spin after a BLAS call; nsys2prv makes none
 # worth a thread, and the spinning takes a core from the engine (a user's setting wins).
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -21,11 +21,11 @@ def test_plan_caps_processes_by_memory():
     # 8 reports, 8 cores, default 2 GiB: four processes of 512 MiB each
     b = budget.plan(None, 8, 8)
     assert (b.total, b.workers, b.share) == (2 << 30, 4, 512 << 20)
-    assert b.spill_bytes == 64 << 20 and b.chunk_rows == 65_536
+    assert b.spill_bytes == 64 << 20 and b.chunk_rows == 32_768
     # one report gets the whole budget; more memory lets more processes run
     assert budget.plan(None, 8, 1).workers == 1
     assert budget.plan(None, 8, 1).spill_bytes == 256 << 20
-    assert budget.plan(None, 8, 1).chunk_rows == 250_000
+    assert budget.plan(None, 8, 1).chunk_rows == 100_000
     assert budget.plan(8 << 30, 8, 64).workers == 8
     # never fewer than one process, however small the budget
     assert budget.plan(256 << 20, 8, 8).workers == 1
@@ -36,7 +36,7 @@ def test_buffer_sizes_stay_within_share():
         for workers in (1, 2, 4, 8):
             b = budget.Budget(total, workers)
             assert 32 << 20 <= b.spill_bytes <= max(32 << 20, b.share // 8)
-            assert 50_000 <= b.chunk_rows <= 250_000
+            assert 32_768 <= b.chunk_rows <= 100_000
 
 
 @pytest.mark.parametrize("text,size", [("2G", 2 << 30), ("512M", 512 << 20),
@@ -74,7 +74,7 @@ def test_eight_reports_run_at_most_four_at_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(translate_mod, "_run_prepare", spy)
     result = nsys2prv.translate(paths, tmp_path / "job.prv", jobs=8)
-    assert seen == [(4, {64 << 20}, {65_536})]
+    assert seen == [(4, {64 << 20}, {32_768})]
     assert len(result.model.tasks) == 8
     seen.clear()
     nsys2prv.translate(paths, tmp_path / "big.prv", jobs=8, memory=8 << 30)
@@ -86,7 +86,12 @@ def test_worker_environment_sets_allocator_only_for_workers(monkeypatch):
     with budget.worker_environment():
         assert os.environ["_RJEM_MALLOC_CONF"] == budget.WORKER_MALLOC_CONF
     assert "_RJEM_MALLOC_CONF" not in os.environ
-    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")  # the user's choice wins
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:2")  # the user's choice wins
     with budget.worker_environment():
-        assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
+        assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:2"
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:2"
+    # nsys2prv's own setting for the main process is replaced in workers, then restored
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")
+    with budget.worker_environment():
+        assert os.environ["_RJEM_MALLOC_CONF"] == budget.WORKER_MALLOC_CONF
     assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"

@@ -45,8 +45,10 @@ class Budget:
 
     @property
     def chunk_rows(self) -> int:
-        """Rows read from a table at a time (a chunk becomes ~4 records of ~150 bytes)."""
-        return _clamp(self.share // 8192, 50_000, 250_000)
+        """Rows read from a table at a time. A chunk of kernels lives as ~10 polars frames of
+        ~30 columns while it is translated; 100k rows (the most) keeps that near 200 MB and
+        was as fast as 250k at 21M activities (benchmarks/RESULTS.md)."""
+        return _clamp(self.share // 20480, 32_768, 100_000)
 
     @property
     def merge_bytes(self) -> int:
@@ -89,7 +91,7 @@ def memory_size(text: str) -> int:
 # uses. Worker processes, which run several at once, give them back within 0.2 s (jemalloc's
 # background thread does it). The main process keeps the default: one process, and the
 # prompt return costs system time.
-WORKER_MALLOC_CONF = "background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"
+WORKER_MALLOC_CONF = "narenas:1,background_thread:true,dirty_decay_ms:200,muzzy_decay_ms:0"
 _MALLOC_VAR = "_RJEM_MALLOC_CONF"
 
 
@@ -97,11 +99,17 @@ _MALLOC_VAR = "_RJEM_MALLOC_CONF"
 def worker_environment() -> Iterator[None]:
     """Environment for starting worker processes (they read it when polars loads); a value
     the user set wins."""
-    if _MALLOC_VAR in os.environ:
+    from .. import _alloc
+
+    if _alloc.users_choice(os.environ.get(_MALLOC_VAR)):  # the user's choice wins
         yield
         return
+    before = os.environ.get(_MALLOC_VAR)
     os.environ[_MALLOC_VAR] = WORKER_MALLOC_CONF
     try:
         yield
     finally:
-        os.environ.pop(_MALLOC_VAR, None)
+        if before is None:
+            os.environ.pop(_MALLOC_VAR, None)
+        else:
+            os.environ[_MALLOC_VAR] = before

@@ -15,7 +15,7 @@ import polars as pl
 
 from ..report.report import Report
 
-DEFAULT_CHUNK_ROWS = 250_000
+DEFAULT_CHUNK_ROWS = 100_000
 
 
 @dataclass(frozen=True)
