@@ -286,3 +286,34 @@ def test_correlation_index_matches_a_brute_force_lookup(api, activities):
     inner = index.join(df, how="inner")
     assert inner["me"].to_list() == [i for i, w in enumerate(want) if w is not None]
     assert inner["api_row"].to_list() == [w for w in want if w is not None]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(-BIG, BIG)),
+                          st.one_of(st.none(), st.integers(-5, 5))), min_size=1, max_size=30),
+       st.sampled_from([None, ":1:2"]))
+def test_numeric_pairs_write_what_string_pairs_write(tmp_path_factory, values, text):
+    """The engine's ':type:value' text of numeric pairs equals polars' `records.pairs`."""
+    from nsys2prv.paraver import records as R
+    d = tmp_path_factory.mktemp("pairs")
+    n = len(values)
+    base = pl.DataFrame({"v1": [v[0] for v in values], "v2": [v[1] for v in values],
+                         "t": list(range(n))}, schema={"v1": pl.Int64, "v2": pl.Int64,
+                                                       "t": pl.Int64})
+    c = pl.col
+    texts = []
+    for pairs in (R.numeric_pairs((63000002, c("v1")), (7, c("v2"))),
+                  R.pairs((63000002, c("v1")), (7, c("v2")))):
+        store = engine.Records(d / f"r{len(texts)}", 1 << 20)
+        full = pairs if text is None or isinstance(pairs, R.NumericPairs) else \
+            pl.concat_str([pl.lit(text), pairs])
+        frame = base.select(R.events(c("t"), pl.lit(0), R.PHASE_START, R.SRC_KERNEL, c("t"),
+                                     63000006, pl.lit(1, pl.Int64),
+                                     full if isinstance(full, R.NumericPairs) or text is None
+                                     else full))
+        if text is not None and isinstance(pairs, R.NumericPairs):
+            frame = frame.with_columns(pl.lit(text).alias("text"))
+        store.add(R.conform(frame))
+        texts.append(_merge_text(store.finish()))
+    assert texts[0] == texts[1]
+    assert texts[0].count("\n") == n

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..paraver import records as R
 from ._engine import NUL, IntervalStore, Merger, RecordStore
 
 __all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int64_column",
@@ -111,12 +112,13 @@ class Records:
             return
         c = df.get_column
         offsets, data = text_buffers(c("text"))
+        types, names = R.pair_columns(df)
         self.store.add(int64_column(c("time")), _typed(c("row"), pl.Int32, "<i4"),
                        _typed(c("kind"), pl.Int8, "i1"), _typed(c("phase"), pl.Int8, "i1"),
                        int64_column(c("sub")), _typed(c("src"), pl.Int8, "i1"),
                        int64_column(c("ord")),
                        *(int64_column(c(k)) for k in ("a", "b", "c", "d", "e", "f")),
-                       offsets, data)
+                       offsets, data, types, [int64_column(c(n)) for n in names])
 
     @property
     def total(self) -> int:

@@ -160,6 +160,39 @@ static void arr_release(Arr *a) {
 
 static Py_ssize_t arr_len(Arr *a) { return a->view.len / a->view.itemsize; }
 
+static const char DIGIT_PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* decimal text of v (two digits per step) */
+static inline char *fmt_i64(char *o, int64_t v) {
+    uint64_t u;
+    if (v < 0) {
+        *o++ = '-';
+        u = (uint64_t)0 - (uint64_t)v;
+    } else u = (uint64_t)v;
+    if (u < 10) {
+        *o++ = (char)('0' + u);
+        return o;
+    }
+    char tmp[24];
+    char *t = tmp + sizeof tmp;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        t -= 2;
+        memcpy(t, DIGIT_PAIRS + 2 * r, 2);
+    }
+    if (u >= 10) {
+        t -= 2;
+        memcpy(t, DIGIT_PAIRS + 2 * u, 2);
+    } else *--t = (char)('0' + u);
+    size_t n = (size_t)(tmp + sizeof tmp - t);
+    memcpy(o, t, n);
+    return o + n;
+}
+
 /* ================================================================== RecordStore ====== */
 
 typedef struct {
@@ -398,16 +431,30 @@ static int store_reserve(RecordStore *self, size_t extra) {
     return 0;
 }
 
-/* add(time, row, kind, phase, sub, src, ord, a, b, c, d, e, f, text_offsets, text_data)
- * int64 arrays but row (int32) and kind/phase/src (int8); text_offsets int64 (n+1) or None */
+#define MAX_PAIRS 64
+
+/* add(time, row, kind, phase, sub, src, ord, a, b, c, d, e, f, text_offsets, text_data,
+ *     pair_types, pair_values)
+ * int64 arrays but row (int32) and kind/phase/src (int8); text_offsets int64 (n+1) or None.
+ * pair_types: a sequence of event types, pair_values: one int64 column per type; each
+ * non-null value is appended to the record's text as ":type:value" (the text of numeric
+ * pairs is made here, not built as strings in polars). */
 static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
-    PyObject *o[15];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14]))
+    PyObject *o[15], *ptypes = Py_None, *pvals = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO|OO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
+                          &ptypes, &pvals))
         return NULL;
     static const Py_ssize_t sizes[13] = {8, 4, 1, 1, 8, 1, 8, 8, 8, 8, 8, 8, 8};
     Arr a[15];
     memset(a, 0, sizeof a);
+    Arr pa[MAX_PAIRS];
+    memset(pa, 0, sizeof pa);
+    int64_t ptype[MAX_PAIRS];
+    const int64_t *pv[MAX_PAIRS];
+    char ptext[MAX_PAIRS][24];
+    size_t ptlen[MAX_PAIRS];
+    int npairs = 0;
     PyObject *result = NULL;
     Py_ssize_t n = -1;
     for (int k = 0; k < 13; k++) {
@@ -427,6 +474,35 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
             goto done;
         }
     }
+    if (ptypes != Py_None) {
+        PyObject *ts = PySequence_Fast(ptypes, "pair types"), *vs = PySequence_Fast(pvals, "pair values");
+        if (!ts || !vs) { Py_XDECREF(ts); Py_XDECREF(vs); goto done; }
+        Py_ssize_t k = PySequence_Fast_GET_SIZE(ts);
+        if (k != PySequence_Fast_GET_SIZE(vs) || k > MAX_PAIRS) {
+            Py_DECREF(ts); Py_DECREF(vs);
+            PyErr_SetString(PyExc_ValueError, "pair types and values differ (or too many)");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            ptype[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(ts, i));
+            if (PyErr_Occurred() || arr_get(PySequence_Fast_GET_ITEM(vs, i), &pa[i], 8, "pair values") < 0 ||
+                arr_len(&pa[i]) != n) {
+                Py_DECREF(ts); Py_DECREF(vs);
+                npairs = (int)i + 1;
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "pair column length");
+                goto done;
+            }
+            pv[i] = pa[i].view.buf;
+            char *e = ptext[i];
+            *e++ = ':';
+            e = fmt_i64(e, ptype[i]);
+            *e++ = ':';
+            ptlen[i] = (size_t)(e - ptext[i]);
+            npairs = (int)i + 1;
+        }
+        Py_DECREF(ts);
+        Py_DECREF(vs);
+    }
     const int64_t *time = a[0].view.buf, *sub = a[4].view.buf, *ord = a[6].view.buf;
     const int32_t *row = a[1].view.buf;
     const int8_t *kind = a[2].view.buf, *phase = a[3].view.buf, *src = a[5].view.buf;
@@ -443,6 +519,7 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
         if (take > n - done_n) take = n - done_n;
         if (store_reserve(self, (size_t)take) < 0) goto done;
         size_t tbytes = has_text ? (size_t)(toffs[done_n + take] - toffs[done_n]) : 0;
+        for (int k = 0; k < npairs; k++) tbytes += (size_t)take * (ptlen[k] + 21);
         if (buf_reserve(&self->text, tbytes) < 0) { PyErr_NoMemory(); goto done; }
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = done_n; i < done_n + take; i++) {
@@ -456,16 +533,21 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
             r->phase = phase[i];
             r->src = src[i];
             r->pad = 0;
+            r->toff = self->text.n;
+            char *t0 = self->text.p + self->text.n, *t = t0;
             if (has_text) {
                 int64_t lo = toffs[i], hi = toffs[i + 1];
-                r->tlen = (uint32_t)(hi - lo);
-                r->toff = self->text.n;
-                memcpy(self->text.p + self->text.n, tdata + lo, (size_t)(hi - lo));
-                self->text.n += (size_t)(hi - lo);
-            } else {
-                r->tlen = 0;
-                r->toff = 0;
+                memcpy(t, tdata + lo, (size_t)(hi - lo));
+                t += hi - lo;
             }
+            for (int k = 0; k < npairs; k++) {
+                if (pv[k][i] == NUL) continue;
+                memcpy(t, ptext[k], ptlen[k]);
+                t = fmt_i64(t + ptlen[k], pv[k][i]);
+            }
+            r->tlen = (uint32_t)(t - t0);
+            self->text.n += r->tlen;
+            if (!r->tlen) r->toff = 0;
         }
         Py_END_ALLOW_THREADS
         done_n += take;
@@ -476,6 +558,7 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
     Py_INCREF(result);
 done:
     for (int k = 0; k < 15; k++) arr_release(&a[k]);
+    for (int k = 0; k < npairs; k++) arr_release(&pa[k]);
     return result;
 }
 
@@ -1334,39 +1417,6 @@ static void group_sort(Merger *m, size_t lo, size_t hi) {
     while (i < mid) t[k++] = a[i++];
     while (j < hi) t[k++] = a[j++];
     memcpy(a + lo, t + lo, n * sizeof *a);
-}
-
-static const char DIGIT_PAIRS[201] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
-/* decimal text of v (two digits per step) */
-static inline char *fmt_i64(char *o, int64_t v) {
-    uint64_t u;
-    if (v < 0) {
-        *o++ = '-';
-        u = (uint64_t)0 - (uint64_t)v;
-    } else u = (uint64_t)v;
-    if (u < 10) {
-        *o++ = (char)('0' + u);
-        return o;
-    }
-    char tmp[24];
-    char *t = tmp + sizeof tmp;
-    while (u >= 100) {
-        unsigned r = (unsigned)(u % 100);
-        u /= 100;
-        t -= 2;
-        memcpy(t, DIGIT_PAIRS + 2 * r, 2);
-    }
-    if (u >= 10) {
-        t -= 2;
-        memcpy(t, DIGIT_PAIRS + 2 * u, 2);
-    } else *--t = (char)('0' + u);
-    size_t n = (size_t)(tmp + sizeof tmp - t);
-    memcpy(o, t, n);
-    return o + n;
 }
 
 /* Append the formatted records of the current group to out. */

@@ -58,27 +58,59 @@ INTERVAL_SCHEMA: dict[str, pl.DataType] = {
 INTERVAL_KEYS = ["row", "start", "ord"]
 
 
+PAIR_PREFIX = "pair:"  # columns "pair:<k>:<type>": numeric pairs appended to the text
+
+
 def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Add missing record columns (nulls; `sub` 0) and fix dtypes and column order."""
+    """Add missing record columns (nulls; `sub` 0) and fix dtypes and column order (numeric
+    pair columns stay, last, in their order)."""
     exprs = []
     for name, dtype in RECORD_SCHEMA.items():
         if name in df.columns:
             exprs.append(pl.col(name).cast(dtype))
         else:
             exprs.append(pl.lit(0 if name == "sub" else None, dtype).alias(name))
+    exprs += [pl.col(name).cast(pl.Int64) for name in df.columns
+              if name.startswith(PAIR_PREFIX)]
     return df.select(exprs)
 
 
+class NumericPairs:
+    """':type:value' pairs of integer columns, written after an event's text by the engine
+    (no strings are built in polars); a null value writes nothing, as `pairs` does."""
+
+    def __init__(self, items: tuple[tuple[int, pl.Expr], ...]) -> None:
+        self.items = items
+
+    def columns(self) -> list[pl.Expr]:
+        return [expr.cast(pl.Int64).alias(f"{PAIR_PREFIX}{k}:{t}")
+                for k, (t, expr) in enumerate(self.items)]
+
+
+def numeric_pairs(*items: tuple[int, pl.Expr]) -> NumericPairs:
+    """Like `pairs`, for integer values, made by the engine (cheaper for millions of rows)."""
+    return NumericPairs(items)
+
+
+def pair_columns(df: pl.DataFrame) -> tuple[list[int], list[str]]:
+    """(types, column names) of a record frame's numeric pair columns, in order."""
+    names = [n for n in df.columns if n.startswith(PAIR_PREFIX)]
+    return [int(n.rsplit(":", 1)[1]) for n in names], names
+
+
 def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl.Expr,
-           type_: int | pl.Expr, value: pl.Expr, text: pl.Expr | None = None,
+           type_: int | pl.Expr, value: pl.Expr, text: pl.Expr | NumericPairs | None = None,
            sub: pl.Expr | None = None, type2: int | pl.Expr | None = None,
            value2: pl.Expr | None = None) -> list[pl.Expr]:
     """Expressions building event records from a normalised frame (`type2`/`value2`: a
     second pair whose value is renumbered like the first, e.g. a kernel's full name)."""
     second = []
+    if isinstance(text, NumericPairs):
+        second += text.columns()
+        text = None
     if type2 is not None:
-        second = [(type2 if isinstance(type2, pl.Expr) else pl.lit(type2, pl.Int64)).alias("c"),
-                  value2.alias("d")]
+        second += [(type2 if isinstance(type2, pl.Expr) else pl.lit(type2, pl.Int64)).alias("c"),
+                   value2.alias("d")]
     return second + [
         time.alias("time"), row.alias("row"), pl.lit(EVENT).alias("kind"),
         (phase if isinstance(phase, pl.Expr) else pl.lit(phase)).alias("phase"),

@@ -31,8 +31,8 @@ def translate(report: Report, ctx: Context) -> None:
         ret = pl.when(pl.col("return_value").is_not_null() & (pl.col("return_value") != 0))\
             .then(pl.col("return_value"))
         push(ctx, start_end(df, R.SRC_API, reg.CUDA_CALL, pl.col("value_name_id"),
-                            start_text=R.pairs((reg.CORRELATION_ID, pl.col("correlation"))),
-                            end_text=R.pairs((reg.CUDA_RETURN_VALUE, ret))))
+                            start_text=R.numeric_pairs((reg.CORRELATION_ID, pl.col("correlation"))),
+                            end_text=R.numeric_pairs((reg.CUDA_RETURN_VALUE, ret))))
         ctx.intervals(intervals(df.with_columns(state_of(df["name_id"]).alias("state")),
                                 pl.col("state"), R.SRC_API))
         parts.append(df.filter(pl.col("correlation").is_not_null()).select(

@@ -36,7 +36,7 @@ def translate(report: Report, ctx: Context) -> None:
         ctx.count("kernels", df.height)
         ktype = pl.when(c("is_nccl")).then(pl.lit(reg.NCCL_KERNEL)).otherwise(
             pl.lit(reg.CUDA_KERNEL))
-        geometry = R.pairs(
+        geometry = R.numeric_pairs(
             (reg.CUDA_KERNEL_BLOCKS, c("grid_x") * c("grid_y") * c("grid_z")),
             (reg.CUDA_KERNEL_THREADS, c("block_x") * c("block_y") * c("block_z")),
             (reg.CUDA_KERNEL_DYN_SHMEM, c("dynamic_smem")),
@@ -48,7 +48,7 @@ def translate(report: Report, ctx: Context) -> None:
             (reg.KERNEL_LOCAL_MEM_TOTAL, c("local_mem_total")),
             (reg.CORRELATION_ID, c("correlation")))
         frames = start_end(df, R.SRC_KERNEL, ktype, c("value_short_name_id"),
-                           start_text=geometry, end_text=pl.lit(f":{reg.KERNEL_FULL_NAME}:0"),
+                           start_text=geometry, end_text=R.numeric_pairs((reg.KERNEL_FULL_NAME, pl.lit(0))),
                            start_type2=reg.KERNEL_FULL_NAME, start_value2=c("value_name_id"))
         push(ctx, frames)
         ctx.intervals(intervals(df, reg.STATE_RUNNING, R.SRC_KERNEL))

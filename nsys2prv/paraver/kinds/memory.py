@@ -27,12 +27,12 @@ def _translate(report: Report, ctx: Context, memset: bool) -> None:
         ctx.count("memset" if memset else "memcpy", df.height)
         if memset:
             value = pl.lit(reg.MEMSET_OPERATION_VALUE, pl.Int64)
-            text = R.pairs((reg.MEMORY_BYTES, c("bytes")), (reg.MEMSET_VALUE, c("value")),
+            text = R.numeric_pairs((reg.MEMORY_BYTES, c("bytes")), (reg.MEMSET_VALUE, c("value")),
                            (reg.MEMORY_DST_KIND, c("dst_kind") + 1),
                            (reg.CORRELATION_ID, c("correlation")))
         else:
             value = c("copy_kind").fill_null(0) + 1
-            text = R.pairs((reg.MEMORY_BYTES, c("bytes")),
+            text = R.numeric_pairs((reg.MEMORY_BYTES, c("bytes")),
                            (reg.MEMORY_SRC_KIND, c("src_kind") + 1),
                            (reg.MEMORY_DST_KIND, c("dst_kind") + 1),
                            (reg.CORRELATION_ID, c("correlation")))
