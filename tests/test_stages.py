@@ -33,6 +33,16 @@ def test_prepare_then_merge_equals_translate(tmp_path, ranks, capsys):
     _same(tmp_path / "direct.prv", tmp_path / "staged.prv")
     assert main(["merge", str(tmp_path / "nothing"), str(tmp_path / "x.prv")]) == 1
     assert "not a partial trace" in capsys.readouterr().err
+    # a partial of another nsys2prv version (other run-file format) is refused in one line
+    import json
+    meta_path = tmp_path / "parts" / ranks[0].stem / "partial.json"
+    meta = json.loads(meta_path.read_text())
+    meta["format"] = 1
+    meta_path.write_text(json.dumps(meta))
+    assert main(["merge", str(tmp_path / "parts"), str(tmp_path / "old.prv"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "another nsys2prv version (format 1" in err and err.count("\n") == 1
+    assert not (tmp_path / "old.prv").exists()
 
 
 def test_dask_local_cluster_gives_the_same_bytes(tmp_path, ranks):

@@ -35,7 +35,7 @@ from ..paraver.values import clean_label, global_numbering, labels_of
 from .align import Alignment, align
 from .budget import Budget, worker_environment
 from .budget import plan as budget_plan
-from .prepare import META_FILE
+from .prepare import META_FILE, PARTIAL_FORMAT
 
 # = (time, order, kind, phase, sub, src, rep, ord), packed into four integer columns
 MERGE_KEYS = ["time", "ok", "sub", "rso"]
@@ -64,6 +64,10 @@ class MergeResult:
 
 def load_partial(directory: str | Path) -> dict:
     meta = json.loads((Path(directory) / META_FILE).read_text())
+    if meta.get("format") != PARTIAL_FORMAT:
+        raise InputError(f"{directory}: a partial trace of another nsys2prv version (format "
+                         f"{meta.get('format')}, this one reads {PARTIAL_FORMAT}): prepare it "
+                         "again")
     meta["_dir"] = str(directory)
     return meta
 
