@@ -32,6 +32,9 @@ class RowRegistry:
     def _assign(self, table: pl.DataFrame, keys: list[str], df: pl.DataFrame
                 ) -> tuple[pl.DataFrame, pl.Series]:
         probe = df.select([pl.col(k).fill_null(-1).cast(pl.Int64) for k in keys])
+        rows = probe.join(table, on=keys, how="left", maintain_order="left")["row"]
+        if rows.null_count() == 0:  # every key known already (all chunks after the first)
+            return table, rows
         new = (probe.unique(maintain_order=True)
                .join(table, on=keys, how="anti", nulls_equal=True))
         if new.height:

@@ -142,10 +142,11 @@ class CorrelationIndex:
                 hit = keys[at] == corr[sel]
                 pos[sel[hit]] = lo + at[hit]
         if how == "inner":
-            take = np.flatnonzero(pos >= 0)
-            return df[take].with_columns(
-                pl.Series("api_row", self._row[pos[take]], pl.Int32),
-                pl.Series("api_start", self._start[pos[take]], pl.Int64))
+            hit = pos >= 0
+            at = pos[hit]
+            return (df if hit.all() else df.filter(pl.Series(hit))).with_columns(
+                pl.Series("api_row", self._row[at], pl.Int32),
+                pl.Series("api_start", self._start[at], pl.Int64))
         found = pl.Series(pos >= 0)
         at = np.maximum(pos, 0)
         row = self._row[at] if self.height else np.zeros(df.height, np.int32)
