@@ -19,7 +19,7 @@ from . import __version__
 from .errors import Interrupted, Nsys2PrvError, UsageError
 from .pipeline.budget import memory_size
 
-SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge")
+SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge", "paraver-setup")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +34,8 @@ def _translate_parser() -> argparse.ArgumentParser:
                     "installed) into a Paraver trace. Several inputs are merged into one trace.",
         epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace; 'nsys2prv "
                "analyze INPUTS' prints the GPU efficiency model; 'nsys2prv prepare REPORT DIR' "
-               "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately.")
+               "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately; 'nsys2prv "
+               "paraver-setup' installs the views and workspaces for wxparaver.")
     p.add_argument("paths", nargs="*", metavar="INPUT... OUTPUT",
                    help="one or more reports, then the output trace name (.prv or .prv.gz)")
     p.add_argument("--only", metavar="KINDS",
@@ -230,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "analyze":
             from .analysis.cli import main as analyze_main
             return analyze_main(rest)
+        if cmd == "paraver-setup":
+            from .analysis.workspace import main as setup_main
+            return setup_main(rest)
         if cmd in ("prepare", "merge"):
             from .pipeline.cli import main as stage_main
             return stage_main(cmd, rest)
