@@ -19,7 +19,7 @@ from . import __version__
 from .errors import Interrupted, Nsys2PrvError, UsageError
 from .pipeline.budget import memory_size
 
-SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge")
+SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge", "paraver-setup")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,14 +34,18 @@ def _translate_parser() -> argparse.ArgumentParser:
                     "installed) into a Paraver trace. Several inputs are merged into one trace.",
         epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace; 'nsys2prv "
                "analyze INPUTS' prints the GPU efficiency model; 'nsys2prv prepare REPORT DIR' "
-               "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately.")
+               "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately; 'nsys2prv "
+               "paraver-setup' installs the views and workspaces for wxparaver.")
     p.add_argument("paths", nargs="*", metavar="INPUT... OUTPUT",
                    help="one or more reports, then the output trace name (.prv or .prv.gz)")
     p.add_argument("--only", metavar="KINDS",
-                   help="translate only these kinds, comma separated "
-                        "(cuda_api,kernels,memcpy,memset,cuda_sync,nvtx,osrt)")
+                   help="translate only these kinds, comma separated: "
+                        f"{','.join(_kind_names())} (nsys2prv --list-kinds)")
     p.add_argument("--exclude", metavar="KINDS", default="",
-                   help="translate everything present except these kinds")
+                   help="translate everything present except these kinds "
+                        "(same names as --only)")
+    p.add_argument("--list-kinds", action="store_true",
+                   help="print the kinds --only/--exclude accept, one a line, and exit")
     p.add_argument("-z", "--compress", action="store_true", help="write OUTPUT.prv.gz")
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                    help="reports prepared in parallel (default: number of cores)")
@@ -92,8 +96,18 @@ def _kinds(text: str | None) -> list[str] | None:
     return [k.strip() for k in text.split(",") if k.strip()]
 
 
+def _kind_names() -> list[str]:
+    """Every kind a translator exists for, in translation order (the --only vocabulary)."""
+    from .paraver.kinds import TRANSLATORS
+
+    return list(TRANSLATORS)
+
+
 def _run_translate(argv: list[str]) -> int:
     args = _translate_parser().parse_args(argv)
+    if args.list_kinds:
+        print("\n".join(_kind_names()))
+        return 0
     if len(args.paths) < 2:
         raise UsageError("give at least one input and the output trace name "
                          "(nsys2prv --help)")
@@ -217,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "analyze":
             from .analysis.cli import main as analyze_main
             return analyze_main(rest)
+        if cmd == "paraver-setup":
+            from .analysis.workspace import main as setup_main
+            return setup_main(rest)
         if cmd in ("prepare", "merge"):
             from .pipeline.cli import main as stage_main
             return stage_main(cmd, rest)

@@ -114,6 +114,22 @@ def _check_output(output: Path, inputs: list[Path], compress: bool) -> Path:
     return output
 
 
+def _refuse_duplicate_inputs(inputs: Sequence[Path]) -> None:
+    """The same report given twice (even through another path or a symlink) would be merged
+    as two reports with every process duplicated: refuse it."""
+    seen: dict[object, Path] = {}
+    for p in inputs:
+        try:
+            st = p.stat()
+            key: object = (st.st_dev, st.st_ino)
+        except OSError:  # missing files are reported later, with their own message
+            key = os.path.realpath(p)
+        if key in seen:
+            same = "" if str(seen[key]) == str(p) else f" (same file as {seen[key]})"
+            raise UsageError(f"input {p} given twice{same}")
+        seen[key] = p
+
+
 def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
               output: str | os.PathLike[str], *, only: Sequence[str] | None = None,
               exclude: Sequence[str] = (), compress: bool = False, jobs: int = 1,
@@ -141,6 +157,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     inputs = [Path(p) for p in inputs]
     if not inputs:
         raise UsageError("no input given")
+    _refuse_duplicate_inputs(inputs)
     output = _check_output(Path(output), inputs, compress)
     out_dir = output.parent if str(output.parent) else Path(".")
     options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx)

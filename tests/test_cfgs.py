@@ -192,7 +192,8 @@ def test_cfg_types_are_registered_and_written(rel, sample_types, tmp_path_factor
     shows data on a translated trace: the sample, or a small export of the kind for data the
     sample does not have (a window filtering several types needs one of them, as paramedir)."""
     cfg = parse_cfg(CFG_DIR / rel)
-    windows = [w for w in cfg.windows if w.types and not w.composed]
+    # hidden windows are the GUI's load checks (guicheck), not views of data
+    windows = [w for w in cfg.windows if w.types and not w.composed and not w.hidden]
     for w in windows:
         for t in w.types:
             kinds = _kinds_of(t)
@@ -251,3 +252,38 @@ def test_paramedir_live(tmp_path):
     for run in runs:
         assert run.ok and not run.partial, (run.cfg, run.stdout, run.stderr)
         assert run.output.read_text() == (DATA / "sample" / run.output.name).read_text()
+
+
+COMM_LINE_VIEWS = {"views/cuda_activities.cfg", "views/mpi_messages.cfg"}
+
+
+@pytest.mark.parametrize("rel", CFGS)
+def test_comm_lines_only_in_their_views(rel):
+    """Launch arrows / message lines are drawn only by the views made for them: every window
+    says it explicitly (Paraver draws them when the cfg is silent)."""
+    cfg = parse_cfg(CFG_DIR / rel)
+    assert {w.comm_lines for w in cfg.windows} == {rel in COMM_LINE_VIEWS}, rel
+
+
+@pytest.mark.parametrize("rel", CFGS)
+def test_load_check_windows_stay_out_of_the_numbers(rel):
+    """A hidden load-check window (guicheck) is never what paramedir prints (the last window
+    of a cfg without table) nor a histogram's input; a derived window may use it only with
+    factor 0."""
+    cfg = parse_cfg(CFG_DIR / rel)
+    hidden = {i for i, w in enumerate(cfg.windows, start=1)
+              if w.hidden and w.name.endswith("(load check)")}
+    if cfg.histogram:
+        for key in ("Analyzer2D.ControlWindow", "Analyzer2D.DataWindow",
+                    "Analyzer2D.3D_ControlWindow"):
+            assert int(cfg.histogram.get(key, 0)) not in hidden, (rel, key)
+    else:
+        assert len(cfg.windows) not in hidden, rel
+    text = (CFG_DIR / rel).read_text().split("< NEW DISPLAYING WINDOW ")[1:]
+    for i, (w, block) in enumerate(zip(cfg.windows, text), start=1):
+        if w.parents and set(w.parents) & hidden:
+            factors = next(ln for ln in block.splitlines() if ln.startswith("window_factors"))
+            a, b = (float(x) for x in factors.split()[1:])
+            for parent, factor in zip(w.parents, (a, b)):
+                if parent in hidden:
+                    assert factor == 0.0, (rel, w.name)

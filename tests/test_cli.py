@@ -216,3 +216,32 @@ def test_nsys_rep_without_nsys(tmp_path, monkeypatch, capsys):
     rep.write_text("x")
     code, _, err = run([rep, tmp_path / "t.prv"], capsys)
     assert code == 1 and "needs Nsight Systems' `nsys`" in err
+
+
+def test_same_input_twice_is_refused(tmp_path, sample_db, capsys):
+    """a.sqlite a.sqlite (or the same file through a symlink or another path) would merge
+    one report twice: one line naming the file, exit code 2, nothing written."""
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(sample_db)
+    other_path = sample_db.parent / ".." / sample_db.parent.name / sample_db.name
+    for second in (sample_db, link, other_path):
+        out = tmp_path / "twice.prv"
+        code, _, err = run([str(sample_db), str(second), str(out)], capsys)
+        assert code == 2, second
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "given twice" in lines[0], err
+        assert str(second) in lines[0]
+        assert not out.exists() and not out.with_suffix(".pcf").exists()
+
+
+def test_list_kinds_and_help_name_every_kind(capsys):
+    """--list-kinds prints every kind --only accepts; --help names them all too."""
+    from nsys2prv.paraver.kinds import TRANSLATORS
+
+    code, out, _ = run(["--list-kinds"], capsys)
+    assert code == 0 and out.split() == list(TRANSLATORS)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps the list anywhere
+    assert ",".join(TRANSLATORS) in text
+    assert "(nsys2prv--list-kinds)" in text

@@ -11,6 +11,8 @@ thread-level views (one row per stream) can be read per GPU by the row labels
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..paraver.registry import cuda, gpu_metrics, nccl, nvtx, osrt
 from .cfgs import Cfg, Histogram, Window
 
@@ -23,12 +25,19 @@ try:
 except (ImportError, AttributeError):  # pragma: no cover - before the MPI kind lands
     MPI_TYPES = (50_000_001, 50_000_002, 50_000_003, 50_000_004, 50_000_005)
 OPENACC_TYPES = (66_000_000, 66_000_001, 66_000_002)
+# Both families are contiguous type numbers: a `[x,y]` filter over them selects exactly the
+# same events as listing them, and Paraver's GUI does not ask when some are absent.
+MPI_RANGE = (min(MPI_TYPES), max(MPI_TYPES))
+OPENACC_RANGE = (min(OPENACC_TYPES), max(OPENACC_TYPES))
+assert MPI_RANGE[1] - MPI_RANGE[0] + 1 == len(MPI_TYPES)
+assert OPENACC_RANGE[1] - OPENACC_RANGE[0] + 1 == len(OPENACC_TYPES)
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
 KERNELS = (KERNEL, NCCL_KERNEL)
 MEMOP = cuda.MEMORY_OPERATION
 ACTIVITY = (KERNEL, NCCL_KERNEL, MEMOP)
+ANY_TYPE = 2**32 - 1  # the largest Paraver event type (PRV_UINT32)
 STACKED = {"compose_thread": "Stacked Val"}
 SIGN = {"compose_thread": "Sign"}
 TASK_SIGN = {"compose_thread": "Sign", "compose_task": "Sign"}
@@ -51,6 +60,36 @@ def last_value(name: str, types: tuple[int, ...], stacked: bool = False,
                   type_range=type_range, compose=dict(STACKED) if stacked else {})
 
 
+def kernels_anchor(name: str = "CUDA kernels") -> Window:
+    """Compute-kernel names as a one-type `[x,y]` window (same events as `= 63000006`).
+
+    Why: wxparaver asks "Some of the events specified in the filter doesn't appear in the
+    trace" when a listed type is absent (no NCCL kernels, no copies, no GPU metrics) and some
+    other one is present, but a `[x,y]` window with data clears that for the windows picked
+    before it (paraver-kernel `pickSymbols`). Placed as the last filtered window of a GPU view,
+    it makes the view open silently on every trace with compute kernels."""
+    return Window(name, thread="Last Evt Val", types=(KERNEL, KERNEL), type_range=True)
+
+
+def present(what: str, first: int, last: int, level: str = "thread") -> Window:
+    """Hidden window whose only job is the GUI's load check, for views about several kinds
+    of which a trace may have only some (compute kernels, NCCL kernels, copies): a `[x,y]`
+    range from the first to the last type has data whenever one of them is there, and it
+    clears the question for the windows picked before it. No number uses it."""
+    return Window(f"{what} present (load check)", level=level, thread="Last Evt Val",
+                  types=(first, last), type_range=True, hidden=True)
+
+
+def kernels_present(level: str = "thread") -> Window:
+    """Compute or NCCL kernels (63000006 ... 67000002)."""
+    return present("GPU kernels", KERNEL, NCCL_KERNEL, level)
+
+
+def gpu_activity_present() -> Window:
+    """Compute kernels, NCCL kernels or memory operations (63000006 ... 67100001)."""
+    return present("GPU activity", KERNEL, MEMOP)
+
+
 def on_row(name: str, types: tuple[int, ...]) -> Window:
     """1 while a region of `types` is open on the row (a kernel, a copy...), else 0."""
     return Window(name, thread="Last Evt Val", types=types, compose=dict(SIGN), gradient=True)
@@ -62,7 +101,8 @@ def count_task(name: str, types: tuple[int, ...]) -> Window:
                   compose=dict(SIGN), gradient=True)
 
 
-def on_task(name: str, types: tuple[int, ...], factor: float | None = None) -> Window:
+def on_task(name: str, types: tuple[int, ...], factor: float | None = None,
+            type_range: bool = False) -> Window:
     """1 while any row of the process has a region of `types` open (union of intervals);
     `factor` scales it (100 makes averages read as percentages)."""
     compose = dict(TASK_SIGN)
@@ -71,7 +111,7 @@ def on_task(name: str, types: tuple[int, ...], factor: float | None = None) -> W
         compose["topcompose1"] = "Prod"
         params = (("topcompose1", "Prod", ((factor,),)),)
     return Window(name, level="task", thread="Last Evt Val", types=types, compose=compose,
-                  params=params, gradient=True)
+                  params=params, gradient=True, type_range=type_range)
 
 
 def capped_count_task(name: str, types: tuple[int, ...], cap: int = OVERLAP_CAP) -> Window:
@@ -178,10 +218,10 @@ BASICS = [
     Cfg("basics/mpi.cfg", "MPI calls (Extrae 50000001-50000005)",
         "MPI call in progress on each CPU thread: point-to-point, collective, other, "
         "one-sided and I/O calls (Extrae's types and values).",
-        (last_value("MPI calls", MPI_TYPES),)),
+        (last_value("MPI calls", MPI_RANGE, type_range=True),)),
     Cfg("basics/openacc.cfg", "OpenACC regions (Extrae 66000000-66000002), stacked",
         "OpenACC other / data / launch events on each CPU thread (innermost region).",
-        (last_value("OpenACC", OPENACC_TYPES, stacked=True),)),
+        (last_value("OpenACC", OPENACC_RANGE, stacked=True, type_range=True),)),
 ]
 
 # ------------------------------------------------------------------------------------------
@@ -190,13 +230,20 @@ BASICS = [
 
 VIEWS = [
     Cfg("views/cuda_activities.cfg", "CUDA activities: API calls, kernels and memory operations",
-        "The natural first view. Windows: states of every row; CUDA API calls on CPU threads "
-        "(stacked); kernels (compute and NCCL) and memory operations on GPU streams; and one "
-        "timeline with all of them (last window: CPU rows show the CUDA call, GPU rows the "
-        "kernel or the copy).",
+        "The natural first view, with the launch arrows (communication lines from each CUDA "
+        "call to its kernel or copy). Windows: states of every row; CUDA API calls on CPU "
+        "threads (stacked); kernels (compute and NCCL) and memory operations on GPU streams; "
+        "one timeline with all of them (CPU rows show the CUDA call, GPU rows the kernel or "
+        "the copy). Table: time per CUDA call per CPU thread.",
         (states(), last_value("CUDA API calls", (cuda.CUDA_CALL,), stacked=True),
          last_value("GPU kernels", KERNELS), last_value("Memory operations", (MEMOP,)),
-         last_value("CUDA activities", (cuda.CUDA_CALL, KERNEL, NCCL_KERNEL, MEMOP)))),
+         last_value("CUDA activities", (cuda.CUDA_CALL, KERNEL, NCCL_KERNEL, MEMOP)),
+         # the states window makes the GUI count the file as having data, so on a trace
+         # without CUDA (MPI or CPU only) it would ask about the CUDA types: any event at
+         # all lets it open (showing the states and empty CUDA windows) without a question
+         present("Any event", 0, ANY_TYPE)),
+        _profile("CUDA API profile", "CUDA API calls", "CUDA API calls"),
+        comm_lines=True),
     Cfg("views/memory_transfers.cfg", "Memory transfers: sizes and bandwidth (GB/s)",
         "Windows: memory operation (direction) per stream row; bytes of the running "
         "operation; bandwidth = bytes / duration in bytes/ns = GB/s. The histogram gives the "
@@ -225,19 +272,20 @@ VIEWS = [
         "Windows: NCCL kernel per stream row; collective operation (67600001); message size "
         "in bytes of the running operation (67600002 masked by the collective). The "
         "histogram gives the average message size per collective per stream row.",
-        (last_value("NCCL kernels", (NCCL_KERNEL,)),
-         last_value("NCCL collective", (nccl.NCCL_COLLECTIVE,)),
+        (last_value("NCCL collective", (nccl.NCCL_COLLECTIVE,)),
          on_row("Collective running", (nccl.NCCL_COLLECTIVE,)),
          Window("Message size (last)", thread="Last Evt Val", types=(nccl.NCCL_MESSAGE_SIZE,),
                 gradient=True),
+         last_value("NCCL kernels", (NCCL_KERNEL, NCCL_KERNEL), type_range=True),
          derived("Message size", "product", "Message size (last)", "Collective running")),
         _profile("Message size per collective [bytes]", "NCCL collective", "Message size",
                  "Average value")),
     Cfg("views/mpi_messages.cfg", "MPI calls with their messages",
         "MPI call per thread (Extrae types) with the communication lines of the messages; "
         "the histogram gives bytes sent per MPI call per thread.",
-        (last_value("MPI calls", MPI_TYPES),),
-        _profile("Bytes sent per MPI call", "MPI calls", "MPI calls", "Bytes sent")),
+        (last_value("MPI calls", MPI_RANGE, type_range=True),),
+        _profile("Bytes sent per MPI call", "MPI calls", "MPI calls", "Bytes sent"),
+        comm_lines=True),
 ]
 
 # ------------------------------------------------------------------------------------------
@@ -245,6 +293,7 @@ VIEWS = [
 # ------------------------------------------------------------------------------------------
 
 COUNT = "Kernels at once (0/1/2/3+)"
+CAPPED = "Kernels at once, capped at 3"
 
 
 def _levels(name: str) -> Histogram:
@@ -253,6 +302,7 @@ def _levels(name: str) -> Histogram:
 
 def _efficiency(path: str, title: str, useful: tuple[int, ...], note: str) -> list[Cfg]:
     windows = (on_task("Useful (device)", useful), on_task("Active (device)", ACTIVITY),
+               gpu_activity_present(),
                derived("Device time: 0 idle, 1 communication, 2 useful", "add",
                        "Useful (device)", "Active (device)", level="task"))
     cls = windows[-1].name
@@ -282,16 +332,22 @@ ANALYSIS = [
         "at 3 (3 = three or more). Per process = per device when each process drives one "
         "GPU.",
         (on_row("Kernel running", KERNELS), count_task("Kernels at once", KERNELS),
-         capped_count_task(COUNT, KERNELS))),
+         replace(capped_count_task(CAPPED, KERNELS), hidden=True), kernels_present("task"),
+         # the capped count again as the last window (what paramedir prints): a derived
+         # window is not part of the GUI's load check, so the check ends on the presence one
+         derived(COUNT, "add", CAPPED, "GPU kernels present (load check)", level="task",
+                 factors=(1.0, 0.0)))),
     Cfg("analysis/overlap_levels.cfg", "Time per overlap level (% of trace time)",
         "Columns 0/1/2/3 = no kernel, one, two, three or more kernels running at once "
         "(NCCL included) in the process, as % of the trace time.",
-        (capped_count_task(COUNT, KERNELS),), _levels("Overlap levels (% of trace time)")),
+        (capped_count_task(COUNT, KERNELS), kernels_present()),
+        _levels("Overlap levels (% of trace time)")),
     Cfg("analysis/overlap_levels_comm.cfg", "Time per overlap level (% of communication time)",
         "Same levels counted only while an NCCL kernel runs, as % of the time with NCCL "
         "running: column 1 = communication alone (exposed), 2 and 3 = communication "
         "overlapped with one or more other kernels.",
         (capped_count_task(COUNT, KERNELS), on_task("NCCL running (device)", (NCCL_KERNEL,)),
+         kernels_present(),
          derived("Kernels at once during communication", "product", COUNT,
                  "NCCL running (device)", level="task")),
         Histogram("Overlap levels (% of communication time)",
@@ -301,7 +357,8 @@ ANALYSIS = [
         "Per process/device: % of the time with an NCCL kernel running during which a "
         "compute kernel also runs (column 1). 100 - it is the exposed communication.",
         (on_task("NCCL running (device)", (NCCL_KERNEL,)),
-         on_task("Compute running x100 (device)", (KERNEL,), factor=100)),
+         on_task("Compute running x100 (device)", (KERNEL,), factor=100),
+         kernels_present()),
         Histogram("Communication hidden under compute (%)", "NCCL running (device)",
                   "Compute running x100 (device)", "Average value", 1, 1, 1)),
     Cfg("analysis/tensor_per_kernel.cfg",
@@ -311,9 +368,9 @@ ANALYSIS = [
         "(67501002). Windows also show the kernels, the sampled Tensor Active of each GPU "
         "(67500002, metrics rows) and the samples on the stream rows.",
         (metric_samples("Tensor Active (samples)", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
-         last_value("CUDA kernels", (KERNEL,)),
          metric_on_kernel("Tensor Active during kernels",
-                          gpu_metrics.KNOWN_METRICS["Tensor Active"])),
+                          gpu_metrics.KNOWN_METRICS["Tensor Active"]),
+         kernels_anchor()),
         _profile("Average Tensor Active per kernel (%)", "CUDA kernels",
                  "Tensor Active during kernels", "Average value")),
     *_efficiency("analysis/efficiency_talp.cfg",
@@ -371,8 +428,7 @@ for _metric, _offset in sorted(gpu_metrics.KNOWN_METRICS.items(), key=lambda kv:
             f"Columns = compute kernel names, rows = GPU stream rows, cells = time-weighted "
             f"average of the '{_metric}' samples written on the stream row while the kernel "
             f"runs (type {gpu_metrics.ON_KERNEL.type_of(_offset)}).",
-            (last_value("CUDA kernels", (KERNEL,)),
-             metric_on_kernel(f"{_metric} during kernels", _offset)),
+            (metric_on_kernel(f"{_metric} during kernels", _offset), kernels_anchor()),
             _profile(f"Average {_metric} per kernel", "CUDA kernels",
                      f"{_metric} during kernels", "Average value")),
     ]

@@ -47,6 +47,7 @@ class Window:
     derived: tuple[str, tuple[str, str], tuple[float, float]] | None = None
     units: str = "Nanoseconds"
     gradient: bool = False  # numeric values (gradient colours; auto histogram scales bin them)
+    hidden: bool = False  # loaded but not opened (`window_open false`)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Cfg:
     description: str
     windows: tuple[Window, ...]
     histogram: Histogram | None = None
+    comm_lines: bool = False  # draw communication lines (launch arrows, MPI messages)
 
 
 # ------------------------------------------------------------------------------------------
@@ -91,7 +93,8 @@ def _num(x: float) -> str:
     return f"{float(x):.12f}"
 
 
-def _window_lines(w: Window, position: int, names: dict[str, int]) -> list[str]:
+def _window_lines(w: Window, position: int, names: dict[str, int],
+                  comm_lines: bool = False) -> list[str]:
     out = ["", "#" * 80, f"< NEW DISPLAYING WINDOW {w.name} >", "#" * 80,
            f"window_name {w.name}"]
     compose = {k: "As Is" for k in COMPOSE_LEVELS}
@@ -134,6 +137,9 @@ def _window_lines(w: Window, position: int, names: dict[str, int]) -> list[str]:
         if w.values:
             out.append(f"window_filter_module evt_value {len(w.values)} "
                        + " ".join(str(v) for v in w.values))
+    if w.hidden:
+        out.append("window_open false")
+    out.append(f"window_comm_lines_enabled {'true' if comm_lines else 'false'}")
     if w.gradient:
         out.append("window_color_mode window_in_gradient_mode")
     for level, fn, plists in w.params:
@@ -177,7 +183,7 @@ def render(cfg: Cfg) -> str:
                 if parent not in names:
                     raise ValueError(f"{cfg.path}: {w.name!r} uses {parent!r} before it")
         names[w.name] = i
-        body += _window_lines(w, i, names)
+        body += _window_lines(w, i, names, cfg.comm_lines)
     if cfg.histogram is not None:
         body += _histogram_lines(cfg.histogram, names)
     head = ["#ParaverCFG", "ConfigFile.Version: 3.4",
@@ -211,6 +217,8 @@ class ParsedWindow:
     types: list[int] = field(default_factory=list)
     type_function: str | None = None
     parents: tuple[int, int] | None = None
+    hidden: bool = False
+    comm_lines: bool | None = None
 
 
 @dataclass
@@ -283,6 +291,10 @@ def parse_cfg(path: str | Path) -> ParsedCfg:
             parts = arg.split()
             if parts and parts[0] == "evt_type":
                 windows[-1].types = [int(x) for x in parts[2:2 + int(parts[1])]]
+        elif tag == "window_open":
+            windows[-1].hidden = arg.strip() == "false"
+        elif tag == "window_comm_lines_enabled":
+            windows[-1].comm_lines = arg.strip() == "true"
         elif tag == "window_identifiers":
             a, b = arg.split()
             windows[-1].parents = (int(a), int(b))

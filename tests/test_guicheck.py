@@ -1,0 +1,164 @@
+"""wxparaver's load questions: every shipped cfg opens without "Some of the events specified
+in the filter doesn't appear in the trace" on the traces the suite makes and on the corpus,
+and says "None of the events..." only where the trace has none of the cfg's event types.
+
+The GUI rule is applied by `nsys2prv.analysis.guicheck` (paraver-kernel `CFGLoader::loadCFG`);
+the first tests pin that rule on small hand-written cfgs, so the checker cannot pass by
+answering "no question" for everything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, corpus_cases, corpus_files, translate_case
+from nsys2prv.analysis import guicheck
+from nsys2prv.analysis.cfgs import Cfg, Window, parse_cfg, render
+from nsys2prv.analysis.trace import event_types
+
+CFG_DIR = ROOT / "cfgs"
+CFGS = sorted(CFG_DIR.rglob("*.cfg"))
+
+
+def _cfg(tmp_path: Path, *windows: Window) -> guicheck.ParsedCfg:
+    p = tmp_path / "t.cfg"
+    p.write_text(render(Cfg("t.cfg", "t", "t", windows)))
+    return parse_cfg(p)
+
+
+def test_rule_some_none_and_ranges(tmp_path):
+    """The GUI's rule on small cfgs: listed types partly absent ask SOME, all absent NONE,
+    an `All` window counts as data, and a `[x,y]` window with data clears the question for the
+    windows before it (not after it)."""
+    a = Window("a", thread="Last Evt Val", types=(10, 20))
+    rng = Window("r", thread="Last Evt Val", types=(10, 30), type_range=True)
+    assert guicheck.question(_cfg(tmp_path, a), {10, 20, 99}) is None
+    assert guicheck.question(_cfg(tmp_path, a), {10}) == guicheck.SOME
+    assert guicheck.question(_cfg(tmp_path, a), {99}) == guicheck.NONE
+    assert guicheck.question(_cfg(tmp_path, Window("s"), a), {99}) == guicheck.SOME
+    assert guicheck.question(_cfg(tmp_path, Window("s")), set()) is None
+    # the range has data through 25 only: its own listed ends (10, 30) are absent
+    assert guicheck.question(_cfg(tmp_path, a, rng), {25}) is None
+    assert guicheck.question(_cfg(tmp_path, rng, a), {25}) == guicheck.SOME
+    assert guicheck.question(_cfg(tmp_path, a, rng), {99}) == guicheck.NONE
+    # hints: enabled when any filtered type is there, or when nothing is filtered
+    assert guicheck.hint_enabled(_cfg(tmp_path, a), {20})
+    assert not guicheck.hint_enabled(_cfg(tmp_path, a), {99})
+    assert guicheck.hint_enabled(_cfg(tmp_path, Window("s")), set())
+    assert guicheck.hint_enabled(_cfg(tmp_path, rng), {25})
+
+
+def test_old_filters_asked(tmp_path):
+    """The rule catches what the issue measured: a kernels window listing the NCCL type asks
+    on a trace without NCCL kernels (63000006 present, 67000002 absent)."""
+    w = Window("GPU kernels", thread="Last Evt Val", types=(63_000_006, 67_000_002))
+    assert guicheck.question(_cfg(tmp_path, w), {63_000_000, 63_000_006}) == guicheck.SOME
+
+
+def _assert_no_question(name: str, loaded: set[int]) -> None:
+    asking = []
+    for p in CFGS:
+        cfg = parse_cfg(p)
+        q = guicheck.question(cfg, loaded)
+        rel = p.relative_to(CFG_DIR).as_posix()
+        if q == guicheck.SOME:
+            asking.append(rel)
+        if q == guicheck.NONE:  # only when no type any window filters is in the trace
+            for w in cfg.windows:
+                if w.type_function == "[x,y]":
+                    assert not any(w.types[0] <= t <= w.types[1] for t in loaded), (name, rel)
+                else:
+                    assert not set(w.types) & loaded, (name, rel, w.name)
+    assert not asking, f"{name}: wxparaver asks 'Some of the events...' on {asking}"
+
+
+def _suite_traces(d: Path) -> dict[str, Path]:
+    """One translation of each synthetic scenario the suite builds (sample, NCCL, CUDA
+    graphs, GPU memory, cuDNN/cuBLAS, GPU metrics, OpenACC, MPI, multi-rank job) and the
+    hand-made families trace."""
+    from nsys2prv.analysis.paramedir import families_trace
+    from nsys2prv.testing import synth
+    from nsys2prv.testing.multi import job
+    from nsys2prv.testing.samples import sample_spec
+    from nsys2prv.testing.synth_gpu import dnn_export, graph_export, memory_export, nccl_export
+    from nsys2prv.testing.synth_metrics import (add_native_metrics, add_openacc,
+                                                openacc_scenario, two_gpu_scenario)
+    from nsys2prv.testing.synth_mpi import MpiCall, add_mpi
+    from nsys2prv.translate import translate
+
+    exports = {
+        "sample": [synth.write_export(d / "sample.sqlite", sample_spec())],
+        "nccl": [nccl_export(d / "nccl.sqlite")],
+        "graphs": [graph_export(d / "graphs.sqlite")],
+        "memory": [memory_export(d / "memory.sqlite")],
+        "dnn": [dnn_export(d / "dnn.sqlite")],
+        "job": [synth.write_export(d / f"rank{i.rank}.sqlite", s) for i, s in job(ranks=2)],
+    }
+    spec, metrics = two_gpu_scenario()
+    exports["metrics"] = [add_native_metrics(synth.write_export(d / "metrics.sqlite", spec),
+                                             metrics)]
+    spec, records = openacc_scenario()
+    exports["openacc"] = [add_openacc(synth.write_export(d / "openacc.sqlite", spec), records)]
+    pid = 4242
+    mpi_spec = synth.Spec(env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
+                          processes=[(pid, "app")], threads=[(pid, pid, "main")])
+    mpi_db = synth.write_export(d / "mpi.sqlite", mpi_spec)
+    exports["mpi"] = [add_mpi(mpi_db, [MpiCall(100, 200, pid, pid, "MPI_Init"),
+                                      MpiCall(1_000, 5_000, pid, pid, "MPI_Barrier")], [],
+                              ranks=[(pid, pid, 0)])]
+    out = {}
+    for name, dbs in exports.items():
+        prv = d / f"{name}.prv"
+        translate([str(p) for p in dbs], str(prv))
+        out[name] = prv
+    out["families"] = families_trace(d / "families")
+    return out
+
+
+@pytest.fixture(scope="module")
+def suite_traces(tmp_path_factory) -> dict[str, Path]:
+    return _suite_traces(tmp_path_factory.mktemp("guicheck"))
+
+
+SUITE = ["sample", "nccl", "graphs", "memory", "dnn", "job", "metrics", "openacc", "mpi",
+         "families"]
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_suite_traces_open_without_question(name, suite_traces):
+    loaded = event_types(suite_traces[name])
+    assert loaded, name
+    _assert_no_question(name, loaded)
+
+
+def test_kind_views_open_on_their_kind(suite_traces):
+    """The views of a kind open (no NONE) on the trace that has it: the check is not
+    satisfied by views that never find their data."""
+    expect = {"nccl": ["views/nccl_collectives.cfg", "analysis/comm_hidden.cfg",
+                       "analysis/efficiency_talp.cfg", "analysis/overlap_levels_comm.cfg"],
+              "metrics": ["basics/gpu_metrics.cfg", "analysis/tensor_per_kernel.cfg",
+                          "hwcounters/sm_active_timeline.cfg"],
+              "openacc": ["basics/openacc.cfg"],
+              "mpi": ["basics/mpi.cfg", "views/mpi_messages.cfg"],
+              "sample": ["views/cuda_activities.cfg", "analysis/overlap_kernels_at_once.cfg",
+                         "analysis/efficiency_nccl.cfg", "basics/cuda_kernels.cfg"]}
+    for name, rels in expect.items():
+        loaded = event_types(suite_traces[name])
+        for rel in rels:
+            assert guicheck.question(parse_cfg(CFG_DIR / rel), loaded) is None, (name, rel)
+
+
+_CORPUS = corpus_files()
+
+
+@pytest.fixture(scope="module", **corpus_cases(_CORPUS))
+def corpus_trace(request, tmp_path_factory):
+    return translate_case(request, tmp_path_factory,
+                          "real-export corpus not found (set NSYS2PRV_CORPUS)")
+
+
+def test_corpus_traces_open_without_question(corpus_trace):
+    db, _, prv = corpus_trace
+    _assert_no_question(db.name, event_types(prv))
