@@ -134,12 +134,12 @@ def derived(name: str, op: str, a: str, b: str, level: str = "thread",
 
 def metric_samples(name: str, offset: int) -> Window:
     return Window(name, thread="Last Evt Val", types=(gpu_metrics.SAMPLES.type_of(offset),),
-                  gradient=True)
+                  gradient=True, zero_unpainted=True)
 
 
 def metric_on_kernel(name: str, offset: int) -> Window:
     return Window(name, thread="Last Evt Val", types=(gpu_metrics.ON_KERNEL.type_of(offset),),
-                  gradient=True)
+                  gradient=True, zero_unpainted=True)
 
 
 # ------------------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ class Window:
     derived: tuple[str, tuple[str, str], tuple[float, float]] | None = None
     units: str = "Nanoseconds"
     gradient: bool = False  # numeric values (gradient colours; auto histogram scales bin them)
+    # with `gradient`: 0 means "no value here" (no sample, not in a kernel) and is not
+    # painted, so rows without the data stay empty instead of taking the gradient's colour
+    zero_unpainted: bool = False
     hidden: bool = False  # loaded but not opened (`window_open false`)
 
 
@@ -141,7 +144,11 @@ def _window_lines(w: Window, position: int, names: dict[str, int],
         out.append("window_open false")
     out.append(f"window_comm_lines_enabled {'true' if comm_lines else 'false'}")
     if w.gradient:
-        out.append("window_color_mode window_in_gradient_mode")
+        # the GUI scales the gradient to the values the window shows (paramedir ignores both
+        # lines); without it every value above the default scale is painted the same colour
+        out.append("window_compute_y_max true")
+        out.append("window_color_mode " + ("window_in_null_gradient_mode" if w.zero_unpainted
+                                           else "window_in_gradient_mode"))
     for level, fn, plists in w.params:
         body = ", ".join(f"{len(p)} " + " ".join(_num(v) for v in p) for p in plists)
         out.append(f"window_semantic_module {level} {fn} {{ {len(plists)}, {{ {body} }} }}")
