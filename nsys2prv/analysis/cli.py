@@ -82,9 +82,26 @@ def format_report(a: Analysis) -> str:
            f"### trace time {T / 1e6:.3f} ms, {len(a.processes)} process(es) with GPU work, "
            f"{len(a.devices)} device(s)", "###", "### Host (main thread of each process)"]
     for h in a.host:
-        out.append(f"###   {h.name}: device offload efficiency {_eff(h.offload_efficiency)}"
-                   f"  (in CUDA calls {h.in_cuda / 1e6:.3f} ms, running {h.running / 1e6:.3f} ms)")
+        parts = [f"running {h.running / 1e6:.3f} ms"]
+        if h.offload_efficiency is not None:
+            parts.insert(0, f"in CUDA calls {h.in_cuda / 1e6:.3f} ms")
+        if h.in_mpi:
+            parts.append(f"in MPI calls {h.in_mpi / 1e6:.3f} ms")
+        what = (f"device offload efficiency {_eff(h.offload_efficiency)}"
+                if h.offload_efficiency is not None else "no CUDA calls")
+        out.append(f"###   {h.name}: {what}  ({', '.join(parts)})")
     out.append("###")
+    if a.cpu is not None:
+        c = a.cpu
+        out += ["### CPU, POP model (useful = main thread alive and outside MPI calls)",
+                f"###   Parallel efficiency:             {_eff(c.parallel)}   ({c.n} processes)",
+                f"###    - Load balance:                 {_eff(c.load_balance)}",
+                f"###    - Communication efficiency:     {_eff(c.communication)}",
+                "###   useful per process (ms):        "
+                + " ".join(f"{u / 1e6:.3f}" for u in c.useful), "###"]
+    if not a.devices:
+        out.append("### (no GPU work in this trace: the device model is empty)")
+        return "\n".join(out) + "\n"
     out += _model_lines(a.talp, "Device, TALP-compatible (useful = all kernels incl. NCCL; "
                                 "communication = memcpy/memset outside kernels)")
     out.append("###")

@@ -25,12 +25,15 @@ import numpy as np
 import polars as pl
 
 from ..paraver.registry import cuda
+from ..paraver.registry import mpi as mpi_reg
 from .trace import Trace, open_intervals
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
 MEMOP = cuda.MEMORY_OPERATION
-TYPES = frozenset({KERNEL, NCCL_KERNEL, MEMOP})
+CUDA_CALL = cuda.CUDA_CALL
+MPI_CALLS = tuple(mpi_reg.CALL_TYPES)
+TYPES = frozenset({KERNEL, NCCL_KERNEL, MEMOP, CUDA_CALL, *MPI_CALLS})
 # indicator sets, as in the cfgs: K kernels (NCCL included), C compute, N NCCL, A any activity
 SETS = {"K": (KERNEL, NCCL_KERNEL), "C": (KERNEL,), "N": (NCCL_KERNEL,),
         "A": (KERNEL, NCCL_KERNEL, MEMOP)}
@@ -75,7 +78,10 @@ class GroupResult:
 
 @dataclass
 class HostResult:
-    """CUDA-runtime share of the main thread of a process (states of its first CPU row)."""
+    """Where the main thread of a process spends its time (the row whose tid is the pid, else
+    its first CPU row): running, inside CUDA calls (CUDA-call states while a CUDA call event is
+    open: synchronisation states of MPI or OS-runtime waits are not CUDA time), inside MPI
+    calls, and alive (from its first to its last record)."""
 
     name: str
     task: int
@@ -83,7 +89,22 @@ class HostResult:
     running: int
     in_cuda: int
     by_state: dict[str, int]
-    offload_efficiency: float | None
+    offload_efficiency: float | None  # None without CUDA calls on the main thread
+    in_mpi: int = 0
+    alive: int = 0
+
+
+@dataclass
+class CpuModel:
+    """POP's CPU efficiency model over the main threads of the processes (useful = alive
+    and outside MPI calls): PE = mean useful / T, LB = mean useful / max useful,
+    communication efficiency = max useful / T; PE = LB x CE. None without MPI."""
+
+    n: int
+    parallel: float | None
+    load_balance: float | None
+    communication: float | None
+    useful: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +116,7 @@ class Analysis:
     talp: Efficiency
     nccl: Efficiency
     host: list[HostResult] = field(default_factory=list)
+    cpu: CpuModel | None = None  # POP's CPU model, where the trace has MPI calls
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,30 +193,83 @@ def efficiency(groups: list[GroupResult], T: int, form: str) -> Efficiency:
         max_active_device=groups[int(a.argmax())].name)
 
 
-def host(trace: Trace) -> list[HostResult]:
-    """Per process: the main thread's (first CPU row's) time running vs inside CUDA calls;
-    offload efficiency = running / (running + CUDA calls), TALP's Device Offload Efficiency
-    with 'useful' = not inside a traced CUDA call."""
-    from ..paraver.registry import STATE_BY_VALUE
+def _durations(iv: pl.DataFrame) -> dict[int, int]:
+    per = iv.group_by("row").agg((pl.col("end") - pl.col("start")).sum().alias("d"))
+    return dict(zip(per["row"].to_list(), per["d"].to_list()))
 
-    main = (trace.rows.filter(pl.col("kind") == "cpu").group_by("task_index")
-            .agg(pl.col("row").min(), pl.col("task_label").first(),
-                 pl.col("label").sort_by("row").first().alias("thread_label"))
+
+def _overlap(a: pl.DataFrame, b: pl.DataFrame) -> dict[int, int]:
+    """Per row: time covered by both interval sets (each non-overlapping within a row)."""
+    if a.height == 0 or b.height == 0:
+        return {}
+    j = a.join(b, on="row", how="inner", suffix="_b").filter(
+        (pl.col("start") < pl.col("end_b")) & (pl.col("start_b") < pl.col("end")))
+    j = j.with_columns((pl.min_horizontal("end", "end_b")
+                        - pl.max_horizontal("start", "start_b")).alias("d"))
+    return _durations(j.select("row", pl.lit(0).alias("start"), pl.col("d").alias("end")))
+
+
+def _main_rows(trace: Trace) -> pl.DataFrame:
+    """The main thread of each task: the CPU row labelled with the process id as its tid."""
+    cpu = trace.rows.filter(pl.col("kind") == "cpu").with_columns(
+        pl.col("task_label").str.extract(r"\(pid (\d+)\)", 1).alias("pid"),
+        pl.col("label").str.extract(r"\(tid (\d+)\)", 1).alias("tid"))
+    return (cpu.with_columns((pl.col("pid").is_not_null() & (pl.col("pid") == pl.col("tid")))
+                             .alias("is_main"))
+            .sort("task_index", pl.col("is_main").not_(), "row")
+            .group_by("task_index", maintain_order=True)
+            .agg(pl.col("row").first(), pl.col("task_label").first(),
+                 pl.col("label").first().alias("thread_label"))
             .sort("task_index"))
-    st = (trace.states.join(main.select("row"), on="row", how="inner")
-          .with_columns((pl.col("end") - pl.col("begin")).alias("dur"))
-          .group_by("row", "state").agg(pl.col("dur").sum()))
+
+
+def host(trace: Trace) -> list[HostResult]:
+    """Per process, its main thread: time running, inside CUDA calls, inside MPI calls;
+    device offload efficiency = running / (running + CUDA calls), TALP's with 'useful' = not
+    inside a traced CUDA call (None when the thread made no CUDA call)."""
+    from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
+
+    main = _main_rows(trace)
+    rows = main.select("row")
+    states = (trace.states.join(rows, on="row", how="inner")
+              .select("row", pl.col("begin").alias("start"), "end", "state"))
+    cuda_calls = open_intervals(trace, (CUDA_CALL,)).join(rows, on="row", how="inner")
+    mpi_calls = open_intervals(trace, MPI_CALLS).join(rows, on="row", how="inner")
+    in_mpi = _durations(mpi_calls)
     out = []
     for r in main.iter_rows(named=True):
-        mine = st.filter(pl.col("row") == r["row"])
-        by = {STATE_BY_VALUE[s].label: int(d) for s, d in zip(mine["state"], mine["dur"])
-              if s in CUDA_STATES}
-        running = int(mine.filter(pl.col("state") == RUNNING)["dur"].sum())
+        mine = states.filter(pl.col("row") == r["row"])
+        by = {}
+        for s in CUDA_STATES:
+            part = mine.filter(pl.col("state") == s)
+            if part.height:
+                t = _overlap(part.select("row", "start", "end"), cuda_calls).get(r["row"], 0)
+                if t:
+                    by[STATE_BY_VALUE[s].label] = int(t)
+        running = int(mine.filter(pl.col("state") == RUNNING)
+                      .select((pl.col("end") - pl.col("start")).sum()).item() or 0)
+        alive = int(mine.filter(pl.col("state") != STATE_NOT_CREATED)
+                    .select((pl.col("end") - pl.col("start")).sum()).item() or 0)
         cuda_t = sum(by.values())
+        has_cuda = cuda_calls.filter(pl.col("row") == r["row"]).height > 0
         out.append(HostResult(r["task_label"], r["task_index"] + 1, r["thread_label"],
                               running, cuda_t, by,
-                              running / (running + cuda_t) if running + cuda_t else None))
+                              running / (running + cuda_t) if has_cuda and running + cuda_t
+                              else None,
+                              in_mpi=int(in_mpi.get(r["row"], 0)), alive=alive))
     return out
+
+
+def cpu_model(hosts: list[HostResult], T: int) -> CpuModel | None:
+    """POP's CPU model from the main threads (None when no process made an MPI call)."""
+    if not hosts or T <= 0 or not any(h.in_mpi for h in hosts):
+        return None
+    useful = [max(0, h.alive - h.in_mpi) for h in hosts]
+    u = np.array(useful, dtype=float)
+    umax = u.max()
+    return CpuModel(len(hosts), parallel=float(u.mean() / T),
+                    load_balance=float(u.mean() / umax) if umax > 0 else None,
+                    communication=float(umax / T), useful=useful)
 
 
 def analyze_trace(trace: Trace) -> Analysis:
@@ -215,6 +290,7 @@ def analyze_trace(trace: Trace) -> Analysis:
     proc_seg = _sweep(trace, pl.col("task_index"))
     devices = _groups(trace, dev_seg, dev_keys.select("g", "name", "task", "device"))
     processes = _groups(trace, proc_seg, proc_keys.select("g", "name", "task", "device"))
+    hosts = host(trace)
     return Analysis(str(trace.path), trace.end, devices, processes,
                     efficiency(devices, trace.end, "talp"),
-                    efficiency(devices, trace.end, "nccl"), host(trace))
+                    efficiency(devices, trace.end, "nccl"), hosts, cpu_model(hosts, trace.end))
