@@ -91,7 +91,9 @@ def test_worker_environment_sets_allocator_only_for_workers(monkeypatch):
         assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:2"
     assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:2"
     # nsys2prv's own setting for the main process is replaced in workers, then restored
-    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")
+    from nsys2prv import _alloc
+    ours = "dirty_decay_ms:500,muzzy_decay_ms:1000," + _alloc.MAIN_CONF  # as polars leaves it
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", ours)
     with budget.worker_environment():
         assert os.environ["_RJEM_MALLOC_CONF"] == budget.WORKER_MALLOC_CONF
-    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
+    assert os.environ["_RJEM_MALLOC_CONF"] == ours

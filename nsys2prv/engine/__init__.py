@@ -33,7 +33,8 @@ from ._engine import NUL, IntervalStore, Merger, RecordStore
 __all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int64_column",
            "RUN_BLOCK_RECORDS"]
 
-RUN_BLOCK_RECORDS = 8192  # records per block of a run file (the unit a time window seeks to)
+RUN_BLOCK_RECORDS = 4096  # records per block of a run file (the unit a time window seeks to;
+#                           the merge holds one decoded block per run)
 
 # numpy layout of a moved interval as IntervalStore.tile returns it (the C struct Iv + lane)
 MOVED_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("ord", "<i8"), ("row", "<i4"),

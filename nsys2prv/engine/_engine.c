@@ -1655,7 +1655,7 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
         s->rep = rep;
         s->fh = fopen(path, "rb");
         if (!s->fh) { PyErr_SetFromErrnoWithFilename(PyExc_OSError, path); return -1; }
-        setvbuf(s->fh, NULL, _IOFBF, 1 << 18);
+        setvbuf(s->fh, NULL, _IOFBF, 1 << 16);
         char magic[8];
         if (fread(magic, 1, 8, s->fh) != 8 || memcmp(magic, RUN_MAGIC, 8) != 0) {
             PyErr_Format(PyExc_ValueError, "%s: not a run file of this nsys2prv version", path);

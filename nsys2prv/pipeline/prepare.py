@@ -70,7 +70,9 @@ class PrepareContext:
         # A quarter of the spill budget for records, an eighth for intervals: smaller buffers
         # touch fewer fresh pages (page faults cost more than merging a few more runs).
         # spill_rows (a test knob: tiny runs) caps the record buffer at ~96 bytes a record.
-        budget = min(options.spill_bytes // 8, max(1, options.spill_rows) * 96)
+        # At least 16 MiB: every run costs the merge a read buffer and a block, so a small
+        # budget must not mean thousands of runs.
+        budget = min(max(options.spill_bytes // 8, 16 << 20), max(1, options.spill_rows) * 96)
         self.record_store = Records(workdir / "records", budget)
         self.interval_store = Intervals(workdir / "intervals", budget // 2)
 

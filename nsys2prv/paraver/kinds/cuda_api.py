@@ -92,7 +92,7 @@ class CorrelationIndex:
                 pieces.append(a if ok is None else a[ok])
             return np.concatenate(pieces) if pieces else np.zeros(0, dtype)
 
-        pids = column("pid", np.int64)
+        pids = column("pid", np.int32)  # pids fit 24 bits (nsys packs them so)
         corr = column("correlation", np.int64)
         # stable order by (pid, correlation): the first call of a duplicated id comes first.
         # Calls are usually in id order per process already; then nothing is moved.
