@@ -30,6 +30,14 @@ def _parser() -> argparse.ArgumentParser:
                             "kernel overlap of a trace, per device.")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="a trace (.prv, .prv.gz) or one or more reports (.sqlite, .nsys-rep)")
+    p.add_argument("--scaling", action="store_true",
+                   help="each INPUT is a run (a trace, or a directory or glob of the reports "
+                        "of one run): the efficiency model across runs, with computational "
+                        "scalability and global efficiency (first run = fewest devices = "
+                        "reference)")
+    p.add_argument("--weak", action="store_true",
+                   help="with --scaling: weak scaling (the work per device is constant)")
+    p.add_argument("--csv", action="store_true", help="with --scaling: print CSV")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png",
                    help="write per-device bars and the overlap histogram (needs matplotlib)")
@@ -127,9 +135,63 @@ def _device_line(g: GroupResult, T: int) -> str:
             f" | {_pct(g.hidden_comm, g.nccl_time)}")
 
 
+def _run_inputs(run: str) -> list[str]:
+    """The files of one run: a trace, a directory of reports, or a glob of reports."""
+    import glob
+
+    p = Path(run)
+    if _is_trace(run):
+        if not p.exists():
+            raise InputError(f"{run}: no such file")
+        return [run]
+    if p.is_dir():
+        files = sorted(str(f) for f in p.iterdir()
+                       if f.name.endswith((".sqlite", ".nsys-rep", ".qdrep")))
+    else:
+        files = sorted(glob.glob(run))
+    if not files:
+        raise InputError(f"{run}: no trace or reports found for this run")
+    return files
+
+
+def scaling_main(args) -> int:
+    from . import scaling
+
+    runs = []
+    for run in args.inputs:
+        files = _run_inputs(run)
+        label = Path(run.rstrip("/")).name
+        for suffix in (".prv.gz", ".prv"):
+            label = label[: -len(suffix)] if label.endswith(suffix) else label
+        if len(files) == 1 and _is_trace(files[0]):
+            runs.append(scaling.run_of(read_trace(files[0], TYPES), label))
+            continue
+        from ..translate import translate
+
+        with tempfile.TemporaryDirectory(prefix="nsys2prv-scaling-") as tmp:
+            out = Path(tmp) / "trace.prv"
+            translate(files, str(out), jobs=1)
+            runs.append(scaling.run_of(read_trace(out, TYPES), label))
+    columns = scaling.table(runs, weak=args.weak)
+    if args.json:
+        json.dump(scaling.to_dicts(columns), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.csv:
+        sys.stdout.write(scaling.format_csv(columns))
+    else:
+        sys.stdout.write(scaling.format_table(columns, args.weak, colour=sys.stdout.isatty()))
+    if args.plot:
+        scaling.plot(columns, args.plot)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `nsys2prv analyze` (dispatched from nsys2prv.cli)."""
     args = _parser().parse_args(argv)
+    if args.scaling:
+        return scaling_main(args)
+    if args.weak or args.csv:
+        raise UsageError("--weak and --csv go with --scaling")
     result = analyze(args.inputs)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)

@@ -1,0 +1,110 @@
+"""`nsys2prv analyze --scaling`: the efficiency model across runs, checked against the
+closed-form values of synthetic GPU runs (nsys2prv.testing.scaling) and against the
+single-run analysis of each run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import nsys2prv
+from nsys2prv.analysis import scaling
+from nsys2prv.analysis.cli import main as analyze_main
+from nsys2prv.analysis.model import TYPES, analyze_trace
+from nsys2prv.analysis.trace import read_trace
+from nsys2prv.testing import scaling as gen
+
+from conftest import ROOT
+
+SIZES = (1, 2, 4)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{n: (directory of the n reports, translated trace)}"""
+    d = tmp_path_factory.mktemp("scaling")
+    out = {}
+    for n in SIZES:
+        paths = gen.gpu_run(n, d / f"run{n}")
+        trace = d / f"run{n}.prv"
+        nsys2prv.translate(paths, trace)
+        out[n] = (d / f"run{n}", trace)
+    return out
+
+
+def _columns(runs, weak=False):
+    rs = [scaling.run_of(read_trace(runs[n][1], TYPES), f"{n} GPUs") for n in (4, 1, 2)]
+    return scaling.table(rs, weak=weak)
+
+
+def test_strong_scaling_equals_closed_form(runs):
+    cols = _columns(runs)
+    assert [c.devices for c in cols] == [1, 2, 4]  # ordered by device count
+    for c, n in zip(cols, SIZES):
+        want = gen.expected(n)
+        for form in ("talp", "nccl"):
+            for key in ("parallel", "load_balance", "communication", "orchestration",
+                        "computational_scalability", "global"):
+                assert c.__dict__[form][key] == pytest.approx(want[key], rel=1e-9), (n, key)
+        assert c.speedup == pytest.approx(want["speedup"], rel=1e-9)
+        assert c.kernels == want["kernels"]
+        if n > 1:
+            assert c.losers == [("gemm", pytest.approx(want["kernel_growth_ms"]))]
+    # the 4-GPU run: load balance 5/8, kernels 30% slower than on one GPU
+    assert cols[2].talp["load_balance"] == pytest.approx(0.625)
+    assert cols[2].talp["computational_scalability"] == pytest.approx(1 / 1.3)
+
+
+def test_per_run_numbers_equal_single_run_analyze(runs):
+    for c, n in zip(_columns(runs), SIZES):
+        a = analyze_trace(read_trace(runs[n][1], TYPES))
+        assert c.talp["parallel"] == a.talp.parallel
+        assert c.talp["load_balance"] == a.talp.load_balance
+        assert c.nccl["orchestration"] == a.nccl.orchestration
+        assert c.elapsed_ms == a.end / 1e6
+
+
+def test_weak_scaling_counts_the_devices(runs):
+    for c, n in zip(_columns(runs, weak=True), SIZES):
+        u, u1 = sum(gen.rank_work(n)), sum(gen.rank_work(1))
+        assert c.talp["computational_scalability"] == pytest.approx(u1 * n / u)
+
+
+def test_cli_runs_from_report_directories_and_traces(runs, capsys, tmp_path):
+    args = ["--scaling", str(runs[1][0]), str(runs[2][1]), str(runs[4][0])]
+    assert analyze_main(args + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["devices"] for d in data] == [1, 2, 4]
+    assert data[2]["talp"]["global"] == pytest.approx(gen.expected(4)["global"], rel=1e-9)
+    assert analyze_main(args + ["--csv"]) == 0
+    csv = capsys.readouterr().out.splitlines()
+    assert csv[0].startswith("row,run1,run2,run4")
+    row = next(line for line in csv if line.startswith("computational scalability"))
+    assert [float(x) for x in row.split(",")[1:]] == pytest.approx(
+        [1.0, 1 / 1.1, 1 / 1.3], rel=1e-5)
+    png = tmp_path / "scaling.png"
+    assert analyze_main(args + ["--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "computational scalability" in text and "global efficiency (TALP form)" in text
+    assert png.stat().st_size > 10_000
+
+
+def test_cpu_only_runs_use_pops_cpu_model(tmp_path, capsys):
+    """CPU-only MPI runs: subsets of the recorded 4-rank job (a smoke test: not a real
+    scaling study) give POP's CPU rows, and the CPU computational scalability is the ratio
+    of the useful CPU times of the runs."""
+    ranks = sorted((ROOT / "tests" / "data" / "recorded").glob("mpi_nvtx_rank*.nsys2023.4.sqlite"))
+    rs = []
+    for k in (1, 2, 4):
+        out = tmp_path / f"cpu{k}.prv"
+        nsys2prv.translate(ranks[:k], out)
+        rs.append(scaling.run_of(read_trace(out, TYPES), f"{k} ranks"))
+    cols = scaling.table(rs)
+    assert [c.processes for c in cols] == [1, 2, 4] and all(c.devices == 0 for c in cols)
+    for c, r in zip(cols, rs):
+        assert c.cpu["computational_scalability"] == pytest.approx(
+            rs[0].cpu_useful / r.cpu_useful)
+        assert c.cpu["parallel"] == pytest.approx(r.analysis.cpu.parallel)
+    text = scaling.format_table(cols)
+    assert "CPU global efficiency (POP, MPI)" in text and "orchestration" not in text
