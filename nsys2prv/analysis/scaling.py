@@ -145,23 +145,25 @@ def to_dicts(columns: list[Column]) -> list[dict]:
     return [asdict(c) for c in columns]
 
 
+def _form_rows(form: str, title: str) -> list:
+    def get(key: str):
+        return lambda c: getattr(c, form)[key]
+
+    return [(f"global efficiency ({title})", get("global")),
+            ("  parallel efficiency", get("parallel")),
+            ("    load balance", get("load_balance")),
+            ("    communication efficiency", get("communication")),
+            ("    orchestration efficiency", get("orchestration")),
+            ("  computational scalability", get("computational_scalability"))]
+
+
 ROWS = [  # (label, getter)
     ("devices", lambda c: c.devices),
     ("processes", lambda c: c.processes),
     ("elapsed time (ms)", lambda c: c.elapsed_ms),
     ("speed-up", lambda c: c.speedup),
-    ("global efficiency (TALP form)", lambda c: c.talp["global"]),
-    ("  parallel efficiency", lambda c: c.talp["parallel"]),
-    ("    load balance", lambda c: c.talp["load_balance"]),
-    ("    communication efficiency", lambda c: c.talp["communication"]),
-    ("    orchestration efficiency", lambda c: c.talp["orchestration"]),
-    ("  computational scalability", lambda c: c.talp["computational_scalability"]),
-    ("global efficiency (NCCL-aware form)", lambda c: c.nccl["global"]),
-    ("  parallel efficiency", lambda c: c.nccl["parallel"]),
-    ("    load balance", lambda c: c.nccl["load_balance"]),
-    ("    communication efficiency", lambda c: c.nccl["communication"]),
-    ("    orchestration efficiency", lambda c: c.nccl["orchestration"]),
-    ("  computational scalability", lambda c: c.nccl["computational_scalability"]),
+    *_form_rows("talp", "TALP form"),
+    *_form_rows("nccl", "NCCL-aware form"),
     ("compute kernels", lambda c: c.kernels),
     ("device offload efficiency (host)", lambda c: c.offload),
     ("CPU global efficiency (POP, MPI)", lambda c: c.cpu and c.cpu["global"]),
