@@ -108,3 +108,27 @@ def test_cpu_only_runs_use_pops_cpu_model(tmp_path, capsys):
         assert c.cpu["parallel"] == pytest.approx(r.analysis.cpu.parallel)
     text = scaling.format_table(cols)
     assert "CPU global efficiency (POP, MPI)" in text and "orchestration" not in text
+
+
+RECORDED = ROOT / "tests" / "data" / "recorded" / "scaling"
+
+
+def test_recorded_cpu_scaling_runs_match_the_programs_imbalance(capsys):
+    """Real runs of tests/data/recorded/scaling/mpi_scale.c on 1, 2 and 4 Open MPI ranks
+    (nsys 2023.4, no GPU): 80 ms of busy work per iteration split 1:2:..:n, so POP's load
+    balance is (n + 1) / (2 n) and the total useful time does not change with n. Measured
+    on a 2-core VM (4 ranks oversubscribed): load balance within 0.03 of the program's,
+    computational scalability within 0.15 of 1 (process start-up and MPI_Finalize are
+    useful time too)."""
+    runs = [str(RECORDED / f"mpi_scale_n{n}_rank*.nsys2023.4.sqlite") for n in (4, 1, 2)]
+    assert analyze_main(["--scaling", *runs, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["processes"] for d in data] == [1, 2, 4] and all(d["devices"] == 0 for d in data)
+    for d, n in zip(data, (1, 2, 4)):
+        assert d["cpu"]["load_balance"] == pytest.approx((n + 1) / (2 * n), abs=0.03)
+        assert d["cpu"]["computational_scalability"] == pytest.approx(1.0, abs=0.15)
+        assert d["cpu"]["parallel"] == pytest.approx(
+            d["cpu"]["load_balance"] * d["cpu"]["communication"])
+    assert analyze_main(["--scaling", *runs]) == 0
+    text = capsys.readouterr().out
+    assert "CPU global efficiency (POP, MPI)" in text and "compute kernels" not in text

@@ -145,8 +145,11 @@ def _run_inputs(run: str) -> list[str]:
             raise InputError(f"{run}: no such file")
         return [run]
     if p.is_dir():
-        files = sorted(str(f) for f in p.iterdir()
-                       if f.name.endswith((".sqlite", ".nsys-rep", ".qdrep")))
+        found = [f for f in p.iterdir() if f.name.endswith((".sqlite", ".nsys-rep", ".qdrep"))]
+        # a report and its export side by side are one report: take the export
+        exported = {f.name[: -len(".sqlite")] for f in found if f.name.endswith(".sqlite")}
+        files = sorted(str(f) for f in found if f.name.endswith(".sqlite")
+                       or f.name.rsplit(".", 1)[0] not in exported)
     else:
         files = sorted(glob.glob(run))
     if not files:

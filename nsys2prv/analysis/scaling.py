@@ -195,7 +195,8 @@ def format_table(columns: list[Column], weak: bool = False, colour: bool = False
            f"reference: {columns[0].label})", head]
     for i, (label, get) in enumerate(ROWS):
         vals = [get(c) for c in columns]
-        if all(v is None for v in vals):
+        if all(v is None for v in vals) or (label in ("devices", "compute kernels")
+                                            and not any(vals)):
             continue
         out.append(f"{label:<38}" + "".join(_cell(label, v, colour, i in EFFICIENCY_ROWS)
                                              for v in vals))
