@@ -28,6 +28,7 @@ class RowRegistry:
         self._metrics = pl.DataFrame(schema={"pid": pl.Int64, "device": pl.Int64,
                                              "row": pl.Int32})
         self.count = 0
+        self._evidence: set[int] = set()  # CPU rows seen in a record that shows the thread runs
 
     def _assign(self, table: pl.DataFrame, keys: list[str], df: pl.DataFrame
                 ) -> tuple[pl.DataFrame, pl.Series]:
@@ -45,10 +46,20 @@ class RowRegistry:
         rows = probe.join(table, on=keys, how="left", maintain_order="left")["row"]
         return table, rows
 
-    def cpu_rows(self, df: pl.DataFrame) -> pl.Series:
-        """Row id of each (pid, tid) in `df`, adding unseen threads."""
+    def cpu_rows(self, df: pl.DataFrame, runtime_only: bool = False) -> pl.Series:
+        """Row id of each (pid, tid) in `df`, adding unseen threads.
+
+        `runtime_only`: the records are OS-runtime calls, which say nothing about whether the
+        thread runs between them (see `default_states`); every other caller's records do."""
         self._cpu, rows = self._assign(self._cpu, _CPU_KEYS, df)
+        if not runtime_only:
+            self._evidence.update(rows.unique().drop_nulls().to_list())
         return rows
+
+    def evidence_rows(self) -> set[int]:
+        """CPU rows with a record other than an OS-runtime call (MPI, CUDA, NVTX, scheduling,
+        ...)."""
+        return set(self._evidence)
 
     def gpu_rows(self, df: pl.DataFrame) -> pl.Series:
         """Row id of each (pid, device, context, stream[, lane]) in `df`, adding new ones.
@@ -112,3 +123,26 @@ class RowSpans:
             return pl.DataFrame(schema={"row": pl.Int32, "first": pl.Int64, "last": pl.Int64})
         return (pl.concat(self._parts, how="vertical").group_by("row")
                 .agg(pl.col("first").min(), pl.col("last").max()).sort("row"))
+
+
+def default_states(row_table: pl.DataFrame, evidence: set[int]) -> pl.DataFrame:
+    """(row, default): the state of each row where nothing was recorded, between its first and
+    last record.
+
+    GPU and metrics rows: Idle. CPU threads: Running (POP's useful computation) only where the
+    data says the thread is the application's: the main thread (tid = pid) and threads with a
+    record other than an OS-runtime call (MPI, CUDA, NVTX, OpenACC, scheduling, ...). A thread
+    known only through OS-runtime calls (Open MPI's progress threads, nsys's own) is Idle
+    between its calls: nsys records nothing that says it computes there. A row without a
+    thread (tid 0: OS-runtime calls recorded with no thread id) is Not created: it is no
+    thread at all. Without this, POP's tools count such rows as useful work."""
+    from ..paraver import registry as reg
+
+    c = pl.col
+    tid = c("tid").fill_null(-1)
+    return row_table.select(
+        c("row").cast(pl.Int32),
+        pl.when(c("kind") != CPU).then(pl.lit(reg.STATE_IDLE))
+        .when(tid <= 0).then(pl.lit(reg.STATE_NOT_CREATED))
+        .when((tid == c("pid")) | c("row").is_in(sorted(evidence))).then(pl.lit(reg.STATE_RUNNING))
+        .otherwise(pl.lit(reg.STATE_IDLE)).cast(pl.Int8).alias("default"))

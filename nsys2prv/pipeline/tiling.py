@@ -19,19 +19,10 @@ import numpy as np
 import polars as pl
 
 from ..engine import NUL, Intervals, Records
-from ..model.rows import CPU, GPU, RowRegistry
+from ..model.rows import GPU, RowRegistry, default_states
 from ..paraver import registry as reg
 
 _SPANS = {"row": pl.Int32, "first": pl.Int64, "last": pl.Int64}
-
-
-def _row_defaults(row_table: pl.DataFrame) -> pl.DataFrame:
-    """Default state of each row where nothing was recorded: Running on CPU threads, Idle on
-    GPU and metrics rows."""
-    return row_table.select(
-        pl.col("row").cast(pl.Int32),
-        pl.when(pl.col("kind") == CPU).then(pl.lit(reg.STATE_RUNNING))
-        .otherwise(pl.lit(reg.STATE_IDLE)).cast(pl.Int8).alias("default"))
 
 
 def _per_row(n: int, rows: np.ndarray, values: np.ndarray, fill: int, dtype) -> np.ndarray:
@@ -66,7 +57,7 @@ def tile(intervals: Intervals, records: Records, rows: RowRegistry, row_table: p
          spans: pl.DataFrame, workprefix: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Write the states of every row into `records`; returns (spans of the new lane rows,
     moves (src, ord, row) of the activities moved to them)."""
-    info = spans.cast(_SPANS).join(_row_defaults(row_table), on="row", how="left")
+    info = spans.cast(_SPANS).join(default_states(row_table, rows.evidence_rows()), on="row", how="left")
     n = rows.count
     first = _per_row(n, info["row"].to_numpy(), info["first"].to_numpy(), NUL, np.int64)
     default = _per_row(n, info["row"].to_numpy(), info["default"].fill_null(0).to_numpy(), 0,

@@ -21,7 +21,7 @@ def translate(report: Report, ctx: Context) -> None:
     c = pl.col
     for chunk in source.read(report, ctx.chunk_rows):
         df = fix_times(chunk, ctx, "OS runtime calls")
-        df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"),
+        df = df.with_columns(ctx.rows.cpu_rows(df, runtime_only=True).alias("row"),
                              state_of(chunk["name_id"]).alias("state"),
                              pthread_of(chunk["name_id"]).alias("pthread"))
         df = name_value(df, ctx, "osrt_names", "name_id", "OS runtime calls")
