@@ -327,7 +327,7 @@ def _sql_main_thread_mpi(export: Path) -> int:
 def test_cpu_only_mpi_trace_names_time_and_has_pop_model(tmp_path, capsys):
     """A CPU-only MPI run (4 ranks recorded with nsys 2023.4): no time is called CUDA time,
     the MPI time of each main thread equals the export's MPI tables, and POP's CPU model is
-    computed from it (useful = alive outside MPI)."""
+    computed from it (useful = Running, i.e. alive outside MPI and OS-runtime calls)."""
     import nsys2prv
     ranks = sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite"))
     out = tmp_path / "mpi.prv"
@@ -338,8 +338,13 @@ def test_cpu_only_mpi_trace_names_time_and_has_pop_model(tmp_path, capsys):
     want = [_sql_main_thread_mpi(r) for r in ranks]  # ranks 0..3, the tasks' order
     assert [h.in_mpi for h in a.host] == want
     assert all(w > 0 for w in want)
-    useful = [h.alive - h.in_mpi for h in a.host]
+    # useful = Running (Paraver's Useful, what pypop counts): outside MPI and outside the
+    # OS-runtime calls the main thread makes between MPI calls
+    useful = [h.running for h in a.host]
     assert a.cpu is not None and a.cpu.useful == useful
+    assert all(0 < h.running <= h.alive - h.in_mpi for h in a.host)
+    assert a.cpu.load_balance_additive == pytest.approx(
+        1 - (max(useful) - np.mean(useful)) / a.end)
     assert a.cpu.load_balance == pytest.approx(np.mean(useful) / max(useful))
     assert a.cpu.communication == pytest.approx(max(useful) / a.end)
     assert a.cpu.parallel == pytest.approx(a.cpu.load_balance * a.cpu.communication)

@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png",
                    help="write per-device bars and the overlap histogram (needs matplotlib)")
+    p.add_argument("--pop-trace", metavar="OUT.prv",
+                   help="also write a copy of the trace for POP's tools (pypop, paramedir "
+                        "cfgs): only the application's CPU threads, Extrae-style .row labels "
+                        "(THREAD a.t.h)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -101,9 +105,11 @@ def format_report(a: Analysis) -> str:
     out.append("###")
     if a.cpu is not None:
         c = a.cpu
-        out += ["### CPU, POP model (useful = main thread alive and outside MPI calls)",
+        out += ["### CPU, POP model (useful = main thread Running: outside MPI, CUDA and "
+                "OS-runtime calls)",
                 f"###   Parallel efficiency:             {_eff(c.parallel)}   ({c.n} processes)",
-                f"###    - Load balance:                 {_eff(c.load_balance)}",
+                f"###    - Load balance:                 {_eff(c.load_balance)}"
+                f"   (additive, as pypop: {_eff(c.load_balance_additive)})",
                 f"###    - Communication efficiency:     {_eff(c.communication)}",
                 "###   useful per process (ms):        "
                 + " ".join(f"{u / 1e6:.3f}" for u in c.useful), "###"]
@@ -195,7 +201,13 @@ def main(argv: list[str]) -> int:
         return scaling_main(args)
     if args.weak or args.csv:
         raise UsageError("--weak and --csv go with --scaling")
+    if args.pop_trace and not (len(args.inputs) == 1 and _is_trace(args.inputs[0])):
+        raise UsageError("--pop-trace needs one trace (.prv) as input")
     result = analyze(args.inputs)
+    if args.pop_trace:
+        from .pop import pop_trace
+
+        pop_trace(args.inputs[0], args.pop_trace)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

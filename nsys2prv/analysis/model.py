@@ -96,15 +96,18 @@ class HostResult:
 
 @dataclass
 class CpuModel:
-    """POP's CPU efficiency model over the main threads of the processes (useful = alive
-    and outside MPI calls): PE = mean useful / T, LB = mean useful / max useful,
-    communication efficiency = max useful / T; PE = LB x CE. None without MPI."""
+    """POP's CPU efficiency model over the main threads of the processes (useful = time in
+    state Running, Paraver's `Useful`: outside MPI, CUDA and OS-runtime calls): PE = mean
+    useful / T, LB = mean useful / max useful, communication efficiency = max useful / T;
+    PE = LB x CE. `load_balance_additive` = 1 - (max useful - mean useful) / T is the variant
+    NAG's pypop prints as "MPI Load Balance". None without MPI."""
 
     n: int
     parallel: float | None
     load_balance: float | None
     communication: float | None
     useful: list[int] = field(default_factory=list)
+    load_balance_additive: float | None = None
 
 
 @dataclass
@@ -264,12 +267,13 @@ def cpu_model(hosts: list[HostResult], T: int) -> CpuModel | None:
     """POP's CPU model from the main threads (None when no process made an MPI call)."""
     if not hosts or T <= 0 or not any(h.in_mpi for h in hosts):
         return None
-    useful = [max(0, h.alive - h.in_mpi) for h in hosts]
+    useful = [h.running for h in hosts]
     u = np.array(useful, dtype=float)
     umax = u.max()
     return CpuModel(len(hosts), parallel=float(u.mean() / T),
                     load_balance=float(u.mean() / umax) if umax > 0 else None,
-                    communication=float(umax / T), useful=useful)
+                    communication=float(umax / T), useful=useful,
+                    load_balance_additive=float(1 - (umax - u.mean()) / T))
 
 
 def analyze_trace(trace: Trace) -> Analysis:

@@ -115,6 +115,7 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
         if c is not None and r.cpu_useful is not None and ref.cpu_useful:
             cs = _scal(ref.cpu_useful, r.cpu_useful, ref.processes, r.processes, weak)
             cpu = {"parallel": c.parallel, "load_balance": c.load_balance,
+                   "load_balance_additive": c.load_balance_additive,
                    "communication": c.communication, "computational_scalability": cs,
                    "global": c.parallel * cs if c.parallel is not None and cs is not None
                    else None}
@@ -169,6 +170,7 @@ ROWS = [  # (label, getter)
     ("CPU global efficiency (POP, MPI)", lambda c: c.cpu and c.cpu["global"]),
     ("  parallel efficiency", lambda c: c.cpu and c.cpu["parallel"]),
     ("    load balance", lambda c: c.cpu and c.cpu["load_balance"]),
+    ("    (additive, as pypop)", lambda c: c.cpu and c.cpu["load_balance_additive"]),
     ("    communication efficiency", lambda c: c.cpu and c.cpu["communication"]),
     ("  computational scalability", lambda c: c.cpu and c.cpu["computational_scalability"]),
 ]
