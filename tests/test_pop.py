@@ -169,3 +169,27 @@ def test_cpu_model_agrees_with_pypop(traces, tmp_path, capsys):
     # the full trace (helper and tid-0 rows included) gives the same numbers in analyze
     for n, p in traces.items():
         assert analyze_trace(read_trace(p, TYPES)).cpu.useful == PYPOP[n]["useful"]
+
+
+def test_useful_times_equal_paramedirs(traces, tmp_path):
+    """paramedir's state profile (cfgs/basics/states_profile.cfg, % of trace time, 2
+    decimals) on the 4-rank trace: Running per main thread = our useful time, 0.00 on the
+    helper threads, tid-0 rows 100.00 Not created."""
+    from nsys2prv.analysis.paramedir import find_paramedir, read_table, run_cfg
+
+    if find_paramedir() is None:
+        pytest.skip("paramedir not installed (CI)")
+    out = tmp_path / "states.txt"
+    run_cfg(traces[4], ROOT / "cfgs" / "basics" / "states_profile.cfg", out)
+    tab = read_table(out)
+    running = tab.cells[:, tab.columns.index("Running")]
+    not_created = tab.cells[:, tab.columns.index("Not created")]
+    a = analyze_trace(read_trace(traces[4], TYPES))
+    useful = iter(a.cpu.useful)
+    for label, run, nc in zip(tab.rows, running, not_created):
+        if " main (tid" in label:
+            assert run == pytest.approx(100 * next(useful) / a.end, abs=0.006)
+        elif label.startswith("thread (tid 0)"):
+            assert (run, nc) == (0.0, 100.0)
+        else:
+            assert run == 0.0
