@@ -34,7 +34,8 @@ def runs(tmp_path_factory):
 
 
 def _columns(runs, weak=False):
-    rs = [scaling.run_of(read_trace(runs[n][1], TYPES), f"{n} GPUs") for n in (4, 1, 2)]
+    rs = [scaling.run_of(read_trace(runs[n][1], scaling.SCALING_TYPES), f"{n} GPUs")
+          for n in (4, 1, 2)]
     return scaling.table(rs, weak=weak)
 
 
@@ -50,10 +51,95 @@ def test_strong_scaling_equals_closed_form(runs):
         assert c.speedup == pytest.approx(want["speedup"], rel=1e-9)
         assert c.kernels == want["kernels"]
         if n > 1:
-            assert c.losers == [("gemm", pytest.approx(want["kernel_growth_ms"]))]
+            assert [(name, ms) for name, ms, _ in c.losers] == [
+                ("gemm", pytest.approx(want["kernel_growth_ms"]))]
     # the 4-GPU run: load balance 5/8, kernels 30% slower than on one GPU
     assert cols[2].talp["load_balance"] == pytest.approx(0.625)
     assert cols[2].talp["computational_scalability"] == pytest.approx(1 / 1.3)
+
+
+def test_computational_scalability_split(runs):
+    """CS = kernel count scalability x time per kernel scalability, exactly; the GPU
+    metrics sampled during the kernels are the closed-form time-weighted means of the
+    generator's per-rank values, over all kernels and for the kernel name that grew."""
+    cols = _columns(runs)
+    ref = gen.expected_metrics(1)
+    for c, n in zip(cols, SIZES):
+        assert c.kernel_count_scalability == pytest.approx(1 / n, rel=1e-12)
+        assert (c.kernel_count_scalability * c.time_per_kernel_scalability
+                == pytest.approx(c.nccl["computational_scalability"], rel=1e-12))
+        want = gen.expected_metrics(n)
+        assert c.metrics == pytest.approx(want, rel=1e-12)
+        if n > 1:
+            (name, _, metrics), = c.losers
+            assert metrics == {k: (pytest.approx(ref[k]), pytest.approx(want[k]))
+                               for k in want}
+    text = scaling.format_table(cols)
+    assert "SM active during kernels (%)" in text
+    assert "gemm +36.000 ms (SM active 90.0 -> 50.0 %, tensor active 50.0 -> 16.0 %)" in text
+    weak = _columns(runs, weak=True)
+    assert [c.kernel_count_scalability for c in weak] == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_without_gpu_metrics_the_metric_rows_are_absent(tmp_path):
+    paths = gen.gpu_run(2, tmp_path / "run", metrics=False)
+    nsys2prv.translate(paths, tmp_path / "run.prv")
+    run = scaling.run_of(read_trace(tmp_path / "run.prv", scaling.SCALING_TYPES), "2")
+    assert run.metrics == {} and run.kernel_metrics == {}
+    cols = scaling.table([run])
+    assert cols[0].metrics == {"sm_active": None, "tensor_active": None}
+    text = scaling.format_table(cols)
+    assert "SM active" not in text and "kernel count scalability" in text
+
+
+PARAMEDIR_DATA = ROOT / "tests" / "data" / "paramedir"
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_useful_times_and_metrics_equal_paramedir(runs, n):
+    """The same synthetic runs through paramedir with the shipped cfgs (outputs stored in
+    tests/data/paramedir/scaling<n>, `python -m nsys2prv.analysis.paramedir refresh`): the
+    useful time summed over devices (both forms), and the kernel-time-weighted SM Active
+    and Tensor Active of the run, rebuilt from the per-stream 'Average value' cells
+    weighted by each stream's compute kernel time."""
+    from nsys2prv.analysis.paramedir import read_table
+
+    d = PARAMEDIR_DATA / f"scaling{n}"
+    run = scaling.run_of(read_trace(runs[n][1], scaling.SCALING_TYPES), str(n))
+    useful = read_table(d / "analysis__useful_imbalance.txt")
+    assert useful.cells[:, 0].sum() == pytest.approx(run.useful_nccl, abs=0.01 * n)
+    for form in ("talp", "nccl"):
+        t = read_table(d / f"analysis__efficiency_{form}_time.txt")
+        assert t.column("2").sum() == pytest.approx(getattr(run, f"useful_{form}"),
+                                                    abs=0.01 * n)
+    weights = useful.cells[:, 0]  # one stream per process, in process order
+    for key, stem in (("sm_active", "hwcounters__sm_active_per_kernel"),
+                      ("tensor_active", "analysis__tensor_per_kernel")):
+        t = read_table(d / f"{stem}.txt")
+        streams = [i for i, r in enumerate(t.rows) if " stream " in r]
+        per_stream = t.column("gemm")[streams]
+        assert len(per_stream) == len(weights) == n
+        assert run.metrics[key] == pytest.approx(
+            (per_stream * weights).sum() / weights.sum(), abs=0.006)
+        assert run.kernel_metrics["gemm"][key] == run.metrics[key]
+
+
+def test_metrics_of_a_real_export_equal_paramedir():
+    """A real nsys 2023.4 export with GPU metrics (the stored translation of the corpus'
+    A100 vectorAdd run): the run's SM Active and Tensor Active during kernels equal
+    paramedir's per-kernel 'Average value' of the same trace (one stream)."""
+    from nsys2prv.analysis.paramedir import read_table
+
+    d = PARAMEDIR_DATA / "gpumetrics"
+    run = scaling.run_of(read_trace(d / "trace" / "gpumetrics.prv.gz",
+                                    scaling.SCALING_TYPES), "a100")
+    assert set(run.kernel_metrics) == {"vectorAdd"}
+    for key, stem in (("sm_active", "hwcounters__sm_active_per_kernel"),
+                      ("tensor_active", "analysis__tensor_per_kernel")):
+        t = read_table(d / f"{stem}.txt")
+        (cell,) = [t.cells[i, 0] for i, r in enumerate(t.rows) if " stream " in r]
+        assert run.metrics[key] == pytest.approx(cell, abs=0.006)
+        assert run.kernel_metrics["vectorAdd"][key] == run.metrics[key]
 
 
 def test_per_run_numbers_equal_single_run_analyze(runs):

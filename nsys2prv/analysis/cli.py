@@ -173,14 +173,14 @@ def scaling_main(args) -> int:
         for suffix in (".prv.gz", ".prv"):
             label = label[: -len(suffix)] if label.endswith(suffix) else label
         if len(files) == 1 and _is_trace(files[0]):
-            runs.append(scaling.run_of(read_trace(files[0], TYPES), label))
+            runs.append(scaling.run_of(read_trace(files[0], scaling.SCALING_TYPES), label))
             continue
         from ..translate import translate
 
         with tempfile.TemporaryDirectory(prefix="nsys2prv-scaling-") as tmp:
             out = Path(tmp) / "trace.prv"
             translate(files, str(out), jobs=1)
-            runs.append(scaling.run_of(read_trace(out, TYPES), label))
+            runs.append(scaling.run_of(read_trace(out, scaling.SCALING_TYPES), label))
     columns = scaling.table(runs, weak=args.weak)
     if args.json:
         json.dump(scaling.to_dicts(columns), sys.stdout, indent=2)

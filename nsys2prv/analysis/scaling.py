@@ -11,8 +11,17 @@ reference r (POP's definitions, research EFFICIENCY.md):
 * global efficiency GE = PE x CS;
 * speed-up = T_r / T (elapsed trace times; for weak scaling the ideal is 1).
 
-CS below 1 means the runs do more device work in total (more kernels, slower kernels):
-`kernels` and `kernel_time` say where, per compute kernel name.
+CS below 1 means the runs do more device work in total (more kernels, slower kernels).
+What explains it, where the data allows:
+
+* CS = kernel count scalability x time per kernel scalability (NCCL-aware useful time, so
+  that only compute kernels count): count = K_r / K (x n / n_r for weak scaling), K the
+  number of compute kernels executed; time per kernel = (U_r / K_r) / (U / K);
+* the kernel names whose total time grew most against the reference;
+* the GPU metrics sampled during the kernels (SM Active, Tensor Active; the trace types
+  `gpu_metrics_on_kernel`), as time-weighted means over compute kernel time: over all
+  kernels and per kernel name - Paraver's 'Average value' of the
+  hwcounters/*_per_kernel.cfg histograms, summed over the run's stream rows.
 """
 
 from __future__ import annotations
@@ -23,8 +32,18 @@ from pathlib import Path
 import polars as pl
 
 from ..paraver.check import parse_pcf
-from .model import KERNEL, Analysis, analyze_trace
+from ..paraver.registry import gpu_metrics
+from .model import KERNEL, TYPES, Analysis, analyze_trace
 from .trace import Trace
+
+# GPU metrics that explain computational scalability: key -> type on the kernels' rows
+KERNEL_METRICS = {
+    "sm_active": gpu_metrics.ON_KERNEL.type_of(gpu_metrics.KNOWN_METRICS["SM Active"]),
+    "tensor_active": gpu_metrics.ON_KERNEL.type_of(
+        gpu_metrics.KNOWN_METRICS["Tensor Active"]),
+}
+METRIC_LABELS = {"sm_active": "SM active", "tensor_active": "tensor active"}
+SCALING_TYPES = frozenset(TYPES | set(KERNEL_METRICS.values()))  # what run_of reads
 
 
 @dataclass
@@ -41,6 +60,9 @@ class Run:
     kernels: int  # compute kernels executed
     kernel_time: dict[str, int] = field(default_factory=dict)  # per compute kernel name (ns)
     cpu_useful: int | None = None  # summed over processes, where the trace has MPI
+    # metric key -> mean % over all compute kernel time, and per compute kernel name
+    metrics: dict[str, float] = field(default_factory=dict)
+    kernel_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,13 +78,54 @@ class Column:
     nccl: dict[str, float | None]  # computational_scalability, global
     cpu: dict[str, float | None] | None
     kernels: int
+    kernel_count_scalability: float | None  # CS (NCCL-aware) = count x time per kernel
+    time_per_kernel_scalability: float | None
+    metrics: dict[str, float | None]  # sm_active, tensor_active: % over compute kernel time
     offload: float | None  # mean device offload efficiency of the processes' main threads
-    losers: list[tuple[str, float]]  # kernel names whose total time grew most (ms vs ref)
+    # kernel names whose total time grew most: (name, ms vs ref, {metric: (ref %, run %)})
+    losers: list[tuple[str, float, dict[str, tuple[float | None, float | None]]]]
     split: dict[str, float]  # mean % of T per device (per process, CPU-only): useful/comm/idle
 
 
+def kernel_metric_means(trace: Trace, names: dict[int, str],
+                        types: dict[str, int] = KERNEL_METRICS
+                        ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Time-weighted mean of each metric (in its unit) over compute kernel time: over all
+    kernels, and per kernel name. On every row the kernel name and the metric are each the
+    last event of their type (Paraver's Last Evt Val), and each segment between events
+    adds value x length to its kernel name - 'Average value' with the kernel name as the
+    control window. Metrics without events in the trace are left out."""
+    present = set(trace.events["type"].unique().to_list())
+    overall: dict[str, float] = {}
+    per_name: dict[str, dict[str, float]] = {}
+    for key, ty in types.items():
+        if ty not in present:
+            continue
+        ev = (trace.events.filter(pl.col("type").is_in([KERNEL, ty]))
+              .sort("row", "time", "seq")
+              .with_columns(
+                  pl.when(pl.col("type") == KERNEL).then(pl.col("value"))
+                  .forward_fill().over("row").alias("kernel"),
+                  pl.when(pl.col("type") == ty).then(pl.col("value"))
+                  .forward_fill().over("row").fill_null(0).alias("metric"),
+                  (pl.col("time").shift(-1).over("row").fill_null(trace.end)
+                   - pl.col("time")).alias("dt"))
+              .filter(pl.col("kernel").is_not_null() & (pl.col("kernel") != 0)))
+        per = (ev.group_by("kernel")
+               .agg((pl.col("metric") * pl.col("dt")).sum().alias("area"),
+                    pl.col("dt").sum().alias("time"))
+               .filter(pl.col("time") > 0).sort("kernel"))
+        scale = gpu_metrics.SCALE
+        area, time = int(per["area"].sum() or 0), int(per["time"].sum() or 0)
+        if time:
+            overall[key] = area / time / scale
+        for v, a, t in zip(per["kernel"], per["area"], per["time"]):
+            per_name.setdefault(names.get(v, str(v)), {})[key] = a / t / scale
+    return overall, per_name
+
+
 def run_of(trace: Trace, label: str) -> Run:
-    """Analyse one trace for the scaling table."""
+    """Analyse one trace (read with `SCALING_TYPES`) for the scaling table."""
     a = analyze_trace(trace)
     names: dict[int, str] = {}
     pcf = trace.path.with_suffix("").with_suffix(".pcf") if trace.path.suffix == ".gz" \
@@ -76,10 +139,11 @@ def run_of(trace: Trace, label: str) -> Run:
     per = (starts.group_by("value").agg((pl.col("next") - pl.col("time")).sum().alias("t"))
            .sort("value"))
     kernel_time = {names.get(v, str(v)): int(t) for v, t in zip(per["value"], per["t"])}
+    metrics, kernel_metrics = kernel_metric_means(trace, names)
     return Run(label, len(a.devices), len(a.host) or len(a.processes), a.end,
                sum(g.useful_talp for g in a.devices), sum(g.useful_nccl for g in a.devices),
                a, starts.height, kernel_time,
-               sum(a.cpu.useful) if a.cpu is not None else None)
+               sum(a.cpu.useful) if a.cpu is not None else None, metrics, kernel_metrics)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -121,8 +185,15 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
                    else None}
         offs = [h.offload_efficiency for h in r.analysis.host
                 if h.offload_efficiency is not None]
-        grown = sorted(((name, (t - ref.kernel_time.get(name, 0)) / 1e6)
+        grown = sorted(((name, (t - ref.kernel_time.get(name, 0)) / 1e6,
+                         {k: (ref.kernel_metrics.get(name, {}).get(k),
+                              r.kernel_metrics.get(name, {}).get(k))
+                          for k in KERNEL_METRICS if k in r.metrics or k in ref.metrics})
                         for name, t in r.kernel_time.items()), key=lambda kv: -kv[1])
+        count = time_per = None
+        if r.devices and r.kernels and ref.kernels and r.useful_nccl and ref.useful_nccl:
+            count = ref.kernels * (r.devices / ref.devices if weak else 1.0) / r.kernels
+            time_per = (ref.useful_nccl / ref.kernels) / (r.useful_nccl / r.kernels)
         T = r.elapsed or 1
         if r.analysis.devices:
             ds = r.analysis.devices
@@ -137,7 +208,9 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
                  "idle": max(0.0, 100 - useful - comm)}
         out.append(Column(r.label, r.devices, r.processes, r.elapsed / 1e6,
                           _ratio(ref.elapsed, r.elapsed), forms["talp"], forms["nccl"], cpu,
-                          r.kernels, sum(offs) / len(offs) if offs else None,
+                          r.kernels, count, time_per,
+                          {k: r.metrics.get(k) for k in KERNEL_METRICS},
+                          sum(offs) / len(offs) if offs else None,
                           [g for g in grown[:3] if g[1] > 0] if r is not ref else [], split))
     return out
 
@@ -166,6 +239,10 @@ ROWS = [  # (label, getter)
     *_form_rows("talp", "TALP form"),
     *_form_rows("nccl", "NCCL-aware form"),
     ("compute kernels", lambda c: c.kernels),
+    ("  kernel count scalability", lambda c: c.kernel_count_scalability),
+    ("  time per kernel scalability", lambda c: c.time_per_kernel_scalability),
+    ("SM active during kernels (%)", lambda c: c.metrics["sm_active"]),
+    ("tensor active during kernels (%)", lambda c: c.metrics["tensor_active"]),
     ("device offload efficiency (host)", lambda c: c.offload),
     ("CPU global efficiency (POP, MPI)", lambda c: c.cpu and c.cpu["global"]),
     ("  parallel efficiency", lambda c: c.cpu and c.cpu["parallel"]),
@@ -191,6 +268,13 @@ def _cell(label: str, v, colour: bool, is_eff: bool) -> str:
     return text
 
 
+def _metric_change(metrics: dict[str, tuple[float | None, float | None]]) -> str:
+    """' (SM active 90.0 -> 60.0 %, ...)' for the metrics known in both runs."""
+    parts = [f"{METRIC_LABELS[k]} {a:.1f} -> {b:.1f} %" for k, (a, b) in metrics.items()
+             if a is not None and b is not None]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def format_table(columns: list[Column], weak: bool = False, colour: bool = False) -> str:
     head = f"{'':<38}" + "".join(f"{c.label[-10:]:>10}" for c in columns)
     out = [f"### nsys2prv analyze --scaling ({'weak' if weak else 'strong'} scaling; "
@@ -205,7 +289,8 @@ def format_table(columns: list[Column], weak: bool = False, colour: bool = False
     for c in columns[1:]:
         if c.losers:
             out.append(f"kernel time grown most in {c.label} vs {columns[0].label}: "
-                       + "; ".join(f"{n[:50]} +{ms:.3f} ms" for n, ms in c.losers))
+                       + "; ".join(f"{n[:50]} +{ms:.3f} ms{_metric_change(m)}"
+                                   for n, ms, m in c.losers))
     return "\n".join(out) + "\n"
 
 
@@ -221,8 +306,9 @@ def format_csv(columns: list[Column]) -> str:
 
 
 def plot(columns: list[Column], path: str | Path) -> Path:
-    """Efficiency lines against the device (process) count and a stacked bar per run of
-    where device time goes (useful / communication / idle, TALP form, % of devices x T)."""
+    """Efficiency lines against the device (process) count (with the sampled SM / tensor
+    activity during kernels, dashed, where present) and a stacked bar per run of where
+    device time goes (useful / communication / idle, TALP form, % of devices x T)."""
     from .plot import COLOURS, _pyplot
 
     plt = _pyplot()
@@ -240,12 +326,20 @@ def plot(columns: list[Column], path: str | Path) -> Path:
                    ("load balance", "load_balance"),
                    ("communication eff.", "communication"),
                    ("computational scalability", "computational_scalability"))]
-    for name, get in series:
+    markers = "oDs^vP"  # distinct, shrinking: equal values stay visible as nested markers
+    for i, (name, get) in enumerate(series):
         ys = [get(c) for c in columns]
         if all(y is None for y in ys):
             continue
-        ax1.plot(xs, [y if y is not None else float("nan") for y in ys], marker="o",
-                 label=name, linewidth=2.5 if name == "global efficiency" else 1.5)
+        ax1.plot(xs, [y if y is not None else float("nan") for y in ys], marker=markers[i],
+                 markersize=11 - 1.2 * i, label=name,
+                 linewidth=2.5 if name == "global efficiency" else 1.5)
+    for key in KERNEL_METRICS:  # sampled GPU metrics during the kernels, as fractions
+        ys = [c.metrics.get(key) for c in columns]
+        if any(y is not None for y in ys):
+            ax1.plot(xs, [y / 100 if y is not None else float("nan") for y in ys],
+                     linestyle="--", marker="s", markersize=4,
+                     label=f"{METRIC_LABELS[key]} during kernels (/100)")
     ax1.axhspan(0.8, 1.05, color="#d9f2d9", zorder=0)
     ax1.axhspan(0.6, 0.8, color="#fff5cc", zorder=0)
     ax1.set_ylim(0, 1.05)

@@ -4,6 +4,11 @@
 report per rank, one GPU each, one host, sessions started together) with weights 1..n, and
 whose kernels get slower as it scales (slowdown 1 + 0.1 (n - 1)). Every number of the
 efficiency model follows in closed form (`expected`), so tests compare exact values.
+
+Each GPU is sampled (nsys 2023.4+ native GPU metrics) every `SAMPLE_PERIOD` from the first
+record to its last kernel's end, with SM Active and Tensor Active constant per rank and falling
+with the run's size (`metric_values`), so the time-weighted means over kernel time that
+`analyze --scaling` reports have closed forms too (`expected_metrics`).
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from .synth import ApiCall, Kernel, Spec, write_export
+from .synth_metrics import MetricsSpec, Sample, add_native_metrics
 
 WORK_NS = 120_000_000  # total device work of the reference run
 KERNELS_PER_RANK = 10
 KERNEL_START = 10_000  # ns after the session start: the first kernel of every rank
 FIRST_RECORD = 1_000  # the first launch call: the trace starts there (time 0)
 PID = 2000
+SAMPLE_PERIOD = 1_000_000  # ns between GPU metric samples
+METRIC_NAMES = ("SMs Active [Throughput %]", "Tensor Active [Throughput %]")
 
 
 def slowdown(n: int) -> float:
@@ -30,8 +38,15 @@ def rank_work(n: int) -> list[int]:
     return [round(WORK_NS * slowdown(n) * (i + 1) / total / k) * k for i in range(n)]
 
 
-def gpu_run(n: int, directory: str | Path) -> list[Path]:
-    """Write the n reports of one run; returns their paths (rank order)."""
+def metric_values(n: int, rank: int) -> tuple[int, int]:
+    """(SM Active, Tensor Active) in percent, sampled on the GPU of `rank` in an n-rank run:
+    the kernels use the GPU less as the run scales (and less on higher ranks)."""
+    return 90 - 10 * (n - 1) - 5 * rank, 50 - 10 * (n - 1) - 2 * rank
+
+
+def gpu_run(n: int, directory: str | Path, metrics: bool = True) -> list[Path]:
+    """Write the n reports of one run; returns their paths (rank order). `metrics`: add
+    GPU metric samples (see `metric_values`)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     out = []
@@ -49,7 +64,16 @@ def gpu_run(n: int, directory: str | Path) -> list[Path]:
                                     "cudaLaunchKernel_v7000", k + 1))
             spec.kernels.append(Kernel(t, t + step, pid, 0, 7, "gemm", k + 1))
             t += step
-        out.append(write_export(directory / f"rank{rank}.sqlite", spec))
+        path = write_export(directory / f"rank{rank}.sqlite", spec)
+        if metrics:
+            sm, tensor = metric_values(n, rank)
+            m = MetricsSpec(names={0: list(METRIC_NAMES)})
+            # from the first record (the trace start) to the last kernel's end (the trace
+            # end): the last sampling period (as long as the others) covers the rest
+            m.samples = [Sample(at, 0, {METRIC_NAMES[0]: sm, METRIC_NAMES[1]: tensor})
+                         for at in range(FIRST_RECORD, t + 1, SAMPLE_PERIOD)]
+            add_native_metrics(path, m)
+        out.append(path)
     return out
 
 
@@ -69,3 +93,11 @@ def expected(n: int, ref: int = 1) -> dict[str, float]:
             "orchestration": top / T, "computational_scalability": cs, "global": pe * cs,
             "speedup": elapsed(ref) / T, "kernels": n * KERNELS_PER_RANK,
             "kernel_growth_ms": (sum(work) - sum(rank_work(ref))) / 1e6}
+
+
+def expected_metrics(n: int) -> dict[str, float]:
+    """Time-weighted means (percent) of SM Active and Tensor Active over the compute kernel
+    time of the n-rank run: rank r's value weighs with its kernel time rank_work(n)[r]."""
+    work = rank_work(n)
+    return {key: sum(w * metric_values(n, r)[i] for r, w in enumerate(work)) / sum(work)
+            for i, key in enumerate(("sm_active", "tensor_active"))}
