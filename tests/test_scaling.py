@@ -218,3 +218,13 @@ def test_recorded_cpu_scaling_runs_match_the_programs_imbalance(capsys):
     assert analyze_main(["--scaling", *runs]) == 0
     text = capsys.readouterr().out
     assert "CPU global efficiency (POP, MPI)" in text and "compute kernels" not in text
+    # column heads: the globs without what they share at the end
+    assert text.splitlines()[1].split() == [f"mpi_scale_n{n}" for n in (1, 2, 4)]
+
+
+def test_column_names_keep_what_tells_runs_apart():
+    assert scaling.column_names(["gpus1", "gpus2"]) == ["gpus1", "gpus2"]
+    long = [f"/scratch/project/study/run_{n}_nodes/report.sqlite" for n in (4, 16)]
+    assert scaling.column_names(long) == ["run_4", "run_16"]
+    assert scaling.column_names(["/data/r4", "/data/r8"]) == ["r4", "r8"]
+    assert scaling.column_names(["x" * 30]) == ["…" + "x" * 23]

@@ -169,7 +169,7 @@ def scaling_main(args) -> int:
     runs = []
     for run in args.inputs:
         files = _run_inputs(run)
-        label = Path(run.rstrip("/")).name
+        label = run.rstrip("/")  # as given: the table's heads drop what runs share
         for suffix in (".prv.gz", ".prv"):
             label = label[: -len(suffix)] if label.endswith(suffix) else label
         if len(files) == 1 and _is_trace(files[0]):

@@ -26,6 +26,7 @@ What explains it, where the data allows:
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -256,12 +257,12 @@ EFFICIENCY_ROWS = {i for i, (label, _) in enumerate(ROWS)
                    if "efficiency" in label or "balance" in label or "scalability" in label}
 
 
-def _cell(label: str, v, colour: bool, is_eff: bool) -> str:
+def _cell(label: str, v, colour: bool, is_eff: bool, width: int = 10) -> str:
     if v is None:
-        return f"{'-':>10}"
+        return f"{'-':>{width}}"
     if label in _COUNTS:
-        return f"{int(v):>10d}"
-    text = f"{v:>10.2f}"
+        return f"{int(v):>{width}d}"
+    text = f"{v:>{width}.2f}"
     if colour and is_eff:  # POP's convention: green >= 0.8, yellow >= 0.6, red below
         code = "32" if v >= 0.8 else "33" if v >= 0.6 else "31"
         return f"\033[{code}m{text}\033[0m"
@@ -275,8 +276,46 @@ def _metric_change(metrics: dict[str, tuple[float | None, float | None]]) -> str
     return f" ({', '.join(parts)})" if parts else ""
 
 
+_SEPARATORS = "/_.-*"
+
+
+def column_names(labels: list[str], limit: int = 24) -> list[str]:
+    """Column heads of at most `limit` characters. The directories all runs share are
+    dropped; labels still too long lose the end all runs share (from a separator on: the
+    '_rank*.nsys2023.4.sqlite' of globs), then the start they share (up to a separator),
+    and are cut on the left only if still too long."""
+    def fits(names: list[str]) -> bool:
+        return all(len(n) <= limit for n in names)
+
+    def distinct(names: list[str]) -> bool:
+        return all(names) and len(set(names)) == len(names)
+
+    out = list(labels)
+    if len(out) > 1:
+        prefix = os.path.commonprefix(out)
+        cut = prefix.rfind("/") + 1
+        if cut and distinct([n[cut:] for n in out]):
+            out = [n[cut:] for n in out]
+        if not fits(out):
+            suffix = os.path.commonprefix([n[::-1] for n in out])[::-1]
+            while suffix and suffix[0] not in _SEPARATORS:
+                suffix = suffix[1:]
+            cand = [n[: len(n) - len(suffix)] for n in out]
+            if distinct(cand):
+                out = cand
+        if not fits(out):
+            prefix = os.path.commonprefix(out)
+            cut = max(prefix.rfind(c) for c in _SEPARATORS) + 1
+            cand = [n[cut:] for n in out]
+            if cut and distinct(cand):
+                out = cand
+    return [n if len(n) <= limit else "…" + n[-(limit - 1):] for n in out]
+
+
 def format_table(columns: list[Column], weak: bool = False, colour: bool = False) -> str:
-    head = f"{'':<38}" + "".join(f"{c.label[-10:]:>10}" for c in columns)
+    names = column_names([c.label for c in columns])
+    width = max(10, max(len(n) for n in names) + 2)
+    head = f"{'':<38}" + "".join(f"{n:>{width}}" for n in names)
     out = [f"### nsys2prv analyze --scaling ({'weak' if weak else 'strong'} scaling; "
            f"reference: {columns[0].label})", head]
     for i, (label, get) in enumerate(ROWS):
@@ -284,18 +323,19 @@ def format_table(columns: list[Column], weak: bool = False, colour: bool = False
         if all(v is None for v in vals) or (label in ("devices", "compute kernels")
                                             and not any(vals)):
             continue
-        out.append(f"{label:<38}" + "".join(_cell(label, v, colour, i in EFFICIENCY_ROWS)
+        out.append(f"{label:<38}" + "".join(_cell(label, v, colour, i in EFFICIENCY_ROWS, width)
                                              for v in vals))
-    for c in columns[1:]:
-        if c.losers:
-            out.append(f"kernel time grown most in {c.label} vs {columns[0].label}: "
+    for i, c in enumerate(columns):
+        if i and c.losers:
+            out.append(f"kernel time grown most in {names[i]} vs {names[0]}: "
                        + "; ".join(f"{n[:50]} +{ms:.3f} ms{_metric_change(m)}"
                                    for n, ms, m in c.losers))
     return "\n".join(out) + "\n"
 
 
 def format_csv(columns: list[Column]) -> str:
-    lines = ["row," + ",".join(c.label.replace(",", " ") for c in columns)]
+    names = column_names([c.label for c in columns], limit=1000)
+    lines = ["row," + ",".join(n.replace(",", " ") for n in names)]
     for label, get in ROWS:
         vals = [get(c) for c in columns]
         if all(v is None for v in vals):
@@ -348,7 +388,7 @@ def plot(columns: list[Column], path: str | Path) -> Path:
     ax1.set_ylabel("efficiency")
     ax1.set_title("Efficiency model across runs (TALP form)")
     ax1.legend(fontsize="small", loc="lower left")
-    labels = [f"{c.label}\n({x})" for c, x in zip(columns, xs)]
+    labels = [f"{n}\n({x})" for n, x in zip(column_names([c.label for c in columns]), xs)]
     bottom = [0.0] * len(columns)
     for name in ("useful", "communication", "idle"):
         vals = [c.split[name] for c in columns]
