@@ -15,7 +15,7 @@ from nsys2prv.analysis.model import TYPES, analyze_trace
 from nsys2prv.analysis.trace import read_trace
 from nsys2prv.testing import scaling as gen
 
-from conftest import ROOT
+from conftest import CORPUS, ROOT
 
 SIZES = (1, 2, 4)
 
@@ -228,3 +228,41 @@ def test_column_names_keep_what_tells_runs_apart():
     assert scaling.column_names(long) == ["run_4", "run_16"]
     assert scaling.column_names(["/data/r4", "/data/r8"]) == ["r4", "r8"]
     assert scaling.column_names(["x" * 30]) == ["…" + "x" * 23]
+
+
+CORI = [CORPUS / "exported" / f"cori_omp_run1_rank{r}.nsys2022.4-trim.sqlite" for r in range(4)]
+
+
+def test_corpus_rank_subsets_smoke(tmp_path, capsys):
+    """Smoke test on real data (not a scaling study): subsets of the corpus' 8-rank Cori
+    run (1, 2, 4 ranks, one GPU each, every rank doing the same work) as weak scaling.
+    Kernel counts are the exports' (SQL), kernel count scalability is 1 (n ranks x the same
+    kernels), CS = count x time per kernel, and each run's model is its single-run one."""
+    import sqlite3
+
+    if not all(p.exists() for p in CORI):
+        pytest.skip(f"corpus Cori exports not found under {CORPUS}")
+    counts = []
+    for p in CORI:
+        with sqlite3.connect(p) as con:
+            counts.append(con.execute(
+                "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0])
+    dirs = []
+    for n in (1, 2, 4):
+        d = tmp_path / f"ranks{n}"
+        d.mkdir()
+        for p in CORI[:n]:
+            (d / p.name).symlink_to(p)
+        dirs.append(str(d))
+    assert analyze_main(["--scaling", "--weak", *dirs, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["devices"] for d in data] == [1, 2, 4]
+    for d, n in zip(data, (1, 2, 4)):
+        assert d["kernels"] == sum(counts[:n])
+        assert d["kernel_count_scalability"] == pytest.approx(1.0)
+        assert d["kernel_count_scalability"] * d["time_per_kernel_scalability"] == \
+            pytest.approx(d["nccl"]["computational_scalability"], rel=1e-12)
+    nsys2prv.translate(CORI[:2], tmp_path / "two.prv")
+    a = analyze_trace(read_trace(tmp_path / "two.prv", TYPES))
+    assert data[1]["talp"]["parallel"] == a.talp.parallel
+    assert data[1]["talp"]["load_balance"] == a.talp.load_balance
