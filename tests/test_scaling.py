@@ -10,6 +10,7 @@ import pytest
 
 import nsys2prv
 from nsys2prv.analysis import scaling
+from nsys2prv.errors import InputError
 from nsys2prv.analysis.cli import main as analyze_main
 from nsys2prv.analysis.model import TYPES, analyze_trace
 from nsys2prv.analysis.trace import read_trace
@@ -79,6 +80,12 @@ def test_computational_scalability_split(runs):
     assert "gemm +36.000 ms (SM active 90.0 -> 50.0 %, tensor active 50.0 -> 16.0 %)" in text
     weak = _columns(runs, weak=True)
     assert [c.kernel_count_scalability for c in weak] == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_gpu_and_cpu_only_runs_are_refused(runs, capsys):
+    cpu = RECORDED / "mpi_scale_n1_rank0.nsys2023.4.sqlite"
+    with pytest.raises(InputError, match="not one scaling study"):
+        analyze_main(["--scaling", str(cpu), str(runs[2][1])])
 
 
 def test_without_gpu_metrics_the_metric_rows_are_absent(tmp_path):

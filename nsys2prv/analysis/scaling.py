@@ -32,6 +32,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ..errors import InputError
 from ..paraver.check import parse_pcf
 from ..paraver.registry import gpu_metrics
 from .model import KERNEL, TYPES, Analysis, analyze_trace
@@ -152,7 +153,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _scal(u_ref: float, u: float, n_ref: int, n: int, weak: bool) -> float | None:
-    if not u:
+    if not u or not u_ref:
         return None
     return (u_ref * (n / n_ref if weak and n_ref else 1.0)) / u
 
@@ -161,6 +162,11 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
     """The scaling columns, ordered by device count (process count for CPU-only runs);
     the first is the reference."""
     runs = sorted(runs, key=lambda r: (r.devices or r.processes, r.processes, r.label))
+    gpu = [r.label for r in runs if r.devices]
+    if gpu and len(gpu) < len(runs):
+        cpu = [r.label for r in runs if not r.devices]
+        raise InputError(f"runs with GPU activity ({', '.join(gpu)}) and without "
+                         f"({', '.join(cpu)}) are not one scaling study")
     ref = runs[0]
     out = []
     for r in runs:
