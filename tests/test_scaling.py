@@ -80,6 +80,9 @@ def test_computational_scalability_split(runs):
     assert "gemm +36.000 ms (SM active 90.0 -> 50.0 %, tensor active 50.0 -> 16.0 %)" in text
     weak = _columns(runs, weak=True)
     assert [c.kernel_count_scalability for c in weak] == pytest.approx([1.0, 1.0, 1.0])
+    # kernel time beyond n x the reference's: none here (W x slowdown(n) < n x W)
+    assert all(c.losers == [] for c in weak)
+
 
 
 def test_gpu_and_cpu_only_runs_are_refused(runs, capsys):
@@ -269,6 +272,18 @@ def test_corpus_rank_subsets_smoke(tmp_path, capsys):
         assert d["kernel_count_scalability"] == pytest.approx(1.0)
         assert d["kernel_count_scalability"] * d["time_per_kernel_scalability"] == \
             pytest.approx(d["nccl"]["computational_scalability"], rel=1e-12)
+    # kernel names that grew most beyond n x the reference's time, from SQL durations
+    per_rank = []
+    for p in CORI:
+        with sqlite3.connect(p) as con:
+            per_rank.append(dict(con.execute(
+                "SELECT s.value, sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.shortName GROUP BY s.value").fetchall()))
+    for d, n in zip(data[1:], (2, 4)):
+        assert d["losers"]
+        for name, ms, _ in d["losers"]:
+            total = sum(r.get(name, 0) for r in per_rank[:n])
+            assert ms == pytest.approx((total - n * per_rank[0].get(name, 0)) / 1e6, abs=1e-6)
     nsys2prv.translate(CORI[:2], tmp_path / "two.prv")
     a = analyze_trace(read_trace(tmp_path / "two.prv", TYPES))
     assert data[1]["talp"]["parallel"] == a.talp.parallel

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -53,6 +54,22 @@ def _is_trace(path: str) -> bool:
     return path.endswith(".prv") or path.endswith(".prv.gz")
 
 
+def _translate(inputs: list[str], out: Path, what: str = "") -> None:
+    """Translate reports for the analysis: reports prepared in parallel (as many processes
+    as cores, within the default memory budget), progress bars on a terminal."""
+    from ..cli import _Progress
+    from ..translate import translate
+
+    if what and sys.stderr.isatty():
+        print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
+    bars = _Progress(enabled=True)
+    try:
+        translate(inputs, str(out), jobs=os.cpu_count() or 1, on_report=bars.report,
+                  on_merge=bars.merge)
+    finally:
+        bars.close()
+
+
 def analyze(inputs: list[str]) -> Analysis:
     """Analyse one trace, or translate reports into a temporary trace and analyse it."""
     if len(inputs) == 1 and _is_trace(inputs[0]):
@@ -61,11 +78,9 @@ def analyze(inputs: list[str]) -> Analysis:
         return analyze_trace(read_trace(inputs[0], TYPES))
     if any(_is_trace(i) for i in inputs):
         raise UsageError("give either one trace (.prv) or reports, not both")
-    from ..translate import translate
-
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         out = Path(tmp) / "trace.prv"
-        translate(inputs, str(out), jobs=1)
+        _translate(inputs, out)
         result = analyze_trace(read_trace(out, TYPES))
     result.trace = " ".join(inputs)
     return result
@@ -175,11 +190,10 @@ def scaling_main(args) -> int:
         if len(files) == 1 and _is_trace(files[0]):
             runs.append(scaling.run_of(read_trace(files[0], scaling.SCALING_TYPES), label))
             continue
-        from ..translate import translate
-
         with tempfile.TemporaryDirectory(prefix="nsys2prv-scaling-") as tmp:
             out = Path(tmp) / "trace.prv"
-            translate(files, str(out), jobs=1)
+            _translate(files, out, f"run {label} ({len(files)} report"
+                                   f"{'s' if len(files) > 1 else ''})")
             runs.append(scaling.run_of(read_trace(out, scaling.SCALING_TYPES), label))
     columns = scaling.table(runs, weak=args.weak)
     if args.json:

@@ -192,7 +192,10 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
                    else None}
         offs = [h.offload_efficiency for h in r.analysis.host
                 if h.offload_efficiency is not None]
-        grown = sorted(((name, (t - ref.kernel_time.get(name, 0)) / 1e6,
+        # weak scaling: against the reference's time scaled to this run's size
+        expect = (r.devices / ref.devices if r.devices and ref.devices else
+                  r.processes / ref.processes) if weak else 1.0
+        grown = sorted(((name, (t - expect * ref.kernel_time.get(name, 0)) / 1e6,
                          {k: (ref.kernel_metrics.get(name, {}).get(k),
                               r.kernel_metrics.get(name, {}).get(k))
                           for k in KERNEL_METRICS if k in r.metrics or k in ref.metrics})
