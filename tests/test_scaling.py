@@ -17,6 +17,7 @@ from nsys2prv.analysis.trace import read_trace
 from nsys2prv.testing import scaling as gen
 
 from conftest import CORPUS, ROOT
+from prvtools import sql
 
 SIZES = (1, 2, 4)
 
@@ -248,15 +249,9 @@ def test_corpus_rank_subsets_smoke(tmp_path, capsys):
     run (1, 2, 4 ranks, one GPU each, every rank doing the same work) as weak scaling.
     Kernel counts are the exports' (SQL), kernel count scalability is 1 (n ranks x the same
     kernels), CS = count x time per kernel, and each run's model is its single-run one."""
-    import sqlite3
-
     if not all(p.exists() for p in CORI):
         pytest.skip(f"corpus Cori exports not found under {CORPUS}")
-    counts = []
-    for p in CORI:
-        with sqlite3.connect(p) as con:
-            counts.append(con.execute(
-                "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0])
+    counts = [sql(p, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0] for p in CORI]
     dirs = []
     for n in (1, 2, 4):
         d = tmp_path / f"ranks{n}"
@@ -273,12 +268,9 @@ def test_corpus_rank_subsets_smoke(tmp_path, capsys):
         assert d["kernel_count_scalability"] * d["time_per_kernel_scalability"] == \
             pytest.approx(d["nccl"]["computational_scalability"], rel=1e-12)
     # kernel names that grew most beyond n x the reference's time, from SQL durations
-    per_rank = []
-    for p in CORI:
-        with sqlite3.connect(p) as con:
-            per_rank.append(dict(con.execute(
-                "SELECT s.value, sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                "JOIN StringIds s ON s.id = k.shortName GROUP BY s.value").fetchall()))
+    per_rank = [dict(sql(p, "SELECT s.value, sum(k.end - k.start) FROM "
+                            "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = "
+                            "k.shortName GROUP BY s.value")) for p in CORI]
     for d, n in zip(data[1:], (2, 4)):
         assert d["losers"]
         for name, ms, _ in d["losers"]:
