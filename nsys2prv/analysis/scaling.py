@@ -152,10 +152,15 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _scal(u_ref: float, u: float, n_ref: int, n: int, weak: bool) -> float | None:
+def _size_ratio(n: int, n_ref: int, weak: bool) -> float:
+    """n / n_r for weak scaling (the reference's work grown to this run's size), else 1."""
+    return n / n_ref if weak and n_ref else 1.0
+
+
+def _scal(u_ref: float, u: float, size_ratio: float) -> float | None:
     if not u or not u_ref:
         return None
-    return (u_ref * (n / n_ref if weak and n_ref else 1.0)) / u
+    return u_ref * size_ratio / u
 
 
 def table(runs: list[Run], weak: bool = False) -> list[Column]:
@@ -170,11 +175,13 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
     ref = runs[0]
     out = []
     for r in runs:
+        per_device = _size_ratio(r.devices, ref.devices, weak)
+        per_process = _size_ratio(r.processes, ref.processes, weak)
         forms = {}
         for form, u, u_ref in (("talp", r.useful_talp, ref.useful_talp),
                                ("nccl", r.useful_nccl, ref.useful_nccl)):
             e = getattr(r.analysis, form)
-            cs = _scal(u_ref, u, ref.devices, r.devices, weak) if r.devices else None
+            cs = _scal(u_ref, u, per_device) if r.devices else None
             forms[form] = {"parallel": e.parallel, "load_balance": e.load_balance,
                            "communication": e.communication,
                            "orchestration": e.orchestration,
@@ -184,7 +191,7 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
         cpu = None
         c = r.analysis.cpu
         if c is not None and r.cpu_useful is not None and ref.cpu_useful:
-            cs = _scal(ref.cpu_useful, r.cpu_useful, ref.processes, r.processes, weak)
+            cs = _scal(ref.cpu_useful, r.cpu_useful, per_process)
             cpu = {"parallel": c.parallel, "load_balance": c.load_balance,
                    "load_balance_additive": c.load_balance_additive,
                    "communication": c.communication, "computational_scalability": cs,
@@ -192,9 +199,7 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
                    else None}
         offs = [h.offload_efficiency for h in r.analysis.host
                 if h.offload_efficiency is not None]
-        # weak scaling: against the reference's time scaled to this run's size
-        expect = (r.devices / ref.devices if r.devices and ref.devices else
-                  r.processes / ref.processes) if weak else 1.0
+        expect = per_device if r.devices else per_process
         grown = sorted(((name, (t - expect * ref.kernel_time.get(name, 0)) / 1e6,
                          {k: (ref.kernel_metrics.get(name, {}).get(k),
                               r.kernel_metrics.get(name, {}).get(k))
@@ -202,7 +207,7 @@ def table(runs: list[Run], weak: bool = False) -> list[Column]:
                         for name, t in r.kernel_time.items()), key=lambda kv: -kv[1])
         count = time_per = None
         if r.devices and r.kernels and ref.kernels and r.useful_nccl and ref.useful_nccl:
-            count = ref.kernels * (r.devices / ref.devices if weak else 1.0) / r.kernels
+            count = ref.kernels * per_device / r.kernels
             time_per = (ref.useful_nccl / ref.kernels) / (r.useful_nccl / r.kernels)
         T = r.elapsed or 1
         if r.analysis.devices:
