@@ -36,7 +36,7 @@ from ..errors import InputError
 from ..paraver.check import parse_pcf
 from ..paraver.registry import gpu_metrics
 from .model import KERNEL, TYPES, Analysis, analyze_trace
-from .trace import Trace
+from .trace import Trace, _companion
 
 # GPU metrics that explain computational scalability: key -> type on the kernels' rows
 KERNEL_METRICS = {
@@ -89,35 +89,44 @@ class Column:
     split: dict[str, float]  # mean % of T per device (per process, CPU-only): useful/comm/idle
 
 
+def per_kernel(trace: Trace, metric: int | None = None) -> pl.DataFrame:
+    """Per compute kernel value: the `time` kernels with it ran (summed over rows) and, with
+    `metric`, the `area` of that type under them. On every row the kernel name and the
+    metric are each the last event of their type (Paraver's Last Evt Val); each segment
+    between events adds its length, and value x length, to its kernel name - 'Average
+    value' with the kernel name as the control window."""
+    types = [KERNEL] if metric is None else [KERNEL, metric]
+    value = (pl.when(pl.col("type") == metric).then(pl.col("value")).forward_fill()
+             .over("row").fill_null(0) if metric is not None else pl.lit(0))
+    return (trace.events.filter(pl.col("type").is_in(types))
+            .sort("row", "time", "seq")
+            .with_columns(
+                pl.when(pl.col("type") == KERNEL).then(pl.col("value"))
+                .forward_fill().over("row").alias("kernel"),
+                value.alias("metric"),
+                (pl.col("time").shift(-1).over("row").fill_null(trace.end)
+                 - pl.col("time")).alias("dt"))
+            .filter(pl.col("kernel").is_not_null() & (pl.col("kernel") != 0))
+            .group_by("kernel")
+            .agg((pl.col("metric") * pl.col("dt")).sum().alias("area"),
+                 pl.col("dt").sum().alias("time"))
+            .sort("kernel"))
+
+
 def kernel_metric_means(trace: Trace, names: dict[int, str],
                         types: dict[str, int] = KERNEL_METRICS
                         ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Time-weighted mean of each metric (in its unit) over compute kernel time: over all
-    kernels, and per kernel name. On every row the kernel name and the metric are each the
-    last event of their type (Paraver's Last Evt Val), and each segment between events
-    adds value x length to its kernel name - 'Average value' with the kernel name as the
-    control window. Metrics without events in the trace are left out."""
+    """Time-weighted mean of each metric (in its unit) over compute kernel time (`per_kernel`):
+    over all kernels, and per kernel name. Metrics without events in the trace are left
+    out."""
     present = set(trace.events["type"].unique().to_list())
     overall: dict[str, float] = {}
     per_name: dict[str, dict[str, float]] = {}
+    scale = gpu_metrics.SCALE
     for key, ty in types.items():
         if ty not in present:
             continue
-        ev = (trace.events.filter(pl.col("type").is_in([KERNEL, ty]))
-              .sort("row", "time", "seq")
-              .with_columns(
-                  pl.when(pl.col("type") == KERNEL).then(pl.col("value"))
-                  .forward_fill().over("row").alias("kernel"),
-                  pl.when(pl.col("type") == ty).then(pl.col("value"))
-                  .forward_fill().over("row").fill_null(0).alias("metric"),
-                  (pl.col("time").shift(-1).over("row").fill_null(trace.end)
-                   - pl.col("time")).alias("dt"))
-              .filter(pl.col("kernel").is_not_null() & (pl.col("kernel") != 0)))
-        per = (ev.group_by("kernel")
-               .agg((pl.col("metric") * pl.col("dt")).sum().alias("area"),
-                    pl.col("dt").sum().alias("time"))
-               .filter(pl.col("time") > 0).sort("kernel"))
-        scale = gpu_metrics.SCALE
+        per = per_kernel(trace, ty).filter(pl.col("time") > 0)
         area, time = int(per["area"].sum() or 0), int(per["time"].sum() or 0)
         if time:
             overall[key] = area / time / scale
@@ -130,21 +139,16 @@ def run_of(trace: Trace, label: str) -> Run:
     """Analyse one trace (read with `SCALING_TYPES`) for the scaling table."""
     a = analyze_trace(trace)
     names: dict[int, str] = {}
-    pcf = trace.path.with_suffix("").with_suffix(".pcf") if trace.path.suffix == ".gz" \
-        else trace.path.with_suffix(".pcf")
+    pcf = _companion(trace.path, ".pcf")
     if pcf.exists():
         names = parse_pcf(pcf.read_text(errors="replace"))[0].get(KERNEL, {})
-    ev = trace.events.filter(pl.col("type") == KERNEL).sort("row", "time", "seq")
-    ev = ev.with_columns(pl.col("time").shift(-1).over("row").fill_null(trace.end)
-                         .alias("next"))
-    starts = ev.filter(pl.col("value") != 0)
-    per = (starts.group_by("value").agg((pl.col("next") - pl.col("time")).sum().alias("t"))
-           .sort("value"))
-    kernel_time = {names.get(v, str(v)): int(t) for v, t in zip(per["value"], per["t"])}
+    per = per_kernel(trace)
+    kernel_time = {names.get(v, str(v)): int(t) for v, t in zip(per["kernel"], per["time"])}
+    kernels = trace.events.filter((pl.col("type") == KERNEL) & (pl.col("value") != 0)).height
     metrics, kernel_metrics = kernel_metric_means(trace, names)
     return Run(label, len(a.devices), len(a.host) or len(a.processes), a.end,
                sum(g.useful_talp for g in a.devices), sum(g.useful_nccl for g in a.devices),
-               a, starts.height, kernel_time,
+               a, kernels, kernel_time,
                sum(a.cpu.useful) if a.cpu is not None else None, metrics, kernel_metrics)
 
 
