@@ -6,16 +6,24 @@ checker (vectorised) and by the naive reader in prvtools, and cross-checked with
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections import defaultdict
 
+import numpy as np
+import polars as pl
 import pytest
-from conftest import corpus_cases, corpus_files, translate_case
+from conftest import ROOT, corpus_cases, corpus_files, translate_case
 from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate
 
+from nsys2prv.analysis import scaling
+from nsys2prv.analysis.model import (CUDA_CALL, CUDA_STATES, TYPES, _main_rows, analyze_path,
+                                     analyze_trace, analyze_windows, host)
+from nsys2prv.analysis.trace import open_intervals, read_trace, windows
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.check import check_trace
+from nsys2prv.paraver.registry import STATE_BY_VALUE
 
 FILES = corpus_files()
 
@@ -127,3 +135,74 @@ def test_pertalde_counts_agree(translated):
     assert occ.get("CUDA library call", 0) == 2 * _count(db, "CUPTI_ACTIVITY_KIND_RUNTIME")
     kernels = _count(db, "CUPTI_ACTIVITY_KIND_KERNEL")
     assert occ.get("CUDA kernel", 0) + occ.get("NCCL kernel", 0) == 2 * kernels
+
+
+# --- analyze on real exports (issue 21): windows, pinned numbers, an independent check ---
+
+PINNED = json.loads((ROOT / "tests" / "data" / "analyze" / "corpus.json").read_text())
+
+
+def _case_id(db) -> str:
+    return f"{db.parent.name}/{db.name}"
+
+
+def test_analysis_in_windows_equals_the_whole_trace(translated):
+    """The trace read in 64 KiB windows (what analyze does on any size, in bounded memory)
+    gives exactly the numbers of the trace read whole."""
+    _, _, out = translated
+    whole = analyze_trace(read_trace(out, TYPES))
+    assert analyze_windows(windows(out, TYPES, block=1 << 16)).to_dict() == whole.to_dict()
+    r1 = scaling.run_of(read_trace(out, scaling.SCALING_TYPES), "x")
+    r2 = scaling.run_of(windows(out, scaling.SCALING_TYPES, block=1 << 16), "x")
+    assert (r1.kernels, r1.kernel_time, r1.metrics, r1.kernel_metrics) == \
+        (r2.kernels, r2.kernel_time, r2.metrics, r2.kernel_metrics)
+    kernels = sql(translated[0], "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0] \
+        if "CUPTI_ACTIVITY_KIND_KERNEL" in tables(translated[0]) else 0
+    n_nccl = check_trace(out).event_counts.get(reg.NCCL_KERNEL, 0)
+    assert r2.kernels == kernels - n_nccl
+
+
+def test_analysis_numbers_are_pinned(translated):
+    """analyze prints what it printed before issue 21 where it did not crash; the exports
+    that crashed are pinned too (their CUDA-call times are checked below)."""
+    db, _, out = translated
+    key = _case_id(db)
+    if key not in PINNED["results"]:
+        pytest.skip(f"{key}: no pinned analyze numbers (a new corpus export)")
+    got = analyze_path(out).to_dict()
+    got.pop("trace")
+    assert got == PINNED["results"][key]
+
+
+def test_main_thread_cuda_time_by_prefix_sums(translated):
+    """Time in each CUDA-call state while a CUDA call is open, per main thread, computed a
+    second way: prefix sums of the sorted CUDA-call intervals, evaluated at every state's
+    edges (no sweep, no join)."""
+    _, _, out = translated
+    trace = read_trace(out, TYPES)
+    main = _main_rows(trace)
+    calls = open_intervals(trace, (CUDA_CALL,))
+    hosts = {h.task: h for h in host(trace)}
+    for r in main.iter_rows(named=True):
+        iv = calls.filter(pl.col("row") == r["row"]).sort("start")
+        s, e = iv["start"].to_numpy(), iv["end"].to_numpy()
+        before = np.concatenate([[0], np.cumsum(e - s)])
+
+        def covered(t):
+            k = np.searchsorted(s, t, side="right") - 1
+            inside = np.where(k >= 0, np.minimum(t, e[np.maximum(k, 0)]) - s[np.maximum(k, 0)],
+                              0) if len(s) else np.zeros_like(t)
+            return np.where(k >= 0, before[np.maximum(k, 0)] + np.maximum(inside, 0), 0) \
+                if len(s) else np.zeros_like(t)
+
+        st = trace.states.filter((pl.col("row") == r["row"])
+                                 & pl.col("state").is_in(CUDA_STATES))
+        want = {}
+        for state in CUDA_STATES:
+            part = st.filter(pl.col("state") == state)
+            if part.height:
+                t = int((covered(part["end"].to_numpy())
+                         - covered(part["begin"].to_numpy())).sum())
+                if t:
+                    want[STATE_BY_VALUE[state].label] = t
+        assert hosts[r["task_index"] + 1].by_state == want

@@ -19,14 +19,18 @@ label), which is exact also when one process drives several GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from ..paraver.registry import cuda
+from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
-from .trace import Trace, open_intervals
+from .intervals import overlap_time, total_time
+from .trace import Trace, open_intervals, windows
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
@@ -125,32 +129,37 @@ class Analysis:
         return asdict(self)
 
 
-def _sweep(trace: Trace, group: pl.Expr) -> pl.DataFrame:
+def _open_sets(trace: Trace) -> dict[str, pl.DataFrame]:
+    """The open intervals (row, start, end) of each indicator set, computed once per window
+    and shared by the device and the process sweeps."""
+    return {name: open_intervals(trace, types) for name, types in SETS.items()}
+
+
+def _sweep(trace: Trace, open_sets: dict[str, pl.DataFrame], group: pl.Expr) -> pl.DataFrame:
     """Constant segments per group: (g, start, dur, K, C, N, A counts of open rows)."""
     rows = trace.rows.select("row", group.alias("g"))
     parts = []
-    for name, types in SETS.items():
-        iv = open_intervals(trace, types).join(rows, on="row", how="inner")
-        zero = {k: pl.lit(0, pl.Int64) for k in SETS}
+    zero = {k: pl.lit(0, pl.Int64) for k in SETS}
+    for name, iv in open_sets.items():
+        iv = iv.join(rows, on="row", how="inner")
         parts.append(pl.concat([
             iv.select("g", pl.col("start").alias("t"), **{**zero, name: pl.lit(1, pl.Int64)}),
             iv.select("g", pl.col("end").alias("t"), **{**zero, name: pl.lit(-1, pl.Int64)}),
         ]))
-    steps = (pl.concat(parts).group_by("g", "t").agg(pl.col(k).sum() for k in SETS)
-             .sort("g", "t"))
+    # steps at one time need no summing first: the segments between them are empty
+    steps = pl.concat(parts).sort("g", "t")
     return (steps.with_columns(pl.col(k).cum_sum().over("g") for k in SETS)
             .with_columns((pl.col("t").shift(-1).over("g").fill_null(trace.end) - pl.col("t"))
                           .alias("dur"))
             .rename({"t": "start"}))
 
 
-def _groups(trace: Trace, seg: pl.DataFrame, keys: pl.DataFrame) -> list[GroupResult]:
-    """Classify the segments and sum their durations per group."""
-    T = trace.end
+def _segment_sums(seg: pl.DataFrame) -> pl.DataFrame:
+    """Per group, the time of each class of segment (additive over time windows)."""
     k = pl.col("K")
     c, n, a = pl.col("C"), pl.col("N"), pl.col("A")
     dur = pl.col("dur")
-    agg = (seg.group_by("g").agg(
+    return seg.group_by("g").agg(
         (dur * (k > 0)).sum().alias("useful_talp"),
         (dur * ((a > 0) & (k == 0))).sum().alias("comm_talp"),
         (dur * (c > 0)).sum().alias("useful_nccl"),
@@ -162,9 +171,18 @@ def _groups(trace: Trace, seg: pl.DataFrame, keys: pl.DataFrame) -> list[GroupRe
           for lv in range(1, CAP + 1)),
         *((dur * ((n > 0) & (k.clip(upper_bound=CAP) == lv))).sum().alias(f"lc{lv}")
           for lv in range(1, CAP + 1)),
-    ))
-    table = (keys.join(agg, on="g", how="left")
-             .with_columns(pl.col(c).fill_null(0) for c in agg.columns if c != "g")
+    )
+
+
+def _add(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+    """Sum per key the additive frames of several windows."""
+    return pl.concat(parts).group_by(keys).agg(pl.all().sum())
+
+
+def _groups(sums: pl.DataFrame, keys: pl.DataFrame, T: int) -> list[GroupResult]:
+    """The results of the groups from their summed segment times."""
+    table = (keys.join(sums, on="g", how="left")
+             .with_columns(pl.col(c).fill_null(0) for c in sums.columns if c != "g")
              .sort("g"))
     out = []
     for r in table.iter_rows(named=True):
@@ -196,22 +214,6 @@ def efficiency(groups: list[GroupResult], T: int, form: str) -> Efficiency:
         max_active_device=groups[int(a.argmax())].name)
 
 
-def _durations(iv: pl.DataFrame) -> dict[int, int]:
-    per = iv.group_by("row").agg((pl.col("end") - pl.col("start")).sum().alias("d"))
-    return dict(zip(per["row"].to_list(), per["d"].to_list()))
-
-
-def _overlap(a: pl.DataFrame, b: pl.DataFrame) -> dict[int, int]:
-    """Per row: time covered by both interval sets (each non-overlapping within a row)."""
-    if a.height == 0 or b.height == 0:
-        return {}
-    j = a.join(b, on="row", how="inner", suffix="_b").filter(
-        (pl.col("start") < pl.col("end_b")) & (pl.col("start_b") < pl.col("end")))
-    j = j.with_columns((pl.min_horizontal("end", "end_b")
-                        - pl.max_horizontal("start", "start_b")).alias("d"))
-    return _durations(j.select("row", pl.lit(0).alias("start"), pl.col("d").alias("end")))
-
-
 def _main_rows(trace: Trace) -> pl.DataFrame:
     """The main thread of each task: the CPU row labelled with the process id as its tid."""
     cpu = trace.rows.filter(pl.col("kind") == "cpu").with_columns(
@@ -226,41 +228,57 @@ def _main_rows(trace: Trace) -> pl.DataFrame:
             .sort("task_index"))
 
 
-def host(trace: Trace) -> list[HostResult]:
-    """Per process, its main thread: time running, inside CUDA calls, inside MPI calls;
-    device offload efficiency = running / (running + CUDA calls), TALP's with 'useful' = not
-    inside a traced CUDA call (None when the thread made no CUDA call)."""
-    from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
-
-    main = _main_rows(trace)
+def _host_sums(trace: Trace, main: pl.DataFrame) -> pl.DataFrame:
+    """Per main row, additive over time windows: time running, alive (not 'Not created'),
+    inside MPI calls, in each CUDA-call state while a CUDA call is open (`s<state>`), and
+    the number of CUDA calls open in the window (`cuda`: did the thread make any)."""
     rows = main.select("row")
     states = (trace.states.join(rows, on="row", how="inner")
               .select("row", pl.col("begin").alias("start"), "end", "state"))
     cuda_calls = open_intervals(trace, (CUDA_CALL,)).join(rows, on="row", how="inner")
     mpi_calls = open_intervals(trace, MPI_CALLS).join(rows, on="row", how="inner")
-    in_mpi = _durations(mpi_calls)
+    # CUDA-call states while a CUDA call is open: one sweep over the main rows
+    in_cuda = overlap_time(states.filter(pl.col("state").is_in(CUDA_STATES)), cuda_calls,
+                           ["row"], label="state")
+    dur = pl.col("end") - pl.col("start")
+    parts = [
+        states.group_by("row").agg(
+            dur.filter(pl.col("state") == RUNNING).sum().alias("running"),
+            dur.filter(pl.col("state") != STATE_NOT_CREATED).sum().alias("alive")),
+        total_time(mpi_calls, ["row"]).rename({"time": "in_mpi"}),
+        cuda_calls.group_by("row").agg(pl.len().cast(pl.Int64).alias("cuda")),
+        *(in_cuda.filter(pl.col("state") == s).select("row", pl.col("time").alias(f"s{s}"))
+          for s in CUDA_STATES),
+    ]
+    columns = ["running", "alive", "in_mpi", "cuda", *(f"s{s}" for s in CUDA_STATES)]
+    out = rows
+    for part in parts:
+        out = out.join(part, on="row", how="left")
+    return out.select("row", *(pl.col(c).cast(pl.Int64).fill_null(0) for c in columns))
+
+
+def _hosts(main: pl.DataFrame, sums: pl.DataFrame) -> list[HostResult]:
+    """Per process, its main thread: time running, inside CUDA calls, inside MPI calls;
+    device offload efficiency = running / (running + CUDA calls), TALP's with 'useful' = not
+    inside a traced CUDA call (None when the thread made no CUDA call)."""
+    per_row = {r["row"]: r for r in sums.iter_rows(named=True)}
     out = []
-    for r in main.iter_rows(named=True):
-        mine = states.filter(pl.col("row") == r["row"])
-        by = {}
-        for s in CUDA_STATES:
-            part = mine.filter(pl.col("state") == s)
-            if part.height:
-                t = _overlap(part.select("row", "start", "end"), cuda_calls).get(r["row"], 0)
-                if t:
-                    by[STATE_BY_VALUE[s].label] = int(t)
-        running = int(mine.filter(pl.col("state") == RUNNING)
-                      .select((pl.col("end") - pl.col("start")).sum()).item() or 0)
-        alive = int(mine.filter(pl.col("state") != STATE_NOT_CREATED)
-                    .select((pl.col("end") - pl.col("start")).sum()).item() or 0)
+    for r in main.iter_rows(named=True):  # one per process
+        t = per_row[r["row"]]
+        by = {STATE_BY_VALUE[s].label: int(t[f"s{s}"]) for s in CUDA_STATES if t[f"s{s}"]}
+        run = int(t["running"])
         cuda_t = sum(by.values())
-        has_cuda = cuda_calls.filter(pl.col("row") == r["row"]).height > 0
         out.append(HostResult(r["task_label"], r["task_index"] + 1, r["thread_label"],
-                              running, cuda_t, by,
-                              running / (running + cuda_t) if has_cuda and running + cuda_t
-                              else None,
-                              in_mpi=int(in_mpi.get(r["row"], 0)), alive=alive))
+                              run, cuda_t, by,
+                              run / (run + cuda_t) if t["cuda"] and run + cuda_t else None,
+                              in_mpi=int(t["in_mpi"]), alive=int(t["alive"])))
     return out
+
+
+def host(trace: Trace) -> list[HostResult]:
+    """The main thread of each process (`_hosts`) in a trace read whole."""
+    main = _main_rows(trace)
+    return _hosts(main, _host_sums(trace, main))
 
 
 def cpu_model(hosts: list[HostResult], T: int) -> CpuModel | None:
@@ -276,25 +294,74 @@ def cpu_model(hosts: list[HostResult], T: int) -> CpuModel | None:
                     load_balance_additive=float(1 - (umax - u.mean()) / T))
 
 
+class ModelSums:
+    """The model's additive sums over the windows of one trace (`trace.windows`): feed
+    every window to `add`, then `result`. A trace read whole is one window."""
+
+    def __init__(self) -> None:
+        self._dev: list[pl.DataFrame] = []
+        self._proc: list[pl.DataFrame] = []
+        self._host: list[pl.DataFrame] = []
+        self._first: Trace | None = None
+        self._main: pl.DataFrame | None = None
+        self.end = 0
+
+    def add(self, window: Trace) -> None:
+        if self._first is None:
+            self._first = window
+            self._main = _main_rows(window)
+        sets = _open_sets(window)
+        self._dev.append(_segment_sums(_sweep(window, sets, DEVICE_GROUP)))
+        self._proc.append(_segment_sums(_sweep(window, sets, PROCESS_GROUP)))
+        self._host.append(_host_sums(window, self._main))
+        self.end = window.end
+
+    def result(self) -> Analysis:
+        trace = self._first
+        if trace is None:
+            raise ValueError("no window of the trace was given")
+        T = self.end
+        gpu_rows = trace.rows.filter(pl.col("kind") == "gpu")
+        dev_keys = (gpu_rows.select("task_index", "device", "task_label").unique()
+                    .sort("task_index", "device")
+                    .with_columns((pl.col("task_index") * 1_000_000 + pl.col("device"))
+                                  .alias("g"),
+                                  (pl.col("task_label") + " / GPU "
+                                   + pl.col("device").cast(pl.Utf8)).alias("name"),
+                                  (pl.col("task_index") + 1).alias("task")))
+        proc_keys = (gpu_rows.select("task_index", "task_label").unique().sort("task_index")
+                     .with_columns(pl.col("task_index").alias("g"),
+                                   pl.col("task_label").alias("name"),
+                                   (pl.col("task_index") + 1).alias("task"),
+                                   pl.lit(None, pl.Int64).alias("device")))
+        devices = _groups(_add(self._dev, ["g"]), dev_keys.select("g", "name", "task",
+                                                                    "device"), T)
+        processes = _groups(_add(self._proc, ["g"]), proc_keys.select("g", "name", "task",
+                                                                        "device"), T)
+        hosts = _hosts(self._main, _add(self._host, ["row"]))
+        return Analysis(str(trace.path), T, devices, processes,
+                        efficiency(devices, T, "talp"), efficiency(devices, T, "nccl"),
+                        hosts, cpu_model(hosts, T))
+
+
+DEVICE_GROUP = pl.col("task_index") * 1_000_000 + pl.col("device").fill_null(0)
+PROCESS_GROUP = pl.col("task_index")
+
+
+def analyze_windows(windows: Iterable[Trace]) -> Analysis:
+    """Per-device and per-process results and both efficiency forms (over devices), from
+    the windows of a trace in time order."""
+    sums = ModelSums()
+    for window in windows:
+        sums.add(window)
+    return sums.result()
+
+
 def analyze_trace(trace: Trace) -> Analysis:
-    """Per-device and per-process results and both efficiency forms (over devices)."""
-    gpu_rows = trace.rows.filter(pl.col("kind") == "gpu")
-    dev_keys = (gpu_rows.select("task_index", "device", "task_label").unique()
-                .sort("task_index", "device")
-                .with_columns((pl.col("task_index") * 1_000_000 + pl.col("device")).alias("g"),
-                              (pl.col("task_label") + " / GPU "
-                               + pl.col("device").cast(pl.Utf8)).alias("name"),
-                              (pl.col("task_index") + 1).alias("task")))
-    proc_keys = (gpu_rows.select("task_index", "task_label").unique().sort("task_index")
-                 .with_columns(pl.col("task_index").alias("g"),
-                               pl.col("task_label").alias("name"),
-                               (pl.col("task_index") + 1).alias("task"),
-                               pl.lit(None, pl.Int64).alias("device")))
-    dev_seg = _sweep(trace, pl.col("task_index") * 1_000_000 + pl.col("device").fill_null(0))
-    proc_seg = _sweep(trace, pl.col("task_index"))
-    devices = _groups(trace, dev_seg, dev_keys.select("g", "name", "task", "device"))
-    processes = _groups(trace, proc_seg, proc_keys.select("g", "name", "task", "device"))
-    hosts = host(trace)
-    return Analysis(str(trace.path), trace.end, devices, processes,
-                    efficiency(devices, trace.end, "talp"),
-                    efficiency(devices, trace.end, "nccl"), hosts, cpu_model(hosts, trace.end))
+    """`analyze_windows` of a trace read whole."""
+    return analyze_windows([trace])
+
+
+def analyze_path(path: str | Path) -> Analysis:
+    """`analyze_windows` of a trace file, read window by window (memory of one window)."""
+    return analyze_windows(windows(path, TYPES))

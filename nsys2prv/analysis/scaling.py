@@ -27,6 +27,7 @@ What explains it, where the data allows:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,8 +36,8 @@ import polars as pl
 from ..errors import InputError
 from ..paraver.check import parse_pcf
 from ..paraver.registry import gpu_metrics
-from .model import KERNEL, TYPES, Analysis, analyze_trace
-from .trace import Trace, _companion
+from .model import KERNEL, TYPES, Analysis, ModelSums
+from .trace import Trace, _companion, windows
 
 # GPU metrics that explain computational scalability: key -> type on the kernels' rows
 KERNEL_METRICS = {
@@ -113,43 +114,90 @@ def per_kernel(trace: Trace, metric: int | None = None) -> pl.DataFrame:
             .sort("kernel"))
 
 
+class KernelSums:
+    """Per compute kernel name, additive over the windows of a trace: time, and the area of
+    each GPU metric of `types` present in the trace; the number of compute kernels run."""
+
+    def __init__(self, types: dict[str, int] = KERNEL_METRICS) -> None:
+        self.types = types
+        self._time: list[pl.DataFrame] = []
+        self._area: dict[str, list[pl.DataFrame]] = {key: [] for key in types}
+        self.kernels = 0
+
+    def add(self, window: Trace) -> None:
+        self._time.append(per_kernel(window))
+        present = set(window.events["type"].unique().to_list())
+        for key, ty in self.types.items():
+            if ty in present:
+                self._area[key].append(per_kernel(window, ty))
+        self.kernels += window.events.slice(window.carried).filter(
+            (pl.col("type") == KERNEL) & (pl.col("value") != 0)).height
+
+    @staticmethod
+    def _sum(parts: list[pl.DataFrame]) -> pl.DataFrame:
+        return (pl.concat(parts).group_by("kernel").agg(pl.col("area").sum(),
+                                                         pl.col("time").sum())
+                .sort("kernel"))
+
+    def kernel_time(self, names: dict[int, str]) -> dict[str, int]:
+        per = self._sum(self._time)
+        return {names.get(v, str(v)): int(t) for v, t in zip(per["kernel"], per["time"])}
+
+    def metric_means(self, names: dict[int, str]
+                     ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """Time-weighted mean of each metric (in its unit) over compute kernel time: over
+        all kernels, and per kernel name. Metrics without events in the trace are left
+        out."""
+        overall: dict[str, float] = {}
+        per_name: dict[str, dict[str, float]] = {}
+        scale = gpu_metrics.SCALE
+        for key, parts in self._area.items():
+            if not parts:
+                continue
+            per = self._sum(parts).filter(pl.col("time") > 0)
+            area, time = int(per["area"].sum() or 0), int(per["time"].sum() or 0)
+            if time:
+                overall[key] = area / time / scale
+            for v, a, t in zip(per["kernel"], per["area"], per["time"]):
+                per_name.setdefault(names.get(v, str(v)), {})[key] = a / t / scale
+        return overall, per_name
+
+
 def kernel_metric_means(trace: Trace, names: dict[int, str],
                         types: dict[str, int] = KERNEL_METRICS
                         ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Time-weighted mean of each metric (in its unit) over compute kernel time (`per_kernel`):
-    over all kernels, and per kernel name. Metrics without events in the trace are left
-    out."""
-    present = set(trace.events["type"].unique().to_list())
-    overall: dict[str, float] = {}
-    per_name: dict[str, dict[str, float]] = {}
-    scale = gpu_metrics.SCALE
-    for key, ty in types.items():
-        if ty not in present:
-            continue
-        per = per_kernel(trace, ty).filter(pl.col("time") > 0)
-        area, time = int(per["area"].sum() or 0), int(per["time"].sum() or 0)
-        if time:
-            overall[key] = area / time / scale
-        for v, a, t in zip(per["kernel"], per["area"], per["time"]):
-            per_name.setdefault(names.get(v, str(v)), {})[key] = a / t / scale
-    return overall, per_name
+    """`KernelSums.metric_means` of a trace read whole."""
+    sums = KernelSums(types)
+    sums.add(trace)
+    return sums.metric_means(names)
 
 
-def run_of(trace: Trace, label: str) -> Run:
-    """Analyse one trace (read with `SCALING_TYPES`) for the scaling table."""
-    a = analyze_trace(trace)
+def run_of(source: Trace | Iterable[Trace], label: str) -> Run:
+    """Analyse one trace for the scaling table: read whole (with `SCALING_TYPES`), or as
+    its windows (`trace.windows`, one pass)."""
+    model, kernels = ModelSums(), KernelSums()
+    first = None
+    for window in [source] if isinstance(source, Trace) else source:
+        first = first or window
+        model.add(window)
+        kernels.add(window)
+    if first is None:
+        raise ValueError("no window of the trace was given")
+    a = model.result()
     names: dict[int, str] = {}
-    pcf = _companion(trace.path, ".pcf")
+    pcf = _companion(first.path, ".pcf")
     if pcf.exists():
         names = parse_pcf(pcf.read_text(errors="replace"))[0].get(KERNEL, {})
-    per = per_kernel(trace)
-    kernel_time = {names.get(v, str(v)): int(t) for v, t in zip(per["kernel"], per["time"])}
-    kernels = trace.events.filter((pl.col("type") == KERNEL) & (pl.col("value") != 0)).height
-    metrics, kernel_metrics = kernel_metric_means(trace, names)
+    metrics, kernel_metrics = kernels.metric_means(names)
     return Run(label, len(a.devices), len(a.host) or len(a.processes), a.end,
                sum(g.useful_talp for g in a.devices), sum(g.useful_nccl for g in a.devices),
-               a, kernels, kernel_time,
+               a, kernels.kernels, kernels.kernel_time(names),
                sum(a.cpu.useful) if a.cpu is not None else None, metrics, kernel_metrics)
+
+
+def run_of_path(path: str | Path, label: str) -> Run:
+    """`run_of` a trace file, window by window (memory of one window)."""
+    return run_of(windows(path, SCALING_TYPES), label)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import gzip
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 _GPU_ROW = re.compile(r"^GPU (\d+) (?:ctx \d+ stream \d+|metrics)")
@@ -29,8 +31,11 @@ class Trace:
     path: Path
     end: int
     rows: pl.DataFrame  # row, appl, task, thread, node, label, kind, device, task_label
-    events: pl.DataFrame  # row, time, type, value, seq
+    events: pl.DataFrame  # row, time, type, value, seq (file order)
     states: pl.DataFrame  # row, begin, end, state
+    comms: pl.DataFrame | None = None  # send_row, send, recv_row, recv, size, tag
+    start: int = 0  # a window of the trace covers [start, end) (see `windows`)
+    carried: int = 0  # leading events that carry the values open at `start` in
 
 
 def _open_text(path: Path):
@@ -43,16 +48,6 @@ def _companion(path: Path, ext: str) -> Path:
         if name.endswith(suffix):
             return path.with_name(name[: -len(suffix)] + ext)
     return path.with_suffix(ext)
-
-
-def _lines(path: Path) -> pl.LazyFrame:
-    """The body lines of a trace as one string column (comments and header skipped)."""
-    opts = dict(has_header=False, separator="\x1f", quote_char=None, comment_prefix="#",
-                new_columns=["line"], infer_schema=False)
-    if path.suffix == ".gz":
-        with gzip.open(path, "rb") as f:
-            return pl.read_csv(f.read(), **opts).lazy()
-    return pl.scan_csv(path, **opts)
 
 
 def _parse_header(line: str) -> tuple[int, list[tuple[int, int, int, int]]]:
@@ -104,7 +99,7 @@ def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
         f"THREAD {a}.{t}.{h}" for a, t, h, _, _ in recs]
     tlab = [task_labels[i] if i < len(task_labels) else f"TASK {tasks[i][0]}.{tasks[i][1]}"
             for i in range(len(tasks))]
-    df = df.with_columns(pl.Series("label", lab), pl.int_range(pl.len()).alias("row"))
+    df = df.with_columns(pl.Series("label", lab), pl.int_range(pl.len(), dtype=pl.Int32).alias("row"))
     gpu = pl.col("label").str.extract(r"^GPU (\d+) ", 1).cast(pl.Int64)
     kind = (pl.when(pl.col("label").str.contains(r"^GPU \d+ metrics")).then(pl.lit("metrics"))
             .when(pl.col("label").str.contains(r"^GPU \d+ ctx \d+ stream \d+"))
@@ -113,49 +108,151 @@ def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
                            pl.Series("task_label", tlab).gather(df["task_index"]))
 
 
-def read_trace(path: str | Path, types: set[int] | frozenset[int],
-               state_rows: str = "cpu") -> Trace:
-    """Read a trace, keeping events of `types` (all rows) and the states of the rows of
-    kind `state_rows` ('cpu', 'gpu', 'all')."""
+BLOCK = 32 << 20  # bytes of trace text scanned at a time (one window of `windows`)
+
+
+@dataclass
+class _Layout:
+    """What the header and the .row say: the trace end of the header, tasks, rows."""
+
+    path: Path
+    end: int
+    tasks: list[tuple[int, int, int, int]]
+    rows: pl.DataFrame
+
+
+def _layout(path: str | Path) -> _Layout:
     path = Path(path)
     with _open_text(path) as f:
         header = f.readline()
     end, tasks = _parse_header(header)
     labels, task_labels = _row_labels(_companion(path, ".row"))
-    rows = _rows(tasks, labels, task_labels)
-    key = rows.select("appl", "task", "thread", "row")
+    return _Layout(path, end, tasks, _rows(tasks, labels, task_labels))
 
-    lines = _lines(path).with_row_index("seq")
-    wanted = "|".join(str(t) for t in sorted(types))
-    ev = (lines.filter(pl.col("line").str.starts_with("2:")
-                       & pl.col("line").str.contains(f":(?:{wanted}):"))
-          .with_columns(pl.col("line").str.split(":").alias("f"))
-          .select("seq",
-                  pl.col("f").list.get(2).cast(pl.Int64).alias("appl"),
-                  pl.col("f").list.get(3).cast(pl.Int64).alias("task"),
-                  pl.col("f").list.get(4).cast(pl.Int64).alias("thread"),
-                  pl.col("f").list.get(5).cast(pl.Int64).alias("time"),
-                  pl.col("f").list.slice(6).list.gather_every(2).alias("type"),
-                  pl.col("f").list.slice(6).list.gather_every(2, offset=1).alias("value"))
-          .with_columns(pl.int_ranges(0, pl.col("type").list.len()).alias("pair"))
-          .explode(["type", "value", "pair"])
-          .with_columns(pl.col("type").cast(pl.Int64), pl.col("value").cast(pl.Int64))
-          .filter(pl.col("type").is_in(sorted(types)))
-          .with_columns((pl.col("seq").cast(pl.Int64) * 4096 + pl.col("pair")).alias("seq")))
-    st = (lines.filter(pl.col("line").str.starts_with("1:"))
-          .with_columns(pl.col("line").str.split(":").alias("f"))
-          .select(*(pl.col("f").list.get(i).cast(pl.Int64).alias(n) for i, n in
-                    ((2, "appl"), (3, "task"), (4, "thread"), (5, "begin"), (6, "end"),
-                     (7, "state")))))
-    events = (ev.collect().join(key, on=["appl", "task", "thread"], how="inner")
-              .select("row", "time", "type", "value", "seq"))
-    states = st.collect().join(key, on=["appl", "task", "thread"], how="inner")
-    if state_rows != "all":
-        keep = rows.filter(pl.col("kind") == state_rows)["row"]
-        states = states.filter(pl.col("row").is_in(keep.implode()))
-    states = states.select("row", "begin", "end", "state")
-    end = max(end, int(states["end"].max() or 0), int(events["time"].max() or 0))
-    return Trace(path, end, rows, events, states)
+
+def _scanner(layout: _Layout, **options):
+    from ..engine._engine import PrvScanner
+
+    task_rows = [0]
+    appl_offsets: list[int] = []
+    for i, (appl, _, threads, _) in enumerate(layout.tasks):
+        if len(appl_offsets) < appl:
+            appl_offsets.append(i)
+        task_rows.append(task_rows[-1] + threads)
+    return PrvScanner(task_rows, appl_offsets, **options)
+
+
+def _blocks(path: Path, size: int):
+    """The trace file in blocks of `size` bytes (a .gz decompressed as it is read)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        while block := f.read(size):
+            yield block
+
+
+def _column(cols: dict, name: str, dtype: str) -> np.ndarray:
+    return np.frombuffer(cols[name], dtype=dtype)
+
+
+def _frames(cols: dict, comms: bool, seq0: int
+            ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+    """The scanner's column bytes as (events, states, comms) frames; events numbered in file
+    order from `seq0`."""
+    n = len(cols["ev_time"]) // 8
+    events = pl.DataFrame({
+        "row": _column(cols, "ev_row", "<i4"), "time": _column(cols, "ev_time", "<i8"),
+        "type": _column(cols, "ev_type", "<i4").astype(np.int64),
+        "value": _column(cols, "ev_value", "<i8"),
+        "seq": np.arange(seq0, seq0 + n, dtype=np.int64)})
+    states = pl.DataFrame({
+        "row": _column(cols, "st_row", "<i4"), "begin": _column(cols, "st_begin", "<i8"),
+        "end": _column(cols, "st_end", "<i8"), "state": _column(cols, "st_state", "<i4")})
+    communications = pl.DataFrame({
+        "send_row": _column(cols, "cm_send_row", "<i4"),
+        "send": _column(cols, "cm_lsend", "<i8"),
+        "recv_row": _column(cols, "cm_recv_row", "<i4"),
+        "recv": _column(cols, "cm_precv", "<i8"), "size": _column(cols, "cm_size", "<i8"),
+        "tag": _column(cols, "cm_tag", "<i8")}) if comms else None
+    return events, states, communications
+
+
+def _state_mask(rows: pl.DataFrame, state_rows: str) -> bytes | None:
+    if state_rows == "all":
+        return None
+    return (rows["kind"] == state_rows).to_numpy().astype(np.uint8).tobytes()
+
+
+def read_trace(path: str | Path, types: set[int] | frozenset[int],
+               state_rows: str = "cpu", comms: bool = False) -> Trace:
+    """Read a whole trace into memory, keeping events of `types` (all rows), the states of
+    the rows of kind `state_rows` ('cpu', 'gpu', 'metrics', 'all', 'none') and, with
+    `comms`, the communications. For large traces use `windows`."""
+    layout = _layout(path)
+    scanner = _scanner(layout, types=sorted(types),
+                       state_rows=_state_mask(layout.rows, state_rows), comms=comms)
+    for block in _blocks(layout.path, BLOCK):
+        scanner.feed(block)
+    events, states, communications = _frames(scanner.take(final=True), comms, 0)
+    end = max(layout.end, int(states["end"].max() or 0), int(events["time"].max() or 0))
+    return Trace(layout.path, end, layout.rows, events, states, communications)
+
+
+def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str = "cpu",
+            comms: bool = False, block: int = BLOCK) -> Iterator[Trace]:
+    """The trace as consecutive time windows [start, end), each a `Trace` that answers for
+    its window exactly as the whole trace would: the last event of every (row, type) before
+    the window is carried in as an event at `start` (the first `carried` events), states
+    that cross an edge are clipped to it. The last window ends at the trace end. Memory is
+    that of one window (`block` bytes of text), whatever the trace size; the trace must be
+    sorted by time, as Paraver writes it (a record before the current window is an error).
+    Numbers that add up over time (durations, areas, counts of non-carried events) summed
+    over the windows equal those of `read_trace`."""
+    layout = _layout(path)
+    scanner = _scanner(layout, types=sorted(types),
+                       state_rows=_state_mask(layout.rows, state_rows), comms=comms)
+    blocks = _blocks(layout.path, block)
+    start = 0
+    seq = 0
+    end_seen = layout.end
+    carry_ev = pl.DataFrame(schema={"row": pl.Int32, "time": pl.Int64, "type": pl.Int64,
+                                    "value": pl.Int64, "seq": pl.Int64})
+    carry_st = pl.DataFrame(schema={"row": pl.Int32, "begin": pl.Int64, "end": pl.Int64,
+                                    "state": pl.Int32})
+    pending: tuple | None = None
+    last = False
+    while not last:
+        chunk = next(blocks, None)
+        last = chunk is None
+        if not last:
+            scanner.feed(chunk)
+        events, states, communications = _frames(scanner.take(final=last), comms, seq)
+        seq += events.height
+        if not last and events.height == 0 and states.height == 0:
+            continue
+        first = min(int(events["time"].min() if events.height else 2**62),
+                    int(states["begin"].min() if states.height else 2**62))
+        if first < start:
+            raise ValueError(f"{layout.path}: records are not sorted by time (a record at "
+                             f"{first} ns after one at {start} ns)")
+        end_seen = max(end_seen, int(states["end"].max() or 0),
+                       int(events["time"].max() or 0))
+        # the window ends where the next one may start: at the last time of this block
+        stop = end_seen if last else max(int(events["time"].max() or 0),
+                                          int(states["begin"].max() or 0), start)
+        carried = carry_ev.with_columns(pl.lit(start, pl.Int64).alias("time"))
+        ev = pl.concat([carried, events])
+        st = pl.concat([carry_st.with_columns(pl.max_horizontal("begin", pl.lit(start))
+                                              .alias("begin")), states])
+        window = Trace(layout.path, stop, layout.rows, ev,
+                       st.with_columns(pl.min_horizontal("end", pl.lit(stop)).alias("end"))
+                       .filter(pl.col("end") > pl.col("begin")) if not last else st,
+                       communications, start=start, carried=carried.height)
+        if not last:
+            carry_ev = ev.group_by("row", "type").agg(pl.all().sort_by("seq").last()) \
+                .select("row", "time", "type", "value", "seq").sort("seq")
+            carry_st = st.filter(pl.col("end") > stop)
+        start = stop
+        yield window
 
 
 def open_intervals(trace: Trace, types: tuple[int, ...]) -> pl.DataFrame:
@@ -171,9 +268,8 @@ def open_intervals(trace: Trace, types: tuple[int, ...]) -> pl.DataFrame:
 
 def event_types(path: str | Path) -> set[int]:
     """Every event type written in a trace (to check that a cfg's types occur in it)."""
-    lines = _lines(Path(path))
-    types = (lines.filter(pl.col("line").str.starts_with("2:"))
-             .select(pl.col("line").str.split(":").list.slice(6).list.gather_every(2)
-                     .alias("t"))
-             .explode("t").select(pl.col("t").cast(pl.Int64)).unique().collect())
-    return set(types["t"].to_list())
+    layout = _layout(path)
+    scanner = _scanner(layout, types=None, state_rows=b"", distinct_types=True)
+    for block in _blocks(layout.path, BLOCK):
+        scanner.feed(block)
+    return set(scanner.take(final=True)["types"])

@@ -1740,6 +1740,8 @@ static PyTypeObject MergerType = {
 
 /* ================================================================== module ============ */
 
+int scan_register(PyObject *m); /* _scan.c */
+
 static struct PyModuleDef engine_module = {
     PyModuleDef_HEAD_INIT, "_engine",
     "nsys2prv's compiled engine: record stores, tiling, merge and .prv formatting", -1, NULL};
@@ -1757,6 +1759,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
         PyModule_AddObject(m, "IntervalStore", (PyObject *)&IntervalStoreType) < 0 ||
         PyModule_AddObject(m, "Merger", (PyObject *)&MergerType) < 0)
         return NULL;
+    if (scan_register(m) < 0) return NULL;
     PyModule_AddObject(m, "NUL", PyLong_FromLongLong(NUL));
     return m;
 }
