@@ -18,6 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from . import __version__
 from .errors import Interrupted, Nsys2PrvError, UsageError
 from .pipeline.budget import memory_size
+from .supervise import stderr_is_terminal
 
 SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge", "paraver-setup")
 
@@ -152,8 +153,8 @@ class _Progress:
             return
         from tqdm import tqdm
         if self._reports is None:
-            self._reports = tqdm(total=total, desc="reports", unit="report", disable=None,
-                                 leave=False)
+            self._reports = tqdm(total=total, desc="reports", unit="report",
+                                 disable=not stderr_is_terminal(), leave=False)
         self._reports.update(done - self._reports.n)
 
     def merge(self, t: int, end: int) -> None:
@@ -161,8 +162,8 @@ class _Progress:
             return
         from tqdm import tqdm
         if self._merge is None:
-            self._merge = tqdm(total=100, desc="writing trace", unit="%", disable=None,
-                               leave=False)
+            self._merge = tqdm(total=100, desc="writing trace", unit="%",
+                               disable=not stderr_is_terminal(), leave=False)
         pct = int(100 * t / end) if end else 100
         self._merge.update(max(0, pct - self._merge.n))
 
@@ -212,11 +213,34 @@ def _run_check(argv: list[str]) -> int:
 
 
 def _on_signal(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)  # once: a second SIGTERM must not stop the cleanup
     raise Interrupted(f"interrupted by signal {signum}; partial outputs removed")
 
 
+# what a command does and what to try when it runs out of memory (see supervise.py)
+_DOING = {"translate": ("translating", "try a smaller --memory, or -j 1"),
+          "analyze": ("analysing", "translate first with a smaller --memory, then analyze "
+                                   "the trace"),
+          "prepare": ("preparing", "try a smaller --memory"),
+          "merge": ("merging", "try a smaller --memory"),
+          "check": ("checking the trace", "free memory, or check on a larger machine")}
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line. Run as the console script (no `argv`), each command runs in a
+    supervised child process (`supervise.py`): a death by out-of-memory ends in one line and
+    leaves no partial output. `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and "--debug" not in args and not os.environ.get("NSYS2PRV_NO_SUPERVISOR"):
+        cmd = args[0] if args and args[0] in SUBCOMMANDS else "translate"
+        if cmd in _DOING:
+            from .supervise import run_supervised
+
+            return run_supervised(lambda: _main(args), *_DOING[cmd])
+    return _main(args)
+
+
+def _main(argv: list[str]) -> int:
     debug = "--debug" in argv
     signal.signal(signal.SIGTERM, _on_signal)
     warnings.simplefilter("default")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, OutputError, UsageError
+from .supervise import register_temp
 from .paraver.kinds import TRANSLATORS as KINDS
 from .paraver.output import trace_paths
 from .pipeline.budget import plan as budget_plan
@@ -172,6 +173,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     sqlite_paths = [_sqlite_of(p, out_dir) for p in inputs]
     names = _report_names(inputs)
     work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
+    register_temp(work)
     try:
         jobs_args = [(str(sp), name, work / f"report-{i:05d}", options)
                      for i, (sp, name) in enumerate(zip(sqlite_paths, names))]

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError, UsageError
-from .model import TYPES, Analysis, Efficiency, GroupResult, analyze_trace
-from .trace import read_trace
+from ..supervise import register_temp, stderr_is_terminal
+from .model import Analysis, Efficiency, GroupResult, analyze_path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +60,7 @@ def _translate(inputs: list[str], out: Path, what: str = "") -> None:
     from ..cli import _Progress
     from ..translate import translate
 
-    if what and sys.stderr.isatty():
+    if what and stderr_is_terminal():
         print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
     bars = _Progress(enabled=True)
     try:
@@ -75,13 +75,14 @@ def analyze(inputs: list[str]) -> Analysis:
     if len(inputs) == 1 and _is_trace(inputs[0]):
         if not Path(inputs[0]).exists():
             raise InputError(f"{inputs[0]}: no such file")
-        return analyze_trace(read_trace(inputs[0], TYPES))
+        return analyze_path(inputs[0])
     if any(_is_trace(i) for i in inputs):
         raise UsageError("give either one trace (.prv) or reports, not both")
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
+        register_temp(tmp)
         out = Path(tmp) / "trace.prv"
         _translate(inputs, out)
-        result = analyze_trace(read_trace(out, TYPES))
+        result = analyze_path(out)
     result.trace = " ".join(inputs)
     return result
 
@@ -188,13 +189,14 @@ def scaling_main(args) -> int:
         for suffix in (".prv.gz", ".prv"):
             label = label[: -len(suffix)] if label.endswith(suffix) else label
         if len(files) == 1 and _is_trace(files[0]):
-            runs.append(scaling.run_of(read_trace(files[0], scaling.SCALING_TYPES), label))
+            runs.append(scaling.run_of_path(files[0], label))
             continue
         with tempfile.TemporaryDirectory(prefix="nsys2prv-scaling-") as tmp:
+            register_temp(tmp)
             out = Path(tmp) / "trace.prv"
             _translate(files, out, f"run {label} ({len(files)} report"
                                    f"{'s' if len(files) > 1 else ''})")
-            runs.append(scaling.run_of(read_trace(out, scaling.SCALING_TYPES), label))
+            runs.append(scaling.run_of_path(out, label))
     columns = scaling.table(runs, weak=args.weak)
     if args.json:
         json.dump(scaling.to_dicts(columns), sys.stdout, indent=2)

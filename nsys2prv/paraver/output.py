@@ -16,6 +16,7 @@ from pathlib import Path
 
 
 from ..errors import OutputError
+from ..supervise import register_temp
 
 
 def trace_paths(output: str | os.PathLike[str], compress: bool = False) -> tuple[Path, Path, Path]:
@@ -52,6 +53,7 @@ class TraceWriter:
                               f"({e.strerror})") from None
         os.close(fd)
         path = Path(name)
+        register_temp(path)
         self._temps.append(path)
         return path
 

@@ -32,6 +32,7 @@ from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter, output_error
 from ..paraver.values import clean_label, global_numbering, labels_of
+from ..supervise import register_temp
 from .align import Alignment, align
 from .budget import Budget, worker_environment
 from .budget import plan as budget_plan
@@ -427,6 +428,7 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
     """Merge each window in its own process into a file next to the output, then append the
     files in order (a window's file is removed as soon as it is copied)."""
     tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
+    register_temp(tmp)
     try:
         ctx = multiprocessing.get_context("spawn")  # forking a polars process can deadlock
         with worker_environment(), ProcessPoolExecutor(max_workers=len(windows),

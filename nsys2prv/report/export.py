@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import NsysError
+from ..supervise import register_temp
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 CACHE_DIR_NAME = ".nsys2prv-cache"
@@ -77,6 +78,7 @@ def export_report(report: str | os.PathLike[str], cache_root: str | os.PathLike[
         except (OSError, ValueError):
             pass
     tmp = target.with_name(target.stem + ".part.sqlite")
+    register_temp(tmp)
     for p in (tmp, target, stamp_file):
         p.unlink(missing_ok=True)
     cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
