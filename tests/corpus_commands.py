@@ -1,0 +1,68 @@
+"""Run every user-facing command on one export, as `nsys2prv ...` would (tests/test_commands.py).
+
+    python tests/corpus_commands.py EXPORT WORKDIR
+
+Each command goes through `nsys2prv.cli.main(argv)` in this one process (one interpreter
+start for all of them); stdout is captured per command. Prints one JSON object: per command
+its exit code, the last line it wrote on stderr and its wall time, and a few checks that need
+the outputs (the --json output parses, the merged trace has the bytes of the translated one,
+the POP copy validates).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def run(argv: list[str]) -> dict:
+    from nsys2prv.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse --help and the like
+            code = e.code if isinstance(e.code, int) else 1
+    lines = err.getvalue().strip().splitlines()
+    return {"argv": argv, "code": code, "stderr": lines[-1] if lines else "",
+            "seconds": round(time.perf_counter() - t0, 3), "stdout": out.getvalue()}
+
+
+def main(export: str, work: str) -> dict:
+    w = Path(work)
+    trace, pop, merged, part = w / "t.prv", w / "pop.prv", w / "m.prv", w / "part"
+    results = {}
+    results["translate"] = run([export, str(trace), "-q"])
+    results["check"] = run(["check", "-q", str(trace)])
+    results["analyze"] = run(["analyze", export, "--plot", str(w / "eff.png")])
+    results["analyze_json"] = run(["analyze", "--json", str(trace)])
+    results["analyze_pop"] = run(["analyze", str(trace), "--pop-trace", str(pop)])
+    results["check_pop"] = run(["check", "-q", str(pop)])
+    results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace)])
+    results["prepare"] = run(["prepare", "-q", export, str(part)])
+    results["merge"] = run(["merge", "-q", str(part), str(merged)])
+    checks = {}
+    try:
+        checks["json_devices"] = len(json.loads(results["analyze_json"]["stdout"])["devices"])
+    except (ValueError, KeyError) as e:
+        checks["json_devices"] = f"bad JSON: {e}"
+    try:
+        checks["scaling_columns"] = len(json.loads(results["analyze_scaling"]["stdout"]))
+    except ValueError as e:
+        checks["scaling_columns"] = f"bad JSON: {e}"
+    checks["merge_same_bytes"] = (merged.exists() and trace.exists()
+                                  and merged.read_bytes() == trace.read_bytes())
+    checks["plot_written"] = (w / "eff.png").exists()
+    for r in results.values():
+        r.pop("stdout")
+    return {"commands": results, "checks": checks}
+
+
+if __name__ == "__main__":
+    json.dump(main(sys.argv[1], sys.argv[2]), sys.stdout)
