@@ -23,7 +23,8 @@ from nsys2prv.model.rows import default_states
 from nsys2prv.paraver import registry as reg
 
 ROOT = Path(__file__).resolve().parent.parent
-SCALING = ROOT / "tests" / "data" / "recorded" / "scaling"
+RECORDED = ROOT / "tests" / "data" / "recorded"
+SCALING = RECORDED / "scaling"
 
 
 def _ranks(n: int) -> list[Path]:
@@ -117,6 +118,25 @@ def test_pop_copy_keeps_only_the_application_rows(traces, tmp_path):
     # the CPU model is the same on the copy
     a, b = (analyze_trace(read_trace(p, TYPES)).cpu for p in (src, dst))
     assert a is not None and a == b
+
+
+def test_pop_copy_keeps_the_messages_between_kept_rows(tmp_path):
+    """The recorded 4-rank MPI run (2023.4 MPI tables): every message between two kept rows
+    is copied with only the cpu and thread ids of its ends renumbered."""
+    import nsys2prv
+
+    src = tmp_path / "mpi4.prv"
+    nsys2prv.translate(sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite")), src)
+    keep = pop_trace(src, tmp_path / "pop.prv")
+    t = read_trace(src, frozenset())
+    kept_keys = {(int(t.rows["task"][r]), int(t.rows["thread"][r])) for r in keep}
+    strip = (lambda f: [x for i, x in enumerate(f) if i not in (1, 4, 7, 10)])  # noqa: E731
+    want = [strip(f) for f in _body(src) if f[0] == "3"
+            and {(int(f[3]), int(f[4])), (int(f[9]), int(f[10]))} <= kept_keys]
+    got = [f for f in _body(tmp_path / "pop.prv") if f[0] == "3"]
+    assert len(want) == 60  # the MPI_P2P_EVENTS messages of the four ranks
+    assert [strip(f) for f in got] == want
+    assert all(f[4] == f[10] == "1" for f in got)  # main threads: thread 1 of their task
 
 
 # NAG pypop 0.3.5 (MPI_Metrics, paramedir 4.11.4) on the POP copies of the n1, n2, n4 runs,

@@ -21,17 +21,22 @@ from pathlib import Path
 
 import polars as pl
 
-from .trace import _HEADER, _companion, _open_text, read_trace
+from .trace import BLOCK, _HEADER, _companion, _layout, _open_text, _scanner, windows
 
 
 def application_rows(path: str | Path) -> list[int]:
     """0-based rows of the trace that are application CPU threads: Running at some time, or
-    the main thread (tid = pid) of their process; at least one row per process."""
-    trace = read_trace(path, frozenset(), state_rows="cpu")
-    cpu = trace.rows.filter(pl.col("kind") == "cpu").with_columns(
+    the main thread (tid = pid) of their process; at least one row per process. The trace
+    is read window by window (the CPU rows' states only)."""
+    running: set[int] = set()
+    rows = None
+    for window in windows(path, frozenset(), state_rows="cpu"):
+        rows = window.rows
+        running.update(window.states.filter(pl.col("state") == 1)["row"].unique().to_list())
+    assert rows is not None
+    cpu = rows.filter(pl.col("kind") == "cpu").with_columns(
         pl.col("task_label").str.extract(r"\(pid (\d+)\)", 1).alias("pid"),
         pl.col("label").str.extract(r"\(tid (\d+)\)", 1).alias("tid"))
-    running = set(trace.states.filter(pl.col("state") == 1)["row"].unique().to_list())
     keep = []
     for task in cpu.partition_by("task_index", maintain_order=True):
         mine = [r["row"] for r in task.iter_rows(named=True)
@@ -84,29 +89,22 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
     unit_s = f"_{unit}" if unit else ""
     head = (f"#Paraver ({date}):{end}{unit_s}:{n_nodes}({','.join(map(str, per_node))}):1:"
             f"{len(tasks)}({','.join(f'{c}:{n}' for c, n in zip(count, nodes))}){spec[3]}")
+    # the body rewritten by the engine's scanner: records of other rows dropped, cpu and
+    # thread ids renumbered, everything else copied byte for byte
+    row_map = [-1] * len(old)
+    for r, key in zip(keep, kept):
+        row_map[r] = new_cpu[key] << 32 | new_thread[key]
+    layout = _layout(src)
+    scanner = _scanner(layout, row_map=row_map)
     opener = gzip.open if dst.name.endswith(".gz") else open
-    with _open_text(src) as fin, opener(dst, "wt") as fout:
+    with opener(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as fin, \
+            opener(dst, "wb") as fout:
         fin.readline()
-        fout.write(head + "\n")
-        for line in fin:
-            k = line[:2]
-            if k in ("1:", "2:"):
-                f = line.split(":", 5)
-                key = (int(f[3]), int(f[4]))
-                th = new_thread.get(key)
-                if th is None:
-                    continue
-                fout.write(f"{f[0]}:{new_cpu[key]}:{f[2]}:{f[3]}:{th}:{f[5]}")
-            elif k == "3:":
-                f = line.split(":")
-                a, b = (int(f[3]), int(f[4])), (int(f[9]), int(f[10]))
-                if a not in new_thread or b not in new_thread:
-                    continue
-                f[1], f[4] = str(new_cpu[a]), str(new_thread[a])
-                f[7], f[10] = str(new_cpu[b]), str(new_thread[b])
-                fout.write(":".join(f))
-            else:
-                fout.write(line)
+        fout.write((head + "\n").encode())
+        while block := fin.read(BLOCK):
+            scanner.feed(block)
+            fout.write(scanner.take()["text"])
+        fout.write(scanner.take(final=True)["text"])
     pcf = _companion(src, ".pcf")
     if pcf.exists():
         shutil.copyfile(pcf, _companion(dst, ".pcf"))

@@ -9,6 +9,9 @@
  *   comms   (send row, logical send, physical send, recv row, logical recv, physical recv,
  *           size, tag), when asked for.
  *
+ * With a row map it rewrites instead: every line is copied but records of rows not kept,
+ * and the cpu and thread ids of kept rows are renumbered (a trace of fewer rows).
+ *
  * Rows are numbered as in the header: row = task_rows[appl_offsets[appl-1] + task-1] +
  * thread-1; task_rows has one more entry than there are tasks (the row count). Lines whose ids fall outside the header are counted in `bad` and skipped
  * (nsys2prv check reports them; the analysis only reads).
@@ -62,6 +65,9 @@ typedef struct {
     int distinct; /* only collect the distinct event types (no event columns) */
     int64_t *seen;
     Py_ssize_t nseen, seen_cap;
+    int64_t *row_map; /* rewrite mode: per row, new cpu << 32 | new thread, or -1 to drop */
+    Py_ssize_t nmap;
+    Col out; /* rewrite mode: the rewritten text not yet taken */
     char *rest; /* a line split between two blocks */
     size_t rest_n, rest_cap;
     long long bad, lines;
@@ -76,6 +82,8 @@ static void Scanner_dealloc(Scanner *s) {
     free(s->state_mask);
     free(s->rest);
     free(s->seen);
+    free(s->row_map);
+    free(s->out.p);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -109,11 +117,12 @@ static int cmp_i64(const void *a, const void *b) {
 
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"task_rows", "appl_offsets", "types", "state_rows", "comms",
-                             "distinct_types", NULL};
+                             "distinct_types", "row_map", NULL};
     PyObject *task_rows, *appl_offsets, *types = Py_None, *state_rows = Py_None;
+    PyObject *row_map = Py_None;
     int comms = 0, distinct = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOpp", kwlist, &task_rows, &appl_offsets,
-                                     &types, &state_rows, &comms, &distinct))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOppO", kwlist, &task_rows, &appl_offsets,
+                                     &types, &state_rows, &comms, &distinct, &row_map))
         return -1;
     Py_ssize_t n;
     int64_t *v = ints_of(task_rows, &n);
@@ -150,6 +159,10 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
     }
     s->comms = comms;
     s->distinct = distinct;
+    if (row_map != Py_None) {
+        s->row_map = ints_of(row_map, &s->nmap);
+        if (!s->row_map) return -1;
+    }
     return 0;
 }
 
@@ -224,6 +237,47 @@ static int see_type(Scanner *s, int64_t type) {
         if (col_push(&s->cols[c], &(v), sizeof(v)) < 0) return -2;  \
     } while (0)
 
+/* Rewrite mode: a state or event line keeps its text but for the cpu and thread ids of its
+ * row (dropped when its row is not kept), a communication likewise for both ends (dropped
+ * when either is not kept); other lines are copied. `nl` is the line's newline, if any. */
+static int rewrite_line(Scanner *s, const char *p, const char *end, const char *nl) {
+    const char *f[16], *line_end = nl ? nl + 1 : end;
+    int n = 0;
+    if (end - p >= 2 && p[1] == ':' && (p[0] == '1' || p[0] == '2' || p[0] == '3')) {
+        f[n++] = p;
+        for (const char *q = p; q < end && n < 16; q++)
+            if (*q == ':') f[n++] = q + 1;
+    }
+    int ends = p[0] == '3' ? 2 : 1;
+    if (n < (ends == 2 ? 15 : 6)) /* not a record: copied */
+        return col_push(&s->out, p, line_end - p) < 0 ? -2 : 0;
+    int64_t ids[2][3], mapped[2];
+    for (int e = 0; e < ends; e++) {
+        for (int k = 0; k < 3; k++) {
+            const char *q = f[2 + 6 * e + k];
+            if (parse_i64(&q, end, &ids[e][k]) < 0) return -1;
+        }
+        int64_t r = row_of(s, ids[e][0], ids[e][1], ids[e][2]);
+        if (r < 0 || r >= s->nmap || s->row_map[r] < 0) return 0;
+        mapped[e] = s->row_map[r];
+    }
+    char num[32];
+    const char *from = p;
+    for (int e = 0; e < ends; e++) {
+        /* fields 1 (cpu) and 4 (thread) of this end, counted from its first field */
+        int cpu = 1 + 6 * e, thread = 4 + 6 * e;
+        int len = snprintf(num, sizeof num, "%lld", (long long)(mapped[e] >> 32));
+        if (col_push(&s->out, from, f[cpu] - from) < 0 || col_push(&s->out, num, len) < 0)
+            return -2;
+        from = f[cpu + 1] - 1;
+        len = snprintf(num, sizeof num, "%lld", (long long)(mapped[e] & 0xffffffff));
+        if (col_push(&s->out, from, f[thread] - from) < 0 || col_push(&s->out, num, len) < 0)
+            return -2;
+        from = f[thread + 1] - 1;
+    }
+    return col_push(&s->out, from, line_end - from) < 0 ? -2 : 0;
+}
+
 /* one line without its newline; returns 0, -1 for a malformed line, -2 out of memory */
 static int scan_line(Scanner *s, const char *p, const char *end) {
     if (end - p < 2 || p[1] != ':') return 0; /* header, comments, communicators */
@@ -295,7 +349,7 @@ static int scan_lines(Scanner *s, const char *p, const char *end) {
         const char *stop = nl ? nl : end;
         const char *e = stop;
         if (e > p && e[-1] == '\r') e--;
-        int rc = scan_line(s, p, e);
+        int rc = s->row_map ? rewrite_line(s, p, e, nl) : scan_line(s, p, e);
         if (rc == -2) return -2;
         if (rc == -1) s->bad++;
         s->lines++;
@@ -312,7 +366,7 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS;
     if (s->rest_n) { /* complete the line left over from the previous block */
         const char *nl = memchr(p, '\n', end - p);
-        size_t take = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        size_t take = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p); /* with its newline */
         if (s->rest_n + take > s->rest_cap) {
             size_t cap = (s->rest_n + take) * 2;
             char *q = realloc(s->rest, cap);
@@ -329,7 +383,6 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *args) {
             if (nl) {
                 rc = scan_lines(s, s->rest, s->rest + s->rest_n);
                 s->rest_n = 0;
-                p++;
             }
         }
     }
@@ -385,6 +438,14 @@ static PyObject *Scanner_take(Scanner *s, PyObject *args, PyObject *kw) {
         }
         Py_DECREF(b);
     }
+    PyObject *text = PyBytes_FromStringAndSize(s->out.p ? s->out.p : "", (Py_ssize_t)s->out.n);
+    s->out.n = 0; /* the buffer is kept for the next block */
+    if (!text || PyDict_SetItemString(out, "text", text) < 0) {
+        Py_XDECREF(text);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(text);
     PyObject *bad = PyLong_FromLongLong(s->bad), *lines = PyLong_FromLongLong(s->lines);
     PyDict_SetItemString(out, "bad", bad);
     PyDict_SetItemString(out, "lines", lines);
@@ -407,8 +468,9 @@ static PyMethodDef Scanner_methods[] = {
      "feed(block): scan a block of trace text (lines may be split between blocks)"},
     {"take", (PyCFunction)(void (*)(void))Scanner_take, METH_VARARGS | METH_KEYWORDS,
      "take(final=False) -> dict of the column bytes scanned since the last take (ev_*, st_*, "
-     "cm_*), counts so far (bad, lines) and the distinct event types (types, with "
-     "distinct_types=True); final also scans a last line without a newline"},
+     "cm_*), the rewritten text (text, with row_map), counts so far (bad, lines) and the "
+     "distinct event types (types, with distinct_types=True); final also scans a last line "
+     "without a newline"},
     {NULL}};
 
 static PyTypeObject ScannerType = {
