@@ -24,7 +24,8 @@ HEADER_RE = re.compile(
     r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?P<unit>_ns|_us|_ms)?:"
     r"(?P<res>0|\d+(?:\([\d,]+\))?):(?P<nappl>\d+):(?P<appls>.*)$")
 INT_RE = r"^-?\d+$"
-CHUNK_BYTES = 16 << 20  # of trace text checked at a time (1M-activity trace: peak RSS 0.42 GiB, 1.35 at 64 MiB)
+# trace text checked at a time (on a 1M-activity trace: peak RSS 0.42 GiB; 1.35 at 64 MiB)
+CHUNK_BYTES = 16 << 20
 MAX_MESSAGES = 50
 
 
