@@ -99,7 +99,8 @@ def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
         f"THREAD {a}.{t}.{h}" for a, t, h, _, _ in recs]
     tlab = [task_labels[i] if i < len(task_labels) else f"TASK {tasks[i][0]}.{tasks[i][1]}"
             for i in range(len(tasks))]
-    df = df.with_columns(pl.Series("label", lab), pl.int_range(pl.len(), dtype=pl.Int32).alias("row"))
+    df = df.with_columns(pl.Series("label", lab),
+                         pl.int_range(pl.len(), dtype=pl.Int32).alias("row"))
     gpu = pl.col("label").str.extract(r"^GPU (\d+) ", 1).cast(pl.Int64)
     kind = (pl.when(pl.col("label").str.contains(r"^GPU \d+ metrics")).then(pl.lit("metrics"))
             .when(pl.col("label").str.contains(r"^GPU \d+ ctx \d+ stream \d+"))
