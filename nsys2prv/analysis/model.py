@@ -129,26 +129,28 @@ class Analysis:
         return asdict(self)
 
 
-def _open_sets(trace: Trace) -> dict[str, pl.DataFrame]:
-    """The open intervals (row, start, end) of each indicator set, computed once per window
-    and shared by the device and the process sweeps."""
-    return {name: open_intervals(trace, types) for name, types in SETS.items()}
-
-
-def _sweep(trace: Trace, open_sets: dict[str, pl.DataFrame], group: pl.Expr) -> pl.DataFrame:
-    """Constant segments per group: (g, start, dur, K, C, N, A counts of open rows)."""
-    rows = trace.rows.select("row", group.alias("g"))
+def _steps(trace: Trace) -> pl.DataFrame:
+    """+1 where an interval of an indicator set opens on a row, -1 where it closes (columns
+    K, C, N, A), in time order; computed once per window for both the device and the
+    process sweep."""
     parts = []
-    zero = {k: pl.lit(0, pl.Int64) for k in SETS}
-    for name, iv in open_sets.items():
-        iv = iv.join(rows, on="row", how="inner")
-        parts.append(pl.concat([
-            iv.select("g", pl.col("start").alias("t"), **{**zero, name: pl.lit(1, pl.Int64)}),
-            iv.select("g", pl.col("end").alias("t"), **{**zero, name: pl.lit(-1, pl.Int64)}),
-        ]))
-    # steps at one time need no summing first: the segments between them are empty
-    steps = pl.concat(parts).sort("g", "t")
-    return (steps.with_columns(pl.col(k).cum_sum().over("g") for k in SETS)
+    zero = {k: pl.lit(0, pl.Int8) for k in SETS}
+    for name, types in SETS.items():
+        iv = open_intervals(trace, types)
+        parts += [iv.select("row", pl.col("start").alias("t"),
+                            **{**zero, name: pl.lit(1, pl.Int8)}),
+                  iv.select("row", pl.col("end").alias("t"),
+                            **{**zero, name: pl.lit(-1, pl.Int8)})]
+    return pl.concat(parts).sort("t")
+
+
+def _sweep(trace: Trace, steps: pl.DataFrame, group: pl.Expr) -> pl.DataFrame:
+    """Constant segments per group: (g, start, dur, K, C, N, A counts of open rows). Steps
+    at one time need no summing first: the segments between them are empty."""
+    rows = trace.rows.select("row", group.alias("g"))
+    g = pl.col("row").replace_strict(rows["row"], rows["g"], default=None)
+    return (steps.with_columns(g.alias("g")).filter(pl.col("g").is_not_null())
+            .with_columns(pl.col(k).cast(pl.Int64).cum_sum().over("g") for k in SETS)
             .with_columns((pl.col("t").shift(-1).over("g").fill_null(trace.end) - pl.col("t"))
                           .alias("dur"))
             .rename({"t": "start"}))
@@ -310,9 +312,9 @@ class ModelSums:
         if self._first is None:
             self._first = window
             self._main = _main_rows(window)
-        sets = _open_sets(window)
-        self._dev.append(_segment_sums(_sweep(window, sets, DEVICE_GROUP)))
-        self._proc.append(_segment_sums(_sweep(window, sets, PROCESS_GROUP)))
+        steps = _steps(window)
+        self._dev.append(_segment_sums(_sweep(window, steps, DEVICE_GROUP)))
+        self._proc.append(_segment_sums(_sweep(window, steps, PROCESS_GROUP)))
         self._host.append(_host_sums(window, self._main))
         self.end = window.end
 

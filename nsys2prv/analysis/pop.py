@@ -21,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ..errors import InputError, UsageError
 from .trace import BLOCK, _HEADER, _companion, _layout, _open_text, _scanner, windows
 
 
@@ -50,17 +51,17 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
     rows of `src`; returns the kept rows (0-based, in `src`)."""
     src, dst = Path(src), Path(dst)
     if not (dst.name.endswith(".prv") or dst.name.endswith(".prv.gz")):
-        raise ValueError(f"{dst}: the POP copy must be a .prv or .prv.gz")
+        raise UsageError(f"{dst}: the POP copy must be a .prv or .prv.gz")
     keep = application_rows(src)
     with _open_text(src) as f:
         header = f.readline().rstrip("\n")
     m = _HEADER.match(header)
     if not m:
-        raise ValueError(f"{src}: not a Paraver trace header")
+        raise InputError(f"{src}: not a Paraver trace header")
     date, end, unit, resources = m["date"], m["end"], m["unit"], m["resources"]
     n_appl, _, apps = m["rest"].partition(":")
     if int(n_appl) != 1:
-        raise ValueError(f"{src}: a POP copy needs a trace with one application")
+        raise InputError(f"{src}: a POP copy needs a trace with one application")
     spec = re.match(r"(\d+)\(([^)]*)\)(.*)$", apps)
     assert spec is not None
     tasks = [tuple(int(x) for x in p.split(":")) for p in spec[2].split(",")]

@@ -10,13 +10,17 @@ in file order (paraver-kernel sorts each row stably by time).
 from __future__ import annotations
 
 import gzip
+import queue
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from ..errors import InputError
 
 _GPU_ROW = re.compile(r"^GPU (\d+) (?:ctx \d+ stream \d+|metrics)")
 _HEADER = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?:_(?P<unit>[a-z]+))?:"
@@ -54,7 +58,7 @@ def _parse_header(line: str) -> tuple[int, list[tuple[int, int, int, int]]]:
     """End time in ns and (appl, task, threads, node) for every task of the header."""
     m = _HEADER.match(line.strip())
     if not m:
-        raise ValueError(f"not a Paraver trace header: {line[:80]!r}")
+        raise InputError(f"not a Paraver trace header: {line[:80]!r}")
     scale = {"ns": 1, "us": 1_000, "ms": 1_000_000}.get(m["unit"] or "us", 1_000)
     end = int(m["end"]) * scale
     rest = m["rest"]
@@ -183,6 +187,14 @@ def _state_mask(rows: pl.DataFrame, state_rows: str) -> bytes | None:
     return (rows["kind"] == state_rows).to_numpy().astype(np.uint8).tobytes()
 
 
+def _check_sorted(path: Path, events: pl.DataFrame, states: pl.DataFrame) -> None:
+    """Paraver traces are sorted by time; the analysis relies on it (file order = time
+    order on every row)."""
+    for frame, col in ((events, "time"), (states, "begin")):
+        if frame.height > 1 and not frame[col].is_sorted():
+            raise InputError(f"{path}: records are not sorted by time")
+
+
 def read_trace(path: str | Path, types: set[int] | frozenset[int],
                state_rows: str = "cpu", comms: bool = False) -> Trace:
     """Read a whole trace into memory, keeping events of `types` (all rows), the states of
@@ -194,8 +206,58 @@ def read_trace(path: str | Path, types: set[int] | frozenset[int],
     for block in _blocks(layout.path, BLOCK):
         scanner.feed(block)
     events, states, communications = _frames(scanner.take(final=True), comms, 0)
+    _check_sorted(layout.path, events, states)
     end = max(layout.end, int(states["end"].max() or 0), int(events["time"].max() or 0))
     return Trace(layout.path, end, layout.rows, events, states, communications)
+
+
+def _scanned(path: Path, scanner, block: int) -> Iterator[tuple[dict, bool]]:
+    """(columns of the next block, whether it is the last) - the scanner fed block by
+    block."""
+    for chunk in _blocks(path, block):
+        scanner.feed(chunk)
+        yield scanner.take(), False
+    yield scanner.take(final=True), True
+
+
+def _read_ahead(items: Iterator, depth: int = 1) -> Iterator:
+    """`items` produced on a second thread, `depth` ahead of the consumer (reading and
+    scanning the next block, which release the GIL, overlap with the analysis of one). The
+    thread stops when the consumer does."""
+    out: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put((None, e))
+            return
+        put((done, None))
+
+    threading.Thread(target=produce, daemon=True).start()
+    try:
+        while True:
+            item, error = out.get()
+            if error is not None:
+                raise error
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str = "cpu",
@@ -211,7 +273,6 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str 
     layout = _layout(path)
     scanner = _scanner(layout, types=sorted(types),
                        state_rows=_state_mask(layout.rows, state_rows), comms=comms)
-    blocks = _blocks(layout.path, block)
     start = 0
     seq = 0
     end_seen = layout.end
@@ -219,22 +280,21 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str 
                                     "value": pl.Int64, "seq": pl.Int64})
     carry_st = pl.DataFrame(schema={"row": pl.Int32, "begin": pl.Int64, "end": pl.Int64,
                                     "state": pl.Int32})
-    pending: tuple | None = None
     last = False
+    scanned = _read_ahead(_scanned(layout.path, scanner, block))
     while not last:
-        chunk = next(blocks, None)
-        last = chunk is None
-        if not last:
-            scanner.feed(chunk)
-        events, states, communications = _frames(scanner.take(final=last), comms, seq)
+        cols, last = next(scanned)
+        events, states, communications = _frames(cols, comms, seq)
+        del cols
         seq += events.height
         if not last and events.height == 0 and states.height == 0:
             continue
         first = min(int(events["time"].min() if events.height else 2**62),
                     int(states["begin"].min() if states.height else 2**62))
         if first < start:
-            raise ValueError(f"{layout.path}: records are not sorted by time (a record at "
+            raise InputError(f"{layout.path}: records are not sorted by time (a record at "
                              f"{first} ns after one at {start} ns)")
+        _check_sorted(layout.path, events, states)
         end_seen = max(end_seen, int(states["end"].max() or 0),
                        int(events["time"].max() or 0))
         # the window ends where the next one may start: at the last time of this block
@@ -258,9 +318,10 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str 
 
 def open_intervals(trace: Trace, types: tuple[int, ...]) -> pl.DataFrame:
     """(row, start, end) where the last event of `types` on the row has a value != 0 -
-    Paraver's `Last Evt Val` filtered on `types`, then `Sign`."""
-    ev = (trace.events.filter(pl.col("type").is_in(list(types)))
-          .sort(["row", "time", "seq"]))
+    Paraver's `Last Evt Val` filtered on `types`, then `Sign`. Events are in file order,
+    which is time order (Paraver's order for one time), so no sort is needed: the next
+    event of the row is the next one of its group."""
+    ev = trace.events.filter(pl.col("type").is_in(list(types)))
     ev = ev.with_columns(pl.col("time").shift(-1).over("row").fill_null(trace.end)
                          .alias("next"))
     return (ev.filter((pl.col("value") != 0) & (pl.col("next") > pl.col("time")))
