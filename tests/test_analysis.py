@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS, ROOT
-from nsys2prv.analysis.cli import main as analyze_main
+from nsys2prv.cli.analyze import main as analyze_main
 from nsys2prv.analysis.model import TYPES, Analysis, analyze_trace, efficiency
-from nsys2prv.analysis.paramedir import (CORPUS_TRACES, read_table, read_timeline)
-from nsys2prv.analysis.trace import read_trace
+from nsys2prv.views.paramedir import (CORPUS_TRACES, read_table, read_timeline)
+from nsys2prv.paraver.read import read_trace
 
 DATA = ROOT / "tests" / "data" / "paramedir"
 PCT = 0.0051  # paramedir prints two decimals

@@ -2,7 +2,7 @@
 event types the registry defines and the translator writes.
 
 paramedir is not needed (CI has none): its verified outputs are stored in
-tests/data/paramedir/ (refreshed with `python -m nsys2prv.analysis.paramedir refresh`), and
+tests/data/paramedir/ (refreshed with `python -m nsys2prv.views.paramedir refresh`), and
 test_paramedir_live re-runs them only where a paramedir is installed.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT
-from nsys2prv.analysis import catalogue
-from nsys2prv.analysis.cfgs import parse_cfg, render
-from nsys2prv.analysis.trace import event_types
+from nsys2prv.views import catalogue
+from nsys2prv.views.cfg import parse_cfg, render
+from nsys2prv.paraver.read import event_types
 from nsys2prv.paraver import registry
 from nsys2prv.paraver.kinds import TRANSLATORS
 
@@ -126,7 +126,7 @@ def _types_of_kind(kind: str, tmp: Path) -> set[int]:
 def test_cfgs_are_the_catalogue():
     """cfgs/ is generated: every catalogue entry is written as rendered, and nothing else."""
     expected = {c.path: render(c) for c in catalogue.CATALOGUE}
-    assert sorted(expected) == CFGS, "regenerate: python -m nsys2prv.analysis.cfgs cfgs"
+    assert sorted(expected) == CFGS, "regenerate: python -m nsys2prv.views.catalogue cfgs"
     for path, text in expected.items():
         assert (CFG_DIR / path).read_text() == text, f"{path} differs from the catalogue"
 
@@ -226,7 +226,7 @@ def test_cfg_types_are_registered_and_written(rel, sample_types, tmp_path_factor
 def test_every_cfg_was_verified_in_paramedir():
     """Each cfg has a stored paramedir output on at least one trace where all its types
     occur (sample, corpus mfu2gpu or the hand-made families trace)."""
-    from nsys2prv.analysis.paramedir import output_name
+    from nsys2prv.views.paramedir import output_name
 
     stored = {p.name for d in DATA.iterdir() if d.is_dir() for p in d.iterdir()}
     for rel in CFGS:
@@ -236,7 +236,7 @@ def test_every_cfg_was_verified_in_paramedir():
 
 def test_paramedir_live(tmp_path):
     """Where paramedir is installed, the sample's stored outputs are reproduced."""
-    from nsys2prv.analysis.paramedir import find_paramedir, run_all
+    from nsys2prv.views.paramedir import find_paramedir, run_all
     from nsys2prv.testing.samples import sample_spec
     from nsys2prv.testing.synth import write_export
     from nsys2prv.translate import translate

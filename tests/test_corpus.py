@@ -20,7 +20,8 @@ from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate
 from nsys2prv.analysis import scaling
 from nsys2prv.analysis.model import (CUDA_CALL, CUDA_STATES, TYPES, _main_rows, analyze_path,
                                      analyze_trace, analyze_windows, host)
-from nsys2prv.analysis.trace import open_intervals, read_trace, windows
+from nsys2prv.analysis.intervals import open_intervals
+from nsys2prv.paraver.read import read_trace, windows
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.check import check_trace
 from nsys2prv.paraver.registry import STATE_BY_VALUE

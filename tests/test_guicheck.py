@@ -2,7 +2,7 @@
 in the filter doesn't appear in the trace" on the traces the suite makes and on the corpus,
 and says "None of the events..." only where the trace has none of the cfg's event types.
 
-The GUI rule is applied by `nsys2prv.analysis.guicheck` (paraver-kernel `CFGLoader::loadCFG`);
+The GUI rule is applied by `nsys2prv.views.guicheck` (paraver-kernel `CFGLoader::loadCFG`);
 the first tests pin that rule on small hand-written cfgs, so the checker cannot pass by
 answering "no question" for everything.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, corpus_cases, corpus_files, translate_case
-from nsys2prv.analysis import guicheck
-from nsys2prv.analysis.cfgs import Cfg, Window, parse_cfg, render
-from nsys2prv.analysis.trace import event_types
+from nsys2prv.views import guicheck
+from nsys2prv.views.cfg import Cfg, Window, parse_cfg, render
+from nsys2prv.paraver.read import event_types
 
 CFG_DIR = ROOT / "cfgs"
 CFGS = sorted(CFG_DIR.rglob("*.cfg"))
@@ -78,7 +78,7 @@ def _suite_traces(d: Path) -> dict[str, Path]:
     """One translation of each synthetic scenario the suite builds (sample, NCCL, CUDA
     graphs, GPU memory, cuDNN/cuBLAS, GPU metrics, OpenACC, MPI, multi-rank job) and the
     hand-made families trace."""
-    from nsys2prv.analysis.paramedir import families_trace
+    from nsys2prv.views.paramedir import families_trace
     from nsys2prv.testing import synth
     from nsys2prv.testing.multi import job
     from nsys2prv.testing.samples import sample_spec

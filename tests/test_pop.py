@@ -18,7 +18,7 @@ import pytest
 
 from nsys2prv.analysis.model import TYPES, analyze_trace
 from nsys2prv.analysis.pop import application_rows, pop_trace
-from nsys2prv.analysis.trace import read_trace
+from nsys2prv.paraver.read import read_trace
 from nsys2prv.model.rows import default_states
 from nsys2prv.paraver import registry as reg
 
@@ -162,7 +162,7 @@ def test_cpu_model_agrees_with_pypop(traces, tmp_path, capsys):
     1 %)."""
     import json
 
-    from nsys2prv.analysis.cli import main
+    from nsys2prv.cli.analyze import main
 
     pops = []
     for n, p in traces.items():
@@ -195,7 +195,7 @@ def test_useful_times_equal_paramedirs(traces, tmp_path):
     """paramedir's state profile (cfgs/basics/states_profile.cfg, % of trace time, 2
     decimals) on the 4-rank trace: Running per main thread = our useful time, 0.00 on the
     helper threads, tid-0 rows 100.00 Not created."""
-    from nsys2prv.analysis.paramedir import find_paramedir, read_table, run_cfg
+    from nsys2prv.views.paramedir import find_paramedir, read_table, run_cfg
 
     if find_paramedir() is None:
         pytest.skip("paramedir not installed (CI)")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nsys2prv.analysis import catalogue, workspace
-from nsys2prv.analysis.workspace import EVENT, STATE, Workspace, merge, parse, render
+from nsys2prv.views import catalogue, workspace
+from nsys2prv.views.workspace import EVENT, STATE, Workspace, merge, parse, render
 from nsys2prv.cli import main
 
 USER = {"My MPI": Workspace("My MPI", EVENT, [(EVENT, 50_000_001), (EVENT, 50_000_002)],

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from ..paraver.read import Trace
+
 _CNT = "__open"
 
 
@@ -92,3 +94,15 @@ def total_time(iv: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     """Per key: the summed length of the intervals (no union: for disjoint sets)."""
     return (iv.group_by(*by).agg((pl.col("end") - pl.col("start")).sum().alias("time"))
             .sort(*by))
+
+
+def open_intervals(trace: Trace, types: tuple[int, ...]) -> pl.DataFrame:
+    """(row, start, end) where the last event of `types` on the row has a value != 0 -
+    Paraver's `Last Evt Val` filtered on `types`, then `Sign`. Events are in file order,
+    which is time order (Paraver's order for one time), so no sort is needed: the next
+    event of the row is the next one of its group."""
+    ev = trace.events.filter(pl.col("type").is_in(list(types)))
+    ev = ev.with_columns(pl.col("time").shift(-1).over("row").fill_null(trace.end)
+                         .alias("next"))
+    return (ev.filter((pl.col("value") != 0) & (pl.col("next") > pl.col("time")))
+            .select("row", pl.col("time").alias("start"), pl.col("next").alias("end")))

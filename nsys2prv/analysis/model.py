@@ -29,8 +29,8 @@ import polars as pl
 from ..paraver.registry import cuda
 from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
-from .intervals import overlap_time, total_time
-from .trace import Trace, open_intervals, windows
+from ..paraver.read import Trace, windows
+from .intervals import open_intervals, overlap_time, total_time
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL

@@ -13,7 +13,7 @@ from .model import CAP, Analysis
 COLOURS = {"useful": "#1f4fd1", "communication": "#ff8c1a", "idle": "#b7dbff"}
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
     except ImportError:
@@ -27,7 +27,7 @@ def _pyplot():
 def plot_analysis(a: Analysis, path: str | Path) -> Path:
     """Stacked bars useful / communication / idle per device for the TALP-compatible and
     NCCL-aware forms, and the time per number of kernels at once, as % of the trace."""
-    plt = _pyplot()
+    plt = pyplot()
     T = a.end or 1
     names = [g.name for g in a.devices]
     fig, axes = plt.subplots(1, 3, figsize=(15, 0.6 * max(len(names), 2) + 2.2),

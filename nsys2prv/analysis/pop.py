@@ -22,7 +22,8 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import InputError, UsageError
-from .trace import BLOCK, _HEADER, _companion, _layout, _open_text, _scanner, windows
+from ..paraver.read import (BLOCK, HEADER, companion, make_scanner, open_text, read_layout,
+                            windows)
 
 
 def application_rows(path: str | Path) -> list[int]:
@@ -53,9 +54,9 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
     if not (dst.name.endswith(".prv") or dst.name.endswith(".prv.gz")):
         raise UsageError(f"{dst}: the POP copy must be a .prv or .prv.gz")
     keep = application_rows(src)
-    with _open_text(src) as f:
+    with open_text(src) as f:
         header = f.readline().rstrip("\n")
-    m = _HEADER.match(header)
+    m = HEADER.match(header)
     if not m:
         raise InputError(f"{src}: not a Paraver trace header")
     date, end, unit, resources = m["date"], m["end"], m["unit"], m["resources"]
@@ -95,8 +96,8 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
     row_map = [-1] * len(old)
     for r, key in zip(keep, kept):
         row_map[r] = new_cpu[key] << 32 | new_thread[key]
-    layout = _layout(src)
-    scanner = _scanner(layout, row_map=row_map)
+    layout = read_layout(src)
+    scanner = make_scanner(layout, row_map=row_map)
     opener = gzip.open if dst.name.endswith(".gz") else open
     with opener(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as fin, \
             opener(dst, "wb") as fout:
@@ -106,11 +107,11 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
             scanner.feed(block)
             fout.write(scanner.take()["text"])
         fout.write(scanner.take(final=True)["text"])
-    pcf = _companion(src, ".pcf")
+    pcf = companion(src, ".pcf")
     if pcf.exists():
-        shutil.copyfile(pcf, _companion(dst, ".pcf"))
-    _companion(dst, ".row").write_text(_extrae_row(kept, new_thread, new_cpu, nodes,
-                                                   n_nodes, _companion(src, ".row")))
+        shutil.copyfile(pcf, companion(dst, ".pcf"))
+    companion(dst, ".row").write_text(_extrae_row(kept, new_thread, new_cpu, nodes,
+                                                   n_nodes, companion(src, ".row")))
     return keep
 
 

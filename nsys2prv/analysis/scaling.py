@@ -37,7 +37,7 @@ from ..errors import InputError
 from ..paraver.check import parse_pcf
 from ..paraver.registry import gpu_metrics
 from .model import KERNEL, TYPES, Analysis, ModelSums
-from .trace import Trace, _companion, windows
+from ..paraver.read import Trace, companion, windows
 
 # GPU metrics that explain computational scalability: key -> type on the kernels' rows
 KERNEL_METRICS = {
@@ -185,7 +185,7 @@ def run_of(source: Trace | Iterable[Trace], label: str) -> Run:
         raise ValueError("no window of the trace was given")
     a = model.result()
     names: dict[int, str] = {}
-    pcf = _companion(first.path, ".pcf")
+    pcf = companion(first.path, ".pcf")
     if pcf.exists():
         names = parse_pcf(pcf.read_text(errors="replace"))[0].get(KERNEL, {})
     metrics, kernel_metrics = kernels.metric_means(names)
@@ -415,9 +415,9 @@ def plot(columns: list[Column], path: str | Path) -> Path:
     """Efficiency lines against the device (process) count (with the sampled SM / tensor
     activity during kernels, dashed, where present) and a stacked bar per run of where
     device time goes (useful / communication / idle, TALP form, % of devices x T)."""
-    from .plot import COLOURS, _pyplot
+    from .plot import COLOURS, pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     xs = [c.devices or c.processes for c in columns]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), constrained_layout=True)
     series = [("global efficiency", lambda c: c.talp["global"]),

@@ -1,6 +1,6 @@
 /*
  * PrvScanner: reads the body of a Paraver trace (.prv text) into compact columns, for the
- * analysis (nsys2prv/analysis/trace.py). One pass, fed in blocks of any size (a line may be
+ * analysis (nsys2prv/paraver/read.py). One pass, fed in blocks of any size (a line may be
  * split between two blocks), without the GIL; memory grows only with the records kept:
  *
  *   events  (row int32, time int64, type int32, value int64), one per kept type:value pair,

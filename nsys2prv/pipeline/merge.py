@@ -34,7 +34,7 @@ from ..paraver.output import TraceWriter, output_error
 from ..paraver.values import clean_label, global_numbering, labels_of
 from ..supervise import register_temp
 from .align import Alignment, align
-from .budget import Budget, worker_environment
+from .budget import worker_environment
 from .budget import plan as budget_plan
 from .prepare import META_FILE, PARTIAL_FORMAT
 

@@ -1,7 +1,7 @@
 """Run Paraver's command-line engine (paramedir) on cfgs and read what it writes.
 
 paramedir is not a dependency: developers use this to verify the cfgs and to refresh the
-expected outputs in tests/data/paramedir/ (`python -m nsys2prv.analysis.paramedir --help`);
+expected outputs in tests/data/paramedir/ (`python -m nsys2prv.views.paramedir --help`);
 the test suite only reads the stored outputs. paramedir exits 0 on most failures, so a run
 counts as good only when stderr is empty, the output file exists and the cfg was not refused
 (its "File creation aborted" notes go to stdout).
@@ -149,8 +149,8 @@ def run_all(trace: str | Path, cfgdir: str | Path, outdir: str | Path,
             only: list[str] | None = None, histograms_only: bool = False,
             timeout: float = 120) -> list[Run]:
     """Every cfg under `cfgdir` on `trace`, outputs under `outdir` (failed ones removed)."""
-    from .cfgs import parse_cfg
-    from .trace import event_types
+    from ..paraver.read import event_types
+    from .cfg import parse_cfg
 
     root = Path(cfgdir)
     present = sorted(event_types(trace))
@@ -258,18 +258,18 @@ def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run every cfg under CFGDIR on TRACE and store the outputs in OUTDIR, or
     `refresh [--corpus DIR]` to regenerate tests/data/paramedir."""
-    from .cfgs import parse_cfg
+    from .cfg import parse_cfg
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["refresh"]:
-        rp = argparse.ArgumentParser(prog="python -m nsys2prv.analysis.paramedir refresh")
+        rp = argparse.ArgumentParser(prog="python -m nsys2prv.views.paramedir refresh")
         rp.add_argument("--data", default="tests/data/paramedir")
         rp.add_argument("--cfgs", default="cfgs")
         rp.add_argument("--corpus", default="../shared/corpus")
         ra = rp.parse_args(argv[1:])
         corpus = Path(ra.corpus) if Path(ra.corpus).exists() else None
         return refresh(Path(ra.data), Path(ra.cfgs), corpus)
-    ap = argparse.ArgumentParser(prog="python -m nsys2prv.analysis.paramedir",
+    ap = argparse.ArgumentParser(prog="python -m nsys2prv.views.paramedir",
                                  description=main.__doc__)
     ap.add_argument("trace")
     ap.add_argument("cfgdir")

@@ -18,7 +18,7 @@ the set of event types of a trace body:
 It also tells whether the Hints menu enables a cfg (`CFGLoader::detectAnyEventTypeInCFG`: any
 window's filter matches a loaded type, or the file filters no type at all).
 
-    python -m nsys2prv.analysis.guicheck TRACE.prv [...] [--cfgs DIR]
+    python -m nsys2prv.views.guicheck TRACE.prv [...] [--cfgs DIR]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cfgs import ParsedCfg, parse_cfg
+from .cfg import ParsedCfg, parse_cfg
 
 NONE = "none"  # "None of the events specified in the filter appear in the trace."
 SOME = "some"  # "Some of the events specified in the filter doesn't appear in the trace."
@@ -110,9 +110,9 @@ def check(traces: Iterable[tuple[str, set[int]]], cfg_dir: str | Path,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the (trace, cfg) pairs on which wxparaver would ask a question."""
-    from .trace import event_types
+    from ..paraver.read import event_types
 
-    ap = argparse.ArgumentParser(prog="python -m nsys2prv.analysis.guicheck",
+    ap = argparse.ArgumentParser(prog="python -m nsys2prv.views.guicheck",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="+", help=".prv files")
     ap.add_argument("--cfgs", default=str(Path(__file__).resolve().parents[2] / "cfgs"),

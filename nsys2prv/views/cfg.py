@@ -1,7 +1,7 @@
 """Paraver views (.cfg) of nsys2prv traces, built from the registry's numbers.
 
 The files under `cfgs/` are generated from the catalogue in `catalogue.py`
-(`python -m nsys2prv.analysis.cfgs cfgs/`) so that every event type a view filters on comes
+(`python -m nsys2prv.views.catalogue cfgs/`) so that every event type a view filters on comes
 from `nsys2prv.paraver.registry` and cannot drift; a test checks that the committed files are
 what the catalogue produces. This module holds the small cfg model (windows, derived windows,
 histograms), the writer, and a reader used by the tests to list what a cfg file refers to.
@@ -15,8 +15,7 @@ histogram of a file (or the last window when there is none).
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -306,20 +305,3 @@ def parse_cfg(path: str | Path) -> ParsedCfg:
             a, b = arg.split()
             windows[-1].parents = (int(a), int(b))
     return ParsedCfg(Path(path), windows, histogram, "\n".join(desc))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m nsys2prv.analysis.cfgs OUTDIR`: (re)write the catalogue's cfg files."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 1:
-        print("usage: python -m nsys2prv.analysis.cfgs OUTDIR", file=sys.stderr)
-        return 2
-    from .catalogue import CATALOGUE
-
-    for p in write_all(CATALOGUE, argv[0]):
-        print(p)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
-"""Read what the analysis needs from a Paraver trace (.prv/.prv.gz + .row), vectorised.
+"""Read a Paraver trace (.prv/.prv.gz + .row) into polars frames, whole or in time windows.
 
 The analysis works on the trace rather than on the exports so that its numbers are the ones
 Paraver computes with the cfgs on the same file (same clock alignment, same time 0, same
-trace end, same lanes). Events are read with Paraver's own semantics: on a row, the value of
+trace end, same lanes); this module is what it reads with. Events are read with Paraver's own semantics: on a row, the value of
 a set of types at time t is the last event of the set at or before t, events at equal times
 in file order (paraver-kernel sorts each row stably by time).
 """
@@ -22,8 +22,7 @@ import polars as pl
 
 from ..errors import InputError
 
-_GPU_ROW = re.compile(r"^GPU (\d+) (?:ctx \d+ stream \d+|metrics)")
-_HEADER = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?:_(?P<unit>[a-z]+))?:"
+HEADER = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?:_(?P<unit>[a-z]+))?:"
                      r"(?P<resources>[^:]*):(?P<rest>.*)$")
 
 
@@ -42,11 +41,11 @@ class Trace:
     carried: int = 0  # leading events that carry the values open at `start` in
 
 
-def _open_text(path: Path):
+def open_text(path: Path):
     return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
 
 
-def _companion(path: Path, ext: str) -> Path:
+def companion(path: Path, ext: str) -> Path:
     name = path.name
     for suffix in (".prv.gz", ".prv"):
         if name.endswith(suffix):
@@ -56,7 +55,7 @@ def _companion(path: Path, ext: str) -> Path:
 
 def _parse_header(line: str) -> tuple[int, list[tuple[int, int, int, int]]]:
     """End time in ns and (appl, task, threads, node) for every task of the header."""
-    m = _HEADER.match(line.strip())
+    m = HEADER.match(line.strip())
     if not m:
         raise InputError(f"not a Paraver trace header: {line[:80]!r}")
     scale = {"ns": 1, "us": 1_000, "ms": 1_000_000}.get(m["unit"] or "us", 1_000)
@@ -117,7 +116,7 @@ BLOCK = 32 << 20  # bytes of trace text scanned at a time (one window of `window
 
 
 @dataclass
-class _Layout:
+class Layout:
     """What the header and the .row say: the trace end of the header, tasks, rows."""
 
     path: Path
@@ -126,16 +125,17 @@ class _Layout:
     rows: pl.DataFrame
 
 
-def _layout(path: str | Path) -> _Layout:
+def read_layout(path: str | Path) -> Layout:
     path = Path(path)
-    with _open_text(path) as f:
+    with open_text(path) as f:
         header = f.readline()
     end, tasks = _parse_header(header)
-    labels, task_labels = _row_labels(_companion(path, ".row"))
-    return _Layout(path, end, tasks, _rows(tasks, labels, task_labels))
+    labels, task_labels = _row_labels(companion(path, ".row"))
+    return Layout(path, end, tasks, _rows(tasks, labels, task_labels))
 
 
-def _scanner(layout: _Layout, **options):
+def make_scanner(layout: Layout, **options):
+    """The engine's `PrvScanner` for the rows of `layout` (options: see engine/_scan.c)."""
     from ..engine._engine import PrvScanner
 
     task_rows = [0]
@@ -200,8 +200,8 @@ def read_trace(path: str | Path, types: set[int] | frozenset[int],
     """Read a whole trace into memory, keeping events of `types` (all rows), the states of
     the rows of kind `state_rows` ('cpu', 'gpu', 'metrics', 'all', 'none') and, with
     `comms`, the communications. For large traces use `windows`."""
-    layout = _layout(path)
-    scanner = _scanner(layout, types=sorted(types),
+    layout = read_layout(path)
+    scanner = make_scanner(layout, types=sorted(types),
                        state_rows=_state_mask(layout.rows, state_rows), comms=comms)
     for block in _blocks(layout.path, BLOCK):
         scanner.feed(block)
@@ -270,8 +270,8 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str 
     sorted by time, as Paraver writes it (a record before the current window is an error).
     Numbers that add up over time (durations, areas, counts of non-carried events) summed
     over the windows equal those of `read_trace`."""
-    layout = _layout(path)
-    scanner = _scanner(layout, types=sorted(types),
+    layout = read_layout(path)
+    scanner = make_scanner(layout, types=sorted(types),
                        state_rows=_state_mask(layout.rows, state_rows), comms=comms)
     start = 0
     seq = 0
@@ -316,22 +316,10 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str 
         yield window
 
 
-def open_intervals(trace: Trace, types: tuple[int, ...]) -> pl.DataFrame:
-    """(row, start, end) where the last event of `types` on the row has a value != 0 -
-    Paraver's `Last Evt Val` filtered on `types`, then `Sign`. Events are in file order,
-    which is time order (Paraver's order for one time), so no sort is needed: the next
-    event of the row is the next one of its group."""
-    ev = trace.events.filter(pl.col("type").is_in(list(types)))
-    ev = ev.with_columns(pl.col("time").shift(-1).over("row").fill_null(trace.end)
-                         .alias("next"))
-    return (ev.filter((pl.col("value") != 0) & (pl.col("next") > pl.col("time")))
-            .select("row", pl.col("time").alias("start"), pl.col("next").alias("end")))
-
-
 def event_types(path: str | Path) -> set[int]:
     """Every event type written in a trace (to check that a cfg's types occur in it)."""
-    layout = _layout(path)
-    scanner = _scanner(layout, types=None, state_rows=b"", distinct_types=True)
+    layout = read_layout(path)
+    scanner = make_scanner(layout, types=None, state_rows=b"", distinct_types=True)
     for block in _blocks(layout.path, BLOCK):
         scanner.feed(block)
     return set(scanner.take(final=True)["types"])

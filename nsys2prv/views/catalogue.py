@@ -11,10 +11,12 @@ thread-level views (one row per stream) can be read per GPU by the row labels
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ..paraver.registry import cuda, gpu_metrics, nccl, nvtx, osrt
-from .cfgs import Cfg, Histogram, Window
+from .cfg import Cfg, Histogram, Window, write_all
 
 # Extrae's numbers (extrae src/merger/paraver/MPI_EventEncoding.h, events.h), taken from the
 # registry's MPI and OpenACC families when they are there.
@@ -434,3 +436,18 @@ for _metric, _offset in sorted(gpu_metrics.KNOWN_METRICS.items(), key=lambda kv:
     ]
 
 CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m nsys2prv.views.catalogue OUTDIR`: (re)write the catalogue's cfg files."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1:
+        print("usage: python -m nsys2prv.views.catalogue OUTDIR", file=sys.stderr)
+        return 2
+    for p in write_all(CATALOGUE, argv[0]):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

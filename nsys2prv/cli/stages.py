@@ -15,17 +15,13 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, UsageError
-from .budget import memory_size
-from .prepare import META_FILE
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(message)
+from ..pipeline.budget import memory_size
+from ..pipeline.prepare import META_FILE
+from .common import Parser, kind_list, print_summary
 
 
 def _prepare_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsys2prv prepare",
+    p = Parser(prog="nsys2prv prepare",
                 description="Translate one report into a partial trace directory.")
     p.add_argument("report", help="an export (.sqlite) or a report (.nsys-rep/.qdrep)")
     p.add_argument("directory", help="directory to create for the partial trace")
@@ -40,7 +36,7 @@ def _prepare_parser() -> argparse.ArgumentParser:
 
 
 def _merge_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsys2prv merge",
+    p = Parser(prog="nsys2prv merge",
                 description="Merge partial trace directories into one Paraver trace.")
     p.add_argument("paths", nargs="*", metavar="PARTIAL... OUTPUT",
                    help="partial directories (or directories holding them), then OUTPUT.prv")
@@ -77,14 +73,13 @@ def find_partials(paths: list[str]) -> list[Path]:
 
 
 def main(command: str, argv: list[str]) -> int:
-    from ..cli import _kinds, _summary  # shared helpers of the main command line
 
     if command == "prepare":
         args = _prepare_parser().parse_args(argv)
         from ..translate import prepare_report
 
-        meta = prepare_report(args.report, args.directory, only=_kinds(args.only),
-                              exclude=_kinds(args.exclude) or [], sync_nvtx=args.sync_nvtx,
+        meta = prepare_report(args.report, args.directory, only=kind_list(args.only),
+                              exclude=kind_list(args.exclude) or [], sync_nvtx=args.sync_nvtx,
                               memory=args.memory)
         if not args.quiet:
             counts = ", ".join(f"{k} {v}" for k, v in sorted(meta["counts"].items()))
@@ -101,5 +96,5 @@ def main(command: str, argv: list[str]) -> int:
                             sync_by_task=args.sync_by_task, jobs=args.jobs,
                             memory=args.memory)
     if not args.quiet:
-        _summary(result, 0.0)
+        print_summary(result, 0.0)
     return 0

@@ -17,16 +17,12 @@ from pathlib import Path
 
 from ..errors import InputError, UsageError
 from ..supervise import register_temp, stderr_is_terminal
-from .model import Analysis, Efficiency, GroupResult, analyze_path
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit code 2 (as the other subcommands)
-        raise UsageError(message)
+from ..analysis.model import Analysis, Efficiency, GroupResult, analyze_path
+from .common import Parser, Progress
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsys2prv analyze",
+    p = Parser(prog="nsys2prv analyze",
                 description="GPU efficiency model (TALP-compatible and NCCL-aware forms) and "
                             "kernel overlap of a trace, per device.")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -57,12 +53,11 @@ def _is_trace(path: str) -> bool:
 def _translate(inputs: list[str], out: Path, what: str = "") -> None:
     """Translate reports for the analysis: reports prepared in parallel (as many processes
     as cores, within the default memory budget), progress bars on a terminal."""
-    from ..cli import _Progress
     from ..translate import translate
 
     if what and stderr_is_terminal():
         print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
-    bars = _Progress(enabled=True)
+    bars = Progress(enabled=True)
     try:
         translate(inputs, str(out), jobs=os.cpu_count() or 1, on_report=bars.report,
                   on_merge=bars.merge)
@@ -180,7 +175,7 @@ def _run_inputs(run: str) -> list[str]:
 
 
 def scaling_main(args) -> int:
-    from . import scaling
+    from ..analysis import scaling
 
     runs = []
     for run in args.inputs:
@@ -221,7 +216,7 @@ def main(argv: list[str]) -> int:
         raise UsageError("--pop-trace needs one trace (.prv) as input")
     result = analyze(args.inputs)
     if args.pop_trace:
-        from .pop import pop_trace
+        from ..analysis.pop import pop_trace
 
         pop_trace(args.inputs[0], args.pop_trace)
     if args.json:
@@ -230,7 +225,7 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write(format_report(result))
     if args.plot:
-        from .plot import plot_analysis
+        from ..analysis.plot import plot_analysis
 
         plot_analysis(result, args.plot)
     return 0

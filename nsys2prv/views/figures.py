@@ -1,5 +1,5 @@
 """Pictures for docs/cfgs.md drawn from paramedir's stored outputs (there is no GUI Paraver
-here): `python -m nsys2prv.analysis.figures tests/data/paramedir cfgs/img`."""
+here): `python -m nsys2prv.views.figures tests/data/paramedir cfgs/img`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ..paraver.registry import STATE_BY_VALUE
+from ..analysis.plot import pyplot
 from .paramedir import read_timeline
-from .plot import _pyplot
 
 
 def _thread_labels(row_file: Path) -> list[str]:
@@ -19,7 +19,7 @@ def _thread_labels(row_file: Path) -> list[str]:
 
 def states_timeline(csv: Path, row_file: Path, out: Path, title: str) -> None:
     """A Paraver-like state timeline: one bar per row, coloured as the .pcf colours."""
-    plt = _pyplot()
+    plt = pyplot()
     tl = read_timeline(csv)
     labels = _thread_labels(row_file)
     objs = sorted(set(tl["object"]), key=lambda o: [int(x) for x in o.split(".")])
@@ -48,7 +48,7 @@ def states_timeline(csv: Path, row_file: Path, out: Path, title: str) -> None:
 
 def duration_histogram(txt: Path, kernel: str, out: Path, title: str) -> None:
     """One plane (kernel name) of the 3D kernel-duration histogram, per stream row."""
-    plt = _pyplot()
+    plt = pyplot()
     lines = txt.read_text().splitlines()
     i = lines.index(kernel)
     bins = [b for b in lines[i + 1].split("\t") if b]

@@ -1,0 +1,97 @@
+"""The command line: `nsys2prv INPUT... OUTPUT.prv` and its subcommands (`check`,
+`analyze`, `prepare`, `merge`, `paraver-setup`), one module each in this package, sharing
+`common.py`.
+
+Errors are one line on stderr and an exit code (1 bad input/environment, 2 usage, 130
+interrupted); `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+from concurrent.futures.process import BrokenProcessPool
+
+from ..errors import Interrupted, Nsys2PrvError
+from .common import describe_os_error, show_warning
+
+SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge", "paraver-setup")
+
+
+def _on_signal(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)  # once: a second SIGTERM must not stop the cleanup
+    raise Interrupted(f"interrupted by signal {signum}; partial outputs removed")
+
+
+# what a command does and what to try when it runs out of memory (see supervise.py)
+_DOING = {"translate": ("translating", "try a smaller --memory, or -j 1"),
+          "analyze": ("analysing", "translate first with a smaller --memory, then analyze "
+                                   "the trace"),
+          "prepare": ("preparing", "try a smaller --memory"),
+          "merge": ("merging", "try a smaller --memory"),
+          "check": ("checking the trace", "free memory, or check on a larger machine")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line. Run as the console script (no `argv`), each command runs in a
+    supervised child process (`supervise.py`): a death by out-of-memory ends in one line and
+    leaves no partial output. `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and "--debug" not in args and not os.environ.get("NSYS2PRV_NO_SUPERVISOR"):
+        cmd = args[0] if args and args[0] in SUBCOMMANDS else "translate"
+        if cmd in _DOING:
+            from ..supervise import run_supervised
+
+            return run_supervised(lambda: _main(args), *_DOING[cmd])
+    return _main(args)
+
+
+def _main(argv: list[str]) -> int:
+    debug = "--debug" in argv
+    signal.signal(signal.SIGTERM, _on_signal)
+    warnings.simplefilter("default")
+    warnings.showwarning = show_warning
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            cmd, rest = argv[0], argv[1:]
+        else:
+            cmd, rest = "translate", argv
+        if cmd == "check":
+            from .translate import run_check
+            return run_check(rest)
+        if cmd == "analyze":
+            from .analyze import main as analyze_main
+            return analyze_main(rest)
+        if cmd == "paraver-setup":
+            from .setup import main as setup_main
+            return setup_main(rest)
+        if cmd in ("prepare", "merge"):
+            from .stages import main as stage_main
+            return stage_main(cmd, rest)
+        from .translate import run_translate
+        return run_translate(rest)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("nsys2prv: error: interrupted; partial outputs removed", file=sys.stderr)
+        return Interrupted.exit_code
+    except Nsys2PrvError as e:
+        if debug:
+            raise
+        print(f"nsys2prv: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except (MemoryError, BrokenProcessPool) as e:
+        if debug:
+            raise
+        what = "out of memory" if isinstance(e, MemoryError) else \
+            "a worker process died (out of memory?)"
+        print(f"nsys2prv: error: {what}; partial outputs removed (try a smaller --memory "
+              "or -j 1)", file=sys.stderr)
+        return 1
+    except OSError as e:  # disk full, file size limit, permissions on temporary files, ...
+        if debug:
+            raise
+        print(f"nsys2prv: error: {describe_os_error(e)}", file=sys.stderr)
+        return 1
