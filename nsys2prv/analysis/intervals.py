@@ -106,3 +106,16 @@ def open_intervals(trace: Trace, types: tuple[int, ...]) -> pl.DataFrame:
                          .alias("next"))
     return (ev.filter((pl.col("value") != 0) & (pl.col("next") > pl.col("time")))
             .select("row", pl.col("time").alias("start"), pl.col("next").alias("end")))
+
+
+def asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str,
+         by: str | list[str]) -> pl.DataFrame:
+    """For each row of `left`, the last row of `right` of the same `by` keys at or before
+    it (`join_asof`, backward): both are sorted on their time here. polars cannot check the
+    order within groups and says so; the sort makes it true."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
+        return left.sort(left_on).join_asof(right.sort(right_on), left_on=left_on,
+                                            right_on=right_on, by=by, strategy="backward")

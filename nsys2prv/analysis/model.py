@@ -19,7 +19,7 @@ label), which is exact also when one process drives several GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,7 +29,8 @@ import polars as pl
 from ..paraver.registry import cuda
 from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
-from ..paraver.read import Trace, windows
+from ..paraver.read import Trace, companion, windows
+from . import idle
 from .intervals import open_intervals, overlap_time, total_time
 
 KERNEL = cuda.CUDA_KERNEL
@@ -124,6 +125,7 @@ class Analysis:
     nccl: Efficiency
     host: list[HostResult] = field(default_factory=list)
     cpu: CpuModel | None = None  # POP's CPU model, where the trace has MPI calls
+    idle: idle.IdleReport | None = None  # why the GPUs wait (analyze_path's second pass)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -296,6 +298,23 @@ def cpu_model(hosts: list[HostResult], T: int) -> CpuModel | None:
                     load_balance_additive=float(1 - (umax - u.mean()) / T))
 
 
+def device_keys(rows: pl.DataFrame) -> pl.DataFrame:
+    """(g, name, task, device, process) of every GPU device of the trace's processes."""
+    gpu_rows = rows.filter(pl.col("kind") == "gpu")
+    return (gpu_rows.select("task_index", "device", "task_label").unique()
+            .sort("task_index", "device")
+            .select((pl.col("task_index") * 1_000_000 + pl.col("device")).alias("g"),
+                    (pl.col("task_label") + " / GPU " + pl.col("device").cast(pl.Utf8))
+                    .alias("name"),
+                    (pl.col("task_index") + 1).alias("task"), "device",
+                    pl.col("task_label").alias("process")))
+
+
+def gpu_row_groups(rows: pl.DataFrame) -> pl.DataFrame:
+    """(row, g): the device group of every GPU stream row."""
+    return rows.filter(pl.col("kind") == "gpu").select("row", DEVICE_GROUP.alias("g"))
+
+
 class ModelSums:
     """The model's additive sums over the windows of one trace (`trace.windows`): feed
     every window to `add`, then `result`. A trace read whole is one window."""
@@ -308,29 +327,27 @@ class ModelSums:
         self._main: pl.DataFrame | None = None
         self.end = 0
 
-    def add(self, window: Trace) -> None:
+    def add(self, window: Trace) -> pl.DataFrame:
+        """Add a window; returns its device segments (g, start, dur, K, C, N, A) for the
+        analyses that follow the model's sweep (`idle.GapFinder`)."""
         if self._first is None:
             self._first = window
             self._main = _main_rows(window)
         steps = _steps(window)
-        self._dev.append(_segment_sums(_sweep(window, steps, DEVICE_GROUP)))
+        device_segments = _sweep(window, steps, DEVICE_GROUP)
+        self._dev.append(_segment_sums(device_segments))
         self._proc.append(_segment_sums(_sweep(window, steps, PROCESS_GROUP)))
         self._host.append(_host_sums(window, self._main))
         self.end = window.end
+        return device_segments
 
     def result(self) -> Analysis:
         trace = self._first
         if trace is None:
             raise ValueError("no window of the trace was given")
         T = self.end
+        dev_keys = device_keys(trace.rows)
         gpu_rows = trace.rows.filter(pl.col("kind") == "gpu")
-        dev_keys = (gpu_rows.select("task_index", "device", "task_label").unique()
-                    .sort("task_index", "device")
-                    .with_columns((pl.col("task_index") * 1_000_000 + pl.col("device"))
-                                  .alias("g"),
-                                  (pl.col("task_label") + " / GPU "
-                                   + pl.col("device").cast(pl.Utf8)).alias("name"),
-                                  (pl.col("task_index") + 1).alias("task")))
         proc_keys = (gpu_rows.select("task_index", "task_label").unique().sort("task_index")
                      .with_columns(pl.col("task_index").alias("g"),
                                    pl.col("task_label").alias("name"),
@@ -350,20 +367,45 @@ DEVICE_GROUP = pl.col("task_index") * 1_000_000 + pl.col("device").fill_null(0)
 PROCESS_GROUP = pl.col("task_index")
 
 
+def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
+             pcf: Path | None) -> Analysis:
+    """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
+    gaps and launches on the same pass and the host's causes on a second one
+    (`idle.explain`)."""
+    model = ModelSums()
+    finder = launches = None
+    for window in source(types=TYPES, comms=explain):
+        device_segments = model.add(window)
+        if explain:
+            if finder is None:
+                finder = idle.GapFinder(gpu_row_groups(window.rows))
+                launches = idle.LaunchStats()
+            finder.add(window, device_segments)
+            launches.add(window)
+    result = model.result()
+    if finder is not None and launches is not None and result.devices:
+        rows = model._first.rows if model._first is not None else None
+        result.idle = idle.explain(finder, launches, source, result.end, rows,
+                                   device_keys(rows), pcf, top)
+    return result
+
+
 def analyze_windows(windows: Iterable[Trace]) -> Analysis:
     """Per-device and per-process results and both efficiency forms (over devices), from
     the windows of a trace in time order."""
-    sums = ModelSums()
-    for window in windows:
-        sums.add(window)
-    return sums.result()
+    windows = list(windows) if not isinstance(windows, list) else windows
+    return _analyze(lambda **_: iter(windows), False, 0, None)
 
 
-def analyze_trace(trace: Trace) -> Analysis:
-    """`analyze_windows` of a trace read whole."""
-    return analyze_windows([trace])
+def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysis:
+    """The analysis of a trace read whole; `explain` (why the GPUs wait) needs it read with
+    `comms=True` and the types of `idle.CAUSE_TYPES` too."""
+    return _analyze(lambda **_: [trace], explain and trace.comms is not None, top,
+                    companion(trace.path, ".pcf"))
 
 
-def analyze_path(path: str | Path) -> Analysis:
-    """`analyze_windows` of a trace file, read window by window (memory of one window)."""
-    return analyze_windows(windows(path, TYPES))
+def analyze_path(path: str | Path, explain: bool = True, top: int = 10) -> Analysis:
+    """The analysis of a trace file, read window by window (memory of one window): the
+    model, and with `explain` why the GPUs wait (a second pass)."""
+    return _analyze(lambda **kw: windows(path, **kw), explain, top,
+                    companion(Path(path), ".pcf"))

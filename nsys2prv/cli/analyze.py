@@ -17,14 +17,15 @@ from pathlib import Path
 
 from ..errors import InputError, UsageError
 from ..supervise import register_temp, stderr_is_terminal
+from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
 from ..analysis.model import Analysis, Efficiency, GroupResult, analyze_path
 from .common import Parser, Progress
 
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="nsys2prv analyze",
-                description="GPU efficiency model (TALP-compatible and NCCL-aware forms) and "
-                            "kernel overlap of a trace, per device.")
+               description="GPU efficiency model (TALP-compatible and NCCL-aware forms) and "
+                           "kernel overlap of a trace, per device.")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="a trace (.prv, .prv.gz) or one or more reports (.sqlite, .nsys-rep)")
     p.add_argument("--scaling", action="store_true",
@@ -42,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write a copy of the trace for POP's tools (pypop, paramedir "
                         "cfgs): only the application's CPU threads, Extrae-style .row labels "
                         "(THREAD a.t.h)")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="gaps listed (and given a view with --views), largest first "
+                        "(default 10)")
+    p.add_argument("--views", metavar="DIR",
+                   help="write a Paraver view (.cfg) zoomed on each listed gap into DIR; "
+                        "reports given as input are translated into DIR too, so that the "
+                        "views have their trace")
+    p.add_argument("--no-idle", action="store_true",
+                   help="skip why the GPUs wait (one pass over the trace instead of two)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -65,21 +75,30 @@ def _translate(inputs: list[str], out: Path, what: str = "") -> None:
         bars.close()
 
 
-def analyze(inputs: list[str]) -> Analysis:
-    """Analyse one trace, or translate reports into a temporary trace and analyse it."""
+def analyze(inputs: list[str], explain: bool = True, top: int = 10,
+            keep_in: Path | None = None) -> tuple[Analysis, Path | None]:
+    """Analyse one trace, or translate reports (into a temporary directory, or into
+    `keep_in`) and analyse that trace. Returns the analysis and the trace kept, if any."""
     if len(inputs) == 1 and _is_trace(inputs[0]):
         if not Path(inputs[0]).exists():
             raise InputError(f"{inputs[0]}: no such file")
-        return analyze_path(inputs[0])
+        return analyze_path(inputs[0], explain, top), Path(inputs[0])
     if any(_is_trace(i) for i in inputs):
         raise UsageError("give either one trace (.prv) or reports, not both")
+    if keep_in is not None:
+        keep_in.mkdir(parents=True, exist_ok=True)
+        out = keep_in / (Path(inputs[0]).name.split(".")[0] + ".prv")
+        _translate(inputs, out)
+        result = analyze_path(out, explain, top)
+        result.trace = " ".join(inputs)
+        return result, out
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         register_temp(tmp)
         out = Path(tmp) / "trace.prv"
         _translate(inputs, out)
-        result = analyze_path(out)
+        result = analyze_path(out, explain, top)
     result.trace = " ".join(inputs)
-    return result
+    return result, None
 
 
 def _pct(x: int, total: int) -> str:
@@ -141,6 +160,75 @@ def format_report(a: Analysis) -> str:
             f"     | during NCCL (% NCCL)| % NCCL"]
     for g in a.devices:
         out.append(_device_line(g, T))
+    return "\n".join(out) + "\n"
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def _cause_list(causes: dict[str, int], total: int, n: int = 3) -> str:
+    """The main causes of `total` ns of idle time, largest first: 'label 61%, ...'."""
+    parts = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return ", ".join(f"{CAUSE_SHORT.get(k, k)} {v / total:.0%}" for k, v in parts if v) \
+        if total else "-"
+
+
+CAUSE_SHORT = {"mpi": "MPI", "nccl": "NCCL call", "cuda_sync": "CUDA sync",
+               "cuda_memcpy": "memcpy/memset call", "cuda_alloc": "CUDA alloc/free",
+               "cuda_launch": "launching", "cuda_other": "other CUDA call", "io": "I/O",
+               "wait": "lock/wait", "sleep": "sleep/poll", "osrt_other": "other OS call",
+               "descheduled": "descheduled", "host_compute": "host compute",
+               "no_data": "no data", UNKNOWN_HOST: "unknown host"}
+
+
+def format_idle(r: IdleReport) -> str:
+    """Why the GPUs wait: the job's idle time by host cause, the devices and processes
+    that wait most, the largest gaps, and the kernel launch statistics."""
+    j = r.job
+    out = ["", "### Why the GPUs wait: idle time between each device's first and last "
+               "activity, split by what the host thread that launched the next GPU work "
+               "was doing", f"###   job: {j.gaps} gaps, idle {_ms(j.idle)} of {_ms(j.span)} "
+               f"of device activity ({j.idle / j.span:.1%})" if j.span else
+               f"###   job: {j.gaps} gaps"]
+    for k, v in sorted(j.causes.items(), key=lambda kv: (-kv[1], kv[0])):
+        label = CAUSE_LABELS.get(k, "no launch record for the next work: host unknown")
+        out.append(f"###     {v / j.idle:6.1%}  {label}" if j.idle else "")
+    if j.nvtx:
+        out.append("###   NVTX ranges open on the launching thread (share of idle time): "
+                   + ", ".join(f"{n} {t / j.idle:.0%}" for n, t in j.nvtx.items()))
+    for note in r.notes:
+        out.append(f"###   note: {note}")
+    if len(r.processes) > 1:
+        out.append("###   processes, most idle first (idle % of device activity; causes):")
+        ranked = sorted(r.processes, key=lambda p: -(p.idle / p.span if p.span else 0))
+        for p in ranked:
+            share = f"{p.idle / p.span:6.1%}" if p.span else "     -"
+            out.append(f"###     {share}  {p.name}: {_cause_list(p.causes, p.idle)}")
+    out.append("###   devices (idle % of device activity; causes):")
+    for d in r.devices:
+        share = f"{d.idle / d.span:6.1%}" if d.span else "     -"
+        out.append(f"###     {share}  {d.name}: {_cause_list(d.causes, d.idle)}")
+    if r.top:
+        out.append("###   largest gaps (times in the trace's time base):")
+        for i, f in enumerate(r.top, start=1):
+            who = f.host_thread or "host unknown"
+            nv = f" [NVTX {f.nvtx}]" if f.nvtx else ""
+            out.append(f"###   {i:3d}. {_ms(f.duration)} at {f.start / 1e6:.6f}-"
+                       f"{f.end / 1e6:.6f} ms, {f.device} <- {who}: "
+                       f"{_cause_list(f.causes, f.duration)}{nv}")
+    if r.launches:
+        n = sum(k.count for k in r.launches)
+        out.append(f"###   kernel launches (HTA): {n} timed; kernels shorter than their launch "
+                   f"call: {sum(k.short for k in r.launches)} "
+                   f"({r.short_kernel_share:.1%} of kernel time)")
+        out.append(f"###     {'kernel (top 5 by time)':<40} {'count':>7} {'kernel':>10} "
+                   f"{'launch':>10} {'delay':>10} {'max delay':>10} {'short':>6}")
+        for k in r.launches[:5]:
+            out.append(f"###     {k.name[:40]:<40} {k.count:7d} "
+                       f"{k.kernel_time / k.count / 1e3:8.1f}us "
+                       f"{k.call_time / k.count / 1e3:8.1f}us {k.delay_mean / 1e3:8.1f}us "
+                       f"{k.delay_max / 1e3:8.1f}us {k.short:6d}")
     return "\n".join(out) + "\n"
 
 
@@ -214,7 +302,18 @@ def main(argv: list[str]) -> int:
         raise UsageError("--weak and --csv go with --scaling")
     if args.pop_trace and not (len(args.inputs) == 1 and _is_trace(args.inputs[0])):
         raise UsageError("--pop-trace needs one trace (.prv) as input")
-    result = analyze(args.inputs)
+    if args.top < 0:
+        raise UsageError("--top takes a number >= 0")
+    views = Path(args.views) if args.views else None
+    if views is not None and args.no_idle:
+        raise UsageError("--views shows the gaps, which --no-idle skips")
+    result, trace = analyze(args.inputs, not args.no_idle, args.top, views)
+    written = []
+    if views is not None and trace is not None and result.idle is not None:
+        from ..paraver.read import event_types
+        from ..views.findings import write_findings
+
+        written = write_findings(trace, result.idle, views, event_types(trace))
     if args.pop_trace:
         from ..analysis.pop import pop_trace
 
@@ -224,6 +323,11 @@ def main(argv: list[str]) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_report(result))
+        if result.idle is not None:
+            sys.stdout.write(format_idle(result.idle))
+        if written:
+            sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
+                             f"{trace}: {views}/gap_*.cfg\n")
     if args.plot:
         from ..analysis.plot import plot_analysis
 

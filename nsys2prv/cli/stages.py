@@ -22,7 +22,7 @@ from .common import Parser, kind_list, print_summary
 
 def _prepare_parser() -> argparse.ArgumentParser:
     p = Parser(prog="nsys2prv prepare",
-                description="Translate one report into a partial trace directory.")
+               description="Translate one report into a partial trace directory.")
     p.add_argument("report", help="an export (.sqlite) or a report (.nsys-rep/.qdrep)")
     p.add_argument("directory", help="directory to create for the partial trace")
     p.add_argument("--only", metavar="KINDS")
@@ -37,7 +37,7 @@ def _prepare_parser() -> argparse.ArgumentParser:
 
 def _merge_parser() -> argparse.ArgumentParser:
     p = Parser(prog="nsys2prv merge",
-                description="Merge partial trace directories into one Paraver trace.")
+               description="Merge partial trace directories into one Paraver trace.")
     p.add_argument("paths", nargs="*", metavar="PARTIAL... OUTPUT",
                    help="partial directories (or directories holding them), then OUTPUT.prv")
     p.add_argument("-z", "--compress", action="store_true")

@@ -17,7 +17,7 @@ def translate_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="nsys2prv",
         description="Translate Nsight Systems exports (.sqlite, or .nsys-rep/.qdrep with nsys "
-                    "installed) into a Paraver trace. Several inputs are merged into one trace.",
+                   "installed) into a Paraver trace. Several inputs are merged into one trace.",
         epilog="Other commands: 'nsys2prv check TRACE.prv' validates a trace; 'nsys2prv "
                "analyze INPUTS' prints the GPU efficiency model; 'nsys2prv prepare REPORT DIR' "
                "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately; 'nsys2prv "
@@ -68,8 +68,8 @@ def translate_parser() -> argparse.ArgumentParser:
 
 def check_parser() -> argparse.ArgumentParser:
     p = Parser(prog="nsys2prv check",
-                description="Validate a Paraver trace strictly (header, ids, order, states, "
-                            ".pcf/.row consistency).")
+               description="Validate a Paraver trace strictly (header, ids, order, states, "
+                           ".pcf/.row consistency).")
     p.add_argument("trace", help="TRACE.prv or TRACE.prv.gz")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true")
@@ -98,7 +98,8 @@ def run_translate(argv: list[str]) -> int:
         hosts = [names.get(os.path.basename(i)) or names.get(i) for i in inputs]
     bars = Progress(enabled=not args.quiet)
     t0 = time.time()
-    result = translate(inputs, output, only=kind_list(args.only), exclude=kind_list(args.exclude) or [],
+    result = translate(inputs, output, only=kind_list(args.only),
+                       exclude=kind_list(args.exclude) or [],
                        compress=args.compress, jobs=max(1, args.jobs), hosts=hosts,
                        workdir=args.workdir, sync=None if args.no_sync else args.sync,
                        sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,

@@ -160,6 +160,22 @@ def parse_pcf(text: str) -> tuple[dict[int, dict[int, str]], list[str]]:
     return types, problems
 
 
+def pcf_type_labels(text: str) -> dict[int, str]:
+    """type -> label of every EVENT_TYPE line of a .pcf."""
+    out: dict[int, str] = {}
+    section = None
+    for raw in text.splitlines():
+        line = raw.replace("\t", " ").strip()
+        if line.isupper() and " " not in line:
+            section = line
+            continue
+        if section == "EVENT_TYPE":
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0].lstrip("-").isdigit() and parts[1].isdigit():
+                out[int(parts[1])] = parts[2]
+    return out
+
+
 def parse_row(text: str) -> dict[str, tuple[int, list[str]]]:
     """level -> (declared size, names found before the next section)."""
     levels: dict[str, tuple[int, list[str]]] = {}

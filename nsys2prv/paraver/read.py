@@ -2,9 +2,10 @@
 
 The analysis works on the trace rather than on the exports so that its numbers are the ones
 Paraver computes with the cfgs on the same file (same clock alignment, same time 0, same
-trace end, same lanes); this module is what it reads with. Events are read with Paraver's own semantics: on a row, the value of
-a set of types at time t is the last event of the set at or before t, events at equal times
-in file order (paraver-kernel sorts each row stably by time).
+trace end, same lanes); this module is what it reads with. Events are read with Paraver's
+own semantics: on a row, the value of a set of types at time t is the last event of the set
+at or before t, events at equal times in file order (paraver-kernel sorts each row stably by
+time).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import gzip
 import queue
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,10 +182,19 @@ def _frames(cols: dict, comms: bool, seq0: int
     return events, states, communications
 
 
-def _state_mask(rows: pl.DataFrame, state_rows: str) -> bytes | None:
-    if state_rows == "all":
-        return None
-    return (rows["kind"] == state_rows).to_numpy().astype(np.uint8).tobytes()
+StateRows = str | Collection[int]
+
+
+def _state_mask(rows: pl.DataFrame, state_rows: StateRows) -> bytes | None:
+    """One byte per row: keep its states? `state_rows` is a kind of row ('cpu', 'gpu',
+    'metrics'), 'all', 'none', or the row ids themselves."""
+    if isinstance(state_rows, str):
+        if state_rows == "all":
+            return None
+        return (rows["kind"] == state_rows).to_numpy().astype(np.uint8).tobytes()
+    mask = np.zeros(rows.height, dtype=np.uint8)
+    mask[np.asarray(list(state_rows), dtype=np.int64)] = 1
+    return mask.tobytes()
 
 
 def _check_sorted(path: Path, events: pl.DataFrame, states: pl.DataFrame) -> None:
@@ -196,7 +206,7 @@ def _check_sorted(path: Path, events: pl.DataFrame, states: pl.DataFrame) -> Non
 
 
 def read_trace(path: str | Path, types: set[int] | frozenset[int],
-               state_rows: str = "cpu", comms: bool = False) -> Trace:
+               state_rows: StateRows = "cpu", comms: bool = False) -> Trace:
     """Read a whole trace into memory, keeping events of `types` (all rows), the states of
     the rows of kind `state_rows` ('cpu', 'gpu', 'metrics', 'all', 'none') and, with
     `comms`, the communications. For large traces use `windows`."""
@@ -260,13 +270,14 @@ def _read_ahead(items: Iterator, depth: int = 1) -> Iterator:
         stop.set()
 
 
-def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str = "cpu",
-            comms: bool = False, block: int = BLOCK) -> Iterator[Trace]:
+def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: StateRows = "cpu",
+            comms: bool = False, block: int | None = None) -> Iterator[Trace]:
     """The trace as consecutive time windows [start, end), each a `Trace` that answers for
     its window exactly as the whole trace would: the last event of every (row, type) before
     the window is carried in as an event at `start` (the first `carried` events), states
     that cross an edge are clipped to it. The last window ends at the trace end. Memory is
-    that of one window (`block` bytes of text), whatever the trace size; the trace must be
+    that of one window (`block` bytes of text, default BLOCK), whatever the trace size; the
+    trace must be
     sorted by time, as Paraver writes it (a record before the current window is an error).
     Numbers that add up over time (durations, areas, counts of non-carried events) summed
     over the windows equal those of `read_trace`."""
@@ -281,7 +292,7 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: str 
     carry_st = pl.DataFrame(schema={"row": pl.Int32, "begin": pl.Int64, "end": pl.Int64,
                                     "state": pl.Int32})
     last = False
-    scanned = _read_ahead(_scanned(layout.path, scanner, block))
+    scanned = _read_ahead(_scanned(layout.path, scanner, block or BLOCK))
     while not last:
         cols, last = next(scanned)
         events, states, communications = _frames(cols, comms, seq)

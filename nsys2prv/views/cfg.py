@@ -50,6 +50,10 @@ class Window:
     # painted, so rows without the data stay empty instead of taking the gradient's colour
     zero_unpainted: bool = False
     hidden: bool = False  # loaded but not opened (`window_open false`)
+    # a zoom: (begin, end) in trace units instead of the whole trace
+    time_range: tuple[int, int] | None = None
+    # rows shown: for every task of the trace in order, one flag per thread (None = all)
+    selected: tuple[tuple[bool, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,12 +131,17 @@ def _window_lines(w: Window, position: int, names: dict[str, int],
                ("workload", w.aggregate), ("from_obj", "All"), ("to_obj", "All"),
                ("tag_msg", "All"), ("size_msg", "All"), ("bw_msg", "All"),
                ("evt_type", evt), ("evt_value", value_fn)]
+        span = ([f"window_begin_time {w.time_range[0]}", f"window_stop_time {w.time_range[1]}"]
+                if w.time_range else ["window_begin_time_relative 0.000000000000",
+                                      "window_end_time_relative 1.000000000000"])
         out += ["window_type single", f"window_id {position}", f"window_units {w.units}",
-                f"window_level {w.level}", "window_begin_time_relative 0.000000000000",
-                "window_end_time_relative 1.000000000000",
+                f"window_level {w.level}", *span,
                 "window_selected_functions { 14, { " + ", ".join(
                     f"{{{k}, {v}}}" for k, v in fns) + " } }",
                 f"window_compose_functions {{ 9, {{ {compose_txt} }} }}"]
+        for task, flags in enumerate(w.selected or ()):
+            out.append(f"window_object thread {{ 0, {task}, {len(flags)}, {{ "
+                       + ", ".join("1" if f else "0" for f in flags) + " } }")
         if w.types is not None:
             out.append(f"window_filter_module evt_type {len(w.types)} "
                        + " ".join(str(t) for t in w.types))

@@ -1,0 +1,600 @@
+"""Why the GPUs wait: every interval in which a device runs nothing between its first and its
+last activity (a gap), the host thread that queued the work ending it, and what that thread
+was doing meanwhile; and HTA's kernel launch statistics.
+
+The answer is on the host almost always (a synchronisation call, a synchronous or pageable
+copy, MPI or NCCL, I/O, a launch-bound loop, host compute, a descheduled thread), so each gap
+is attributed to the thread whose CUDA call launched the first activity after it - the
+launch arrow that reaches the device at the gap's end - and its time is split by what that
+thread was doing, one cause at each instant (`CAUSES`, in priority order: the outermost
+call a thread is in explains it best: MPI and NCCL calls run CUDA calls, CUDA calls run OS
+calls).
+
+Two passes over the trace, window by window (memory: one window and a few numbers per gap):
+
+1. `GapFinder` takes each window's device segments from the efficiency model's sweep: gaps
+   are the holes between a device's active pieces; arrows are kept until the activity they
+   reach has started, and the one reaching a gap's end names its host thread.
+   `LaunchStats` completes CUDA calls and kernels across windows (`IntervalStream`) and
+   times every launch.
+2. `CauseSums` partitions the host threads' time into causes, evaluates per row the
+   cumulative time in each cause (prefix sums) at both ends of every gap - no join of gaps
+   with states - and names the NVTX push/pop range open on the thread at the gap's middle
+   (`NvtxStacks`, whose open ranges are carried from window to window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ..paraver.check import parse_pcf, pcf_type_labels
+from ..paraver.read import Trace
+from ..paraver.registry import cuda, nccl, nvtx, osrt
+from ..paraver.registry import mpi as mpi_reg
+from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
+                                     STATE_FORK_JOIN, STATE_FREE, STATE_IO,
+                                     STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
+from .intervals import asof, open_intervals
+
+# what the host thread was doing, in priority order: (key, label)
+CAUSES: tuple[tuple[str, str], ...] = (
+    ("mpi", "in MPI"),
+    ("nccl", "in an NCCL call"),
+    ("cuda_sync", "in a CUDA synchronisation call"),
+    ("cuda_memcpy", "in a CUDA memcpy/memset call (synchronous or pageable)"),
+    ("cuda_alloc", "allocating or freeing CUDA memory"),
+    ("cuda_launch", "launching (kernel or graph launch calls)"),
+    ("cuda_other", "in another CUDA call"),
+    ("io", "in I/O (OS runtime)"),
+    ("wait", "waiting on a lock, condition or child (OS runtime)"),
+    ("sleep", "sleeping or polling (OS runtime)"),
+    ("osrt_other", "in another OS runtime call"),
+    ("descheduled", "not running (descheduled)"),
+    ("host_compute", "running, in no traced call (host compute)"),
+    ("no_data", "no record of the thread (not alive, or not traced)"),
+)
+CAUSE_KEYS = tuple(k for k, _ in CAUSES)
+CAUSE_LABELS = dict(CAUSES)
+UNKNOWN_HOST = "unknown_host"  # a gap whose next activity has no launch record
+MPI_CALLS = tuple(mpi_reg.CALL_TYPES)
+PUSHPOP = tuple(range(nvtx.NVTX_PUSHPOP_BASE, nvtx.NVTX_PUSHPOP_BASE + nvtx.NVTX_DOMAIN_MAX))
+# event types of the second pass: the calls that decide a cause, and NVTX push/pop ranges
+CAUSE_TYPES = frozenset({*MPI_CALLS, nccl.NCCL_RANGE, cuda.CUDA_CALL, osrt.OSRT_CALL,
+                         *PUSHPOP})
+LAUNCH_TAGS = (cuda.TAG_KERNEL_LAUNCH, cuda.TAG_NCCL_LAUNCH, cuda.TAG_MEMORY_OPERATION)
+KERNEL_TAGS = (cuda.TAG_KERNEL_LAUNCH, cuda.TAG_NCCL_LAUNCH)
+KERNEL_TYPES = (cuda.CUDA_KERNEL, cuda.NCCL_KERNEL)
+
+
+def _empty(schema: dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+# ------------------------------------------------------------------ pass 1: the gaps --
+
+
+class GapFinder:
+    """Gaps of every device and the host row of the launch arrow at each gap's end.
+
+    `rows_to_group` maps a GPU stream row to its device group (the model's `g`)."""
+
+    def __init__(self, rows_to_group: pl.DataFrame) -> None:
+        self.groups = rows_to_group.select(pl.col("row").cast(pl.Int32), "g")
+        self._last_end = _empty({"g": pl.Int64, "last_end": pl.Int64})
+        self._first = _empty({"g": pl.Int64, "first": pl.Int64})
+        self._pending = _empty({"send_row": pl.Int32, "send": pl.Int64, "recv": pl.Int64,
+                                "g": pl.Int64, "recv_row": pl.Int32})
+        self._gaps: list[pl.DataFrame] = []
+
+    def add(self, window: Trace, device_segments: pl.DataFrame) -> None:
+        act = (device_segments.filter((pl.col("A") > 0) & (pl.col("dur") > 0))
+               .select("g", pl.col("start").alias("s"),
+                       (pl.col("start") + pl.col("dur")).alias("e"))
+               .sort("g", "s"))
+        # consecutive active segments touch: the holes between them are the gaps
+        act = act.join(self._last_end, on="g", how="left").with_columns(
+            pl.col("e").shift(1).over("g").alias("prev"))
+        act = act.with_columns(pl.col("prev").fill_null(pl.col("last_end")))
+        gaps = act.filter(pl.col("prev").is_not_null() & (pl.col("s") > pl.col("prev")))
+        gaps = gaps.select("g", pl.col("prev").alias("start"), pl.col("s").alias("end"))
+        ends = act.group_by("g").agg(pl.col("e").max().alias("last_end"),
+                                     pl.col("s").min().alias("first"))
+        self._last_end = pl.concat([self._last_end.join(ends, on="g", how="anti"),
+                                    ends.select("g", "last_end")])
+        self._first = pl.concat([self._first, ends.join(self._first, on="g", how="anti")
+                                 .select("g", "first")])
+        # the arrows reaching activities: kept until those have started
+        if window.comms is not None and window.comms.height:
+            arrows = (window.comms.filter(pl.col("tag").is_in(LAUNCH_TAGS))
+                      .join(self.groups, left_on="recv_row", right_on="row", how="inner")
+                      .select("send_row", "send", "recv", "g", "recv_row"))
+            self._pending = pl.concat([self._pending, arrows])
+        if gaps.height:
+            first = (gaps.join(self._pending, left_on=["g", "end"], right_on=["g", "recv"],
+                               how="left")
+                     .sort("g", "end", "recv_row", "send", nulls_last=True)
+                     .group_by("g", "end", maintain_order=True).first()
+                     .select("g", "start", "end", pl.col("send_row").alias("host_row")))
+            self._gaps.append(first)
+        self._pending = self._pending.filter(pl.col("recv") >= window.end)
+
+    def spans(self) -> pl.DataFrame:
+        """(g, first, last): start of each device's first activity, end of its last."""
+        return self._first.join(self._last_end.rename({"last_end": "last"}), on="g")
+
+    def gaps(self) -> pl.DataFrame:
+        """(gid, g, start, end, host_row) of every gap, by start time."""
+        if not self._gaps:
+            return _empty({"gid": pl.Int64, "g": pl.Int64, "start": pl.Int64,
+                           "end": pl.Int64, "host_row": pl.Int32})
+        return (pl.concat(self._gaps).sort("start", "g")
+                .with_row_index("gid").with_columns(pl.col("gid").cast(pl.Int64)))
+
+
+class IntervalStream:
+    """Last Evt Val intervals of a set of types, completed across windows: `add` returns the
+    intervals (row, start, end, value) that ended in the window; those still open are
+    carried. `finish(end)` closes them at the trace end."""
+
+    def __init__(self, types: Iterable[int]) -> None:
+        self.types = list(types)
+        self._open = _empty({"row": pl.Int32, "start": pl.Int64, "value": pl.Int64})
+
+    def add(self, window: Trace) -> pl.DataFrame:
+        ev = (window.events.slice(window.carried).filter(pl.col("type").is_in(self.types))
+              .select("row", "time", "value"))
+        ev = ev.with_columns(pl.col("time").shift(-1).over("row").alias("next"))
+        first = ev.group_by("row").agg(pl.col("time").min().alias("end"))
+        ended = self._open.join(first, on="row", how="inner")
+        still = self._open.join(first, on="row", how="anti")
+        live = ev.filter(pl.col("value") != 0)
+        done = live.filter(pl.col("next").is_not_null()).select(
+            "row", pl.col("time").alias("start"), pl.col("next").alias("end"), "value")
+        opened = live.filter(pl.col("next").is_null()).select(
+            "row", pl.col("time").alias("start"), "value")
+        self._open = pl.concat([still, opened])
+        out = pl.concat([ended.select("row", "start", "end", "value"), done])
+        return out.filter(pl.col("end") > pl.col("start"))
+
+    def finish(self, end: int) -> pl.DataFrame:
+        out = self._open.with_columns(pl.lit(end, pl.Int64).alias("end")).select(
+            "row", "start", "end", "value")
+        self._open = self._open.clear()
+        return out.filter(pl.col("end") > pl.col("start"))
+
+
+@dataclass
+class KernelLaunches:
+    """HTA's launch statistics of one kernel name (times in ns): launch delay = kernel start
+    - end of the CUDA call that launched it; a short kernel runs for less time than its
+    launch call took."""
+
+    name: str
+    count: int
+    call_time: int  # summed duration of the launch calls
+    kernel_time: int
+    delay_mean: float
+    delay_max: int
+    short: int  # kernels shorter than their launch call
+    short_time: int
+
+
+class LaunchStats:
+    """Every kernel launch timed: the arrow from the launch call to the kernel, the call's
+    end (`IntervalStream` of CUDA calls), the kernel's end and name (of kernels); arrows wait
+    until both have ended."""
+
+    def __init__(self) -> None:
+        self.calls = IntervalStream([cuda.CUDA_CALL])
+        self.kernels = IntervalStream(KERNEL_TYPES)
+        self._pending = _empty({"send_row": pl.Int32, "send": pl.Int64, "recv_row": pl.Int32,
+                                "recv": pl.Int64, "call_end": pl.Int64, "kernel_end": pl.Int64,
+                                "kernel": pl.Int64})
+        self._parts: list[pl.DataFrame] = []
+
+    def add(self, window: Trace) -> None:
+        if window.comms is not None and window.comms.height:
+            arrows = window.comms.filter(pl.col("tag").is_in(KERNEL_TAGS)).select(
+                "send_row", "send", "recv_row", "recv",
+                *(pl.lit(None, pl.Int64).alias(c) for c in ("call_end", "kernel_end",
+                                                             "kernel")))
+            self._pending = pl.concat([self._pending, arrows])
+        self._match(self.calls.add(window), self.kernels.add(window))
+
+    def _match(self, calls: pl.DataFrame, kernels: pl.DataFrame) -> None:
+        p = self._pending
+        if calls.height:
+            p = (p.join(calls.select(pl.col("row").alias("send_row"),
+                                     pl.col("start").alias("send"),
+                                     pl.col("end").alias("_ce")),
+                        on=["send_row", "send"], how="left")
+                 .with_columns(pl.coalesce("call_end", "_ce").alias("call_end")).drop("_ce"))
+        if kernels.height:
+            p = (p.join(kernels.select(pl.col("row").alias("recv_row"),
+                                       pl.col("start").alias("recv"),
+                                       pl.col("end").alias("_ke"), pl.col("value").alias("_kv")),
+                        on=["recv_row", "recv"], how="left")
+                 .with_columns(pl.coalesce("kernel_end", "_ke").alias("kernel_end"),
+                               pl.coalesce("kernel", "_kv").alias("kernel"))
+                 .drop("_ke", "_kv"))
+        done = pl.col("call_end").is_not_null() & pl.col("kernel_end").is_not_null()
+        finished = p.filter(done)
+        if finished.height:
+            call = pl.col("call_end") - pl.col("send")
+            dur = pl.col("kernel_end") - pl.col("recv")
+            delay = pl.col("recv") - pl.col("call_end")
+            short = dur < call
+            self._parts.append(finished.group_by("kernel").agg(
+                pl.len().cast(pl.Int64).alias("count"), call.sum().alias("call_time"),
+                dur.sum().alias("kernel_time"), delay.sum().alias("delay_sum"),
+                delay.max().alias("delay_max"), short.sum().cast(pl.Int64).alias("short"),
+                dur.filter(short).sum().alias("short_time")))
+        self._pending = p.filter(~done)
+
+    def result(self, end: int, names: dict[int, str]) -> list[KernelLaunches]:
+        self._match(self.calls.finish(end), self.kernels.finish(end))
+        if not self._parts:
+            return []
+        per = (pl.concat(self._parts).group_by("kernel").agg(
+            pl.col("count", "call_time", "kernel_time", "delay_sum", "short",
+                   "short_time").sum(), pl.col("delay_max").max())
+               .sort("kernel_time", "kernel", descending=[True, False]))
+        return [KernelLaunches(names.get(r["kernel"], str(r["kernel"])), r["count"],
+                               r["call_time"], r["kernel_time"],
+                               r["delay_sum"] / r["count"], r["delay_max"], r["short"],
+                               r["short_time"] or 0)
+                for r in per.iter_rows(named=True)]
+
+
+# ----------------------------------------------------------- pass 2: the host's causes --
+
+
+def _cause_expr() -> pl.Expr:
+    """The cause of a host segment from the calls open (counts mpi, nccl, cuda, osrt) and
+    the thread's state `st`, in CAUSES' priority order."""
+    st = pl.col("st")
+    cuda_state = (pl.when(st == STATE_SYNC).then(pl.lit("cuda_sync"))
+                  .when(st == STATE_MEMORY_TRANSFER).then(pl.lit("cuda_memcpy"))
+                  .when(st.is_in([STATE_ALLOC, STATE_FREE])).then(pl.lit("cuda_alloc"))
+                  .when(st == STATE_CONFIG_ACCEL).then(pl.lit("cuda_launch"))
+                  .otherwise(pl.lit("cuda_other")))
+    osrt_state = (pl.when(st == STATE_IO).then(pl.lit("io"))
+                  .when(st.is_in([STATE_SYNC, STATE_FORK_JOIN])).then(pl.lit("wait"))
+                  .when(st == STATE_BLOCKED).then(pl.lit("sleep"))
+                  .otherwise(pl.lit("osrt_other")))
+    return (pl.when(pl.col("mpi") > 0).then(pl.lit("mpi"))
+            .when(pl.col("nccl") > 0).then(pl.lit("nccl"))
+            .when(pl.col("cuda") > 0).then(cuda_state)
+            .when(pl.col("osrt") > 0).then(osrt_state)
+            .when(st == STATE_BLOCKED).then(pl.lit("descheduled"))
+            .when(st == STATE_RUNNING).then(pl.lit("host_compute"))
+            .otherwise(pl.lit("no_data")))
+
+
+CALL_SETS = {"mpi": MPI_CALLS, "nccl": (nccl.NCCL_RANGE,), "cuda": (cuda.CUDA_CALL,),
+             "osrt": (osrt.OSRT_CALL,)}
+
+
+def host_segments(window: Trace, rows: pl.Series) -> pl.DataFrame:
+    """The window's time on each of `rows` cut into segments of one cause: (row, s, e,
+    cause)."""
+    zero = {k: pl.lit(0, pl.Int8) for k in CALL_SETS}
+    states = window.states.filter(pl.col("row").is_in(rows.implode()))
+    parts = [
+        # a state's end before a state's begin at one time: the begin's state wins
+        states.select("row", pl.col("end").alias("t"), pl.lit(0, pl.Int8).alias("ord"),
+                      pl.lit(-1, pl.Int32).alias("st"), **zero),
+        states.select("row", pl.col("begin").alias("t"), pl.lit(1, pl.Int8).alias("ord"),
+                      pl.col("state").cast(pl.Int32).alias("st"), **zero)]
+    for name, types in CALL_SETS.items():
+        iv = open_intervals(window, types).filter(pl.col("row").is_in(rows.implode()))
+        for col, sign in (("start", 1), ("end", -1)):
+            parts.append(iv.select("row", pl.col(col).alias("t"),
+                                   pl.lit(2, pl.Int8).alias("ord"),
+                                   pl.lit(None, pl.Int32).alias("st"),
+                                   **{**zero, name: pl.lit(sign, pl.Int8)}))
+    steps = pl.concat(parts).sort("row", "t", "ord")
+    seg = steps.with_columns(
+        *(pl.col(k).cast(pl.Int32).cum_sum().over("row") for k in CALL_SETS),
+        pl.col("st").forward_fill().over("row"),
+        pl.col("t").shift(-1).over("row").alias("e"))
+    seg = seg.filter(pl.col("e").is_not_null() & (pl.col("e") > pl.col("t")))
+    return seg.select("row", pl.col("t").alias("s"), "e", _cause_expr().alias("cause"))
+
+
+def _prefix(seg: pl.DataFrame) -> pl.DataFrame:
+    """Per segment, the time of each cause on its row before the segment starts."""
+    dur = pl.col("e") - pl.col("s")
+    seg = seg.sort("row", "s")
+    return seg.with_columns(
+        ((dur * (pl.col("cause") == k)).cum_sum().over("row")
+         - dur * (pl.col("cause") == k)).alias(f"c_{k}") for k in CAUSE_KEYS)
+
+
+def _at(prefix: pl.DataFrame, queries: pl.DataFrame, t: str) -> pl.DataFrame:
+    """The cumulative time of each cause on a query's row up to its time `t` (0 before the
+    row's first segment of the window)."""
+    hit = asof(queries, prefix, t, "s", "row")
+    part = pl.min_horizontal(pl.col(t), pl.col("e")) - pl.col("s")
+    return hit.select("qid", *(
+        (pl.col(f"c_{k}") + pl.when(pl.col("cause") == k).then(part).otherwise(0))
+        .fill_null(0).alias(k) for k in CAUSE_KEYS))
+
+
+class NvtxStacks:
+    """The innermost NVTX push/pop range open on a row at given times. Push/pop ranges
+    nest (Paraver's Stacked Val): a value starts a range, 0 ends the innermost; the ranges
+    open at a window's end are carried into the next as pushes at its start."""
+
+    def __init__(self) -> None:
+        self._carry = _empty({"row": pl.Int32, "type": pl.Int64, "level": pl.Int64,
+                              "value": pl.Int64, "time": pl.Int64})
+
+    def add(self, window: Trace, rows: pl.Series, queries: pl.DataFrame) -> pl.DataFrame:
+        """queries (qid, row, t) -> (qid, type, value) of those with a range open."""
+        ev = (window.events.slice(window.carried)
+              .filter(pl.col("type").is_in(PUSHPOP) & pl.col("row").is_in(rows.implode()))
+              .select("row", "type", "time", "value", "seq"))
+        carried = self._carry.sort("row", "type", "level").select(
+            "row", "type", "time", "value",
+            (pl.col("level") - 2**62).alias("seq"))  # before every real event
+        allev = (pl.concat([carried, ev]).sort("row", "type", "seq")
+                 .with_columns(pl.when(pl.col("value") != 0).then(1).otherwise(-1)
+                               .alias("d")))
+        allev = allev.with_columns(pl.col("d").cum_sum().over("row", "type").alias("depth"))
+        pushes = allev.filter(pl.col("d") == 1).rename({"depth": "level"})
+        # ranges still open at the window's end: no later depth below their level
+        after = pl.col("depth").reverse().cum_min().reverse().over("row", "type")
+        opened = allev.with_columns(after.alias("min_after")).filter(
+            (pl.col("d") == 1) & (pl.col("min_after") >= pl.col("depth")))
+        self._carry = opened.select("row", "type", pl.col("depth").alias("level"), "value",
+                                    "time")
+        if queries.height == 0 or allev.height == 0:
+            return _empty({"qid": pl.Int64, "type": pl.Int64, "value": pl.Int64})
+        types = allev.select("row", "type").unique()
+        q = queries.join(types, on="row", how="inner")
+        depth = asof(q, allev.select("row", "type", "time", "depth"), "t", "time",
+                     ["row", "type"])
+        depth = depth.filter(pl.col("depth") > 0).rename({"depth": "level"})
+        hit = asof(depth, pushes.select("row", "type", "level", pl.col("time").alias("pt"),
+                                        "value"), "t", "pt", ["row", "type", "level"])
+        return (hit.filter(pl.col("value").is_not_null())
+                .sort("qid", "pt").group_by("qid", maintain_order=True).last()
+                .select("qid", "type", "value"))
+
+
+class CauseSums:
+    """Pass 2: for every gap with a host row, the time of each cause on that row during the
+    gap, summed window by window; and the NVTX range at the gap's middle."""
+
+    def __init__(self, gaps: pl.DataFrame) -> None:
+        self.gaps = gaps.filter(pl.col("host_row").is_not_null())
+        self.rows = self.gaps["host_row"].unique()
+        self._start = self.gaps["start"].to_numpy()
+        self._end = self.gaps["end"].to_numpy()
+        self._parts: list[pl.DataFrame] = []
+        self._nvtx: list[pl.DataFrame] = []
+        self.stacks = NvtxStacks()
+
+    def add(self, window: Trace) -> None:
+        lo, hi = window.start, window.end
+        inside = (self._start < hi) & (self._end > lo)
+        mid = (self._start + self._end) // 2
+        pieces = self.gaps.filter(pl.Series(inside)).select(
+            pl.col("gid").alias("qid"), pl.col("host_row").alias("row"),
+            pl.max_horizontal("start", pl.lit(lo)).alias("a"),
+            pl.min_horizontal("end", pl.lit(hi)).alias("b"))
+        if pieces.height:
+            seg = host_segments(window, self.rows)
+            if seg.height:
+                pre = _prefix(seg)
+                fa, fb = _at(pre, pieces, "a"), _at(pre, pieces, "b")
+                diff = fb.join(fa, on="qid", suffix="_a").select(
+                    "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in CAUSE_KEYS))
+                self._parts.append(diff)
+        in_window = (mid >= lo) & (mid < hi)
+        queries = self.gaps.filter(pl.Series(in_window)).select(
+            pl.col("gid").alias("qid"), pl.col("host_row").alias("row"),
+            pl.Series("t", mid[in_window]))
+        self._nvtx.append(self.stacks.add(window, self.rows, queries))
+
+    def result(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(gid, time per cause) and (gid, nvtx type, nvtx value)."""
+        if self._parts:
+            causes = pl.concat(self._parts).group_by("qid").agg(pl.all().sum())
+        else:
+            causes = _empty({"qid": pl.Int64, **{k: pl.Int64 for k in CAUSE_KEYS}})
+        nv = [p for p in self._nvtx if p.height]
+        nvtx_hits = pl.concat(nv) if nv else _empty({"qid": pl.Int64, "type": pl.Int64,
+                                                     "value": pl.Int64})
+        return causes.rename({"qid": "gid"}), nvtx_hits.rename({"qid": "gid"})
+
+
+# ------------------------------------------------------------------------- the report --
+
+
+@dataclass
+class GapFinding:
+    """One gap: where (device, times in the trace's time base, ns), which host thread queued
+    the work after it, and what that thread was doing (ns per cause)."""
+
+    device: str
+    task: int
+    start: int
+    end: int
+    host_thread: str | None
+    causes: dict[str, int]
+    nvtx: str | None
+    host_row: int | None = None
+    gpu_rows: list[int] = field(default_factory=list)
+
+    @property
+    def duration(self) -> int:
+        return self.end - self.start
+
+    @property
+    def main_cause(self) -> str:
+        return max(self.causes.items(), key=lambda kv: kv[1])[0] if self.causes else \
+            UNKNOWN_HOST
+
+
+@dataclass
+class IdleGroup:
+    """Idle time between the first and the last activity of a device (or summed over a
+    process, or the job) and its causes (ns)."""
+
+    name: str
+    task: int | None
+    gaps: int
+    idle: int
+    span: int  # from the first activity's start to the last one's end
+    causes: dict[str, int]
+    nvtx: dict[str, int]  # idle time per NVTX range open on the host thread (top 5)
+
+
+@dataclass
+class IdleReport:
+    devices: list[IdleGroup]
+    processes: list[IdleGroup]
+    job: IdleGroup
+    top: list[GapFinding]
+    launches: list[KernelLaunches]
+    short_kernel_share: float | None  # of kernel time, in kernels shorter than their launch
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _causes_of(row: dict) -> dict[str, int]:
+    return {k: int(row[k]) for k in (*CAUSE_KEYS, UNKNOWN_HOST) if row.get(k)}
+
+
+def _groups(table: pl.DataFrame, names: pl.DataFrame, spans: pl.DataFrame,
+            key: str) -> list[IdleGroup]:
+    """Per `key`: gap count, idle time, causes and the top NVTX ranges. `names` has (key,
+    name, task_value), `spans` (key, span)."""
+    dur = pl.col("end") - pl.col("start")
+    sums = table.group_by(key).agg(pl.len().alias("gaps"), dur.sum().alias("idle"),
+                                   *(pl.col(k).sum() for k in (*CAUSE_KEYS, UNKNOWN_HOST)))
+    ranges = (table.filter(pl.col("nvtx").is_not_null())
+              .group_by(key, "nvtx").agg(dur.sum().alias("t"))
+              .sort(key, "t", "nvtx", descending=[False, True, False])
+              .group_by(key, maintain_order=True).head(5)
+              .group_by(key, maintain_order=True).agg("nvtx", "t"))
+    full = (names.join(sums, on=key, how="left").join(spans, on=key, how="left")
+            .join(ranges, on=key, how="left").sort(key))
+    return [IdleGroup(r["name"], r["task_value"], int(r["gaps"] or 0), int(r["idle"] or 0),
+                      int(r["span"] or 0), _causes_of(r),
+                      dict(zip(r["nvtx"] or [], r["t"] or [])))
+            for r in full.iter_rows(named=True)]
+
+
+def build_report(gaps: pl.DataFrame, causes: pl.DataFrame, nvtx_hits: pl.DataFrame,
+                 spans: pl.DataFrame, device_names: pl.DataFrame, row_labels: dict[int, str],
+                 gpu_rows_of: dict[int, list[int]], nvtx_label: Callable[[int, int], str],
+                 launches: list[KernelLaunches], top: int = 10) -> IdleReport:
+    """The report from pass 1's gaps and pass 2's causes. `spans` (g, first, last) bound
+    each device's activity; `device_names` (g, name, task)."""
+    dur = pl.col("end") - pl.col("start")
+    table = (gaps.join(causes, on="gid", how="left")
+             .with_columns(pl.col(k).fill_null(0) for k in CAUSE_KEYS))
+    # what no segment explains (no state or call record on the row): 'no data'; a gap
+    # without a launch record is all 'unknown host'
+    explained = pl.sum_horizontal(*(pl.col(k) for k in CAUSE_KEYS if k != "no_data"))
+    table = table.with_columns(
+        pl.when(pl.col("host_row").is_null()).then(dur).otherwise(0).alias(UNKNOWN_HOST),
+        pl.when(pl.col("host_row").is_null()).then(0)
+        .otherwise(dur - explained).alias("no_data"))
+    names = pl.DataFrame(
+        [(t, v, nvtx_label(t, v)) for t, v in nvtx_hits.select("type", "value").unique()
+         .iter_rows()], schema={"type": pl.Int64, "value": pl.Int64, "nvtx": pl.Utf8},
+        orient="row")
+    table = table.join(nvtx_hits.join(names, on=["type", "value"]).select("gid", "nvtx"),
+                       on="gid", how="left")
+    table = table.join(device_names, on="g", how="left")
+    spans = spans.join(device_names.select("g", "task"), on="g", how="inner").select(
+        "g", "task", (pl.col("last") - pl.col("first")).alias("span"))
+    devices = _groups(table, device_names.select("g", "name", pl.col("task")
+                                                 .alias("task_value")), spans, "g")
+    processes = _groups(
+        table, device_names.group_by("task").agg(pl.col("process").first().alias("name"))
+        .with_columns(pl.col("task").alias("task_value")),
+        spans.group_by("task").agg(pl.col("span").sum()), "task")
+    whole = pl.lit(0).alias("job")
+    job = _groups(table.with_columns(whole),
+                  pl.DataFrame({"job": [0], "name": ["job"], "task_value": [None]},
+                               schema={"job": pl.Int32, "name": pl.Utf8,
+                                       "task_value": pl.Int64}),
+                  spans.select(whole.cast(pl.Int32), pl.col("span").sum()), "job")[0]
+    top_rows = table.sort(dur, "start", descending=[True, False]).head(top)
+    findings = [GapFinding(r["name"], r["task"], r["start"], r["end"],
+                           row_labels.get(r["host_row"]) if r["host_row"] is not None
+                           else None, _causes_of(r), r["nvtx"], r["host_row"],
+                           gpu_rows_of.get(r["g"], []))
+                for r in top_rows.iter_rows(named=True)]
+    kernel_time = sum(k.kernel_time for k in launches)
+    short = sum(k.short_time for k in launches)
+    return IdleReport(devices, processes, job, findings, launches,
+                      short / kernel_time if kernel_time else None)
+
+
+def explain(finder: GapFinder, launches: LaunchStats,
+            source: Callable[..., Iterable[Trace]], end: int, rows: pl.DataFrame,
+            devices: pl.DataFrame, pcf: Path | None, top: int = 10) -> IdleReport:
+    """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
+    report. Names come from the trace's .pcf when there is one."""
+    values: dict[int, dict[int, str]] = {}
+    type_labels: dict[int, str] = {}
+    if pcf is not None and pcf.exists():
+        text = pcf.read_text(errors="replace")
+        values = parse_pcf(text)[0]
+        type_labels = pcf_type_labels(text)
+    kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
+    launch_list = launches.result(end, kernel_names)
+    gaps = finder.gaps()
+    sums = CauseSums(gaps)
+    if sums.rows.len():
+        for window in source(types=CAUSE_TYPES, state_rows=sums.rows.to_list()):
+            sums.add(window)
+    causes, hits = sums.result()
+
+    def nvtx_label(t: int, v: int) -> str:
+        domain = type_labels.get(t, "").split(": ", 1)[-1] or str(t - nvtx.NVTX_PUSHPOP_BASE)
+        name = values.get(t, {}).get(v, str(v))
+        return name if domain in ("default domain", "default", "0") else f"{domain}: {name}"
+
+    labels = dict(rows.select("row", "label").iter_rows())
+    gpu = rows.filter(pl.col("kind") == "gpu").with_columns(
+        (pl.col("task_index") * 1_000_000 + pl.col("device")).alias("g"))
+    gpu_rows_of = {g: sorted(rs) for g, rs in gpu.group_by("g").agg(pl.col("row"))
+                   .iter_rows()}
+    report = build_report(gaps, causes, hits, finder.spans(), devices, labels, gpu_rows_of,
+                          nvtx_label, launch_list, top)
+    report.notes = _notes(report)
+    return report
+
+
+def _notes(report: IdleReport) -> list[str]:
+    """What the data cannot tell, one line each."""
+    notes = []
+    job = report.job
+    if job.gaps == 0:
+        notes.append("no gap: every device ran something from its first to its last "
+                     "activity")
+    unknown = job.causes.get(UNKNOWN_HOST, 0)
+    if unknown:
+        notes.append(f"{unknown / 1e6:.3f} ms of idle time ends with work that has no launch "
+                     "record (CUDA API not traced, or work launched before the capture): "
+                     "its host cause is unknown")
+    no_data = job.causes.get("no_data", 0)
+    if no_data:
+        notes.append(f"{no_data / 1e6:.3f} ms of idle time falls where the launching thread "
+                     "has no record (not alive, or not traced)")
+    if report.launches == [] and job.gaps:
+        notes.append("no kernel launch could be timed (no launch arrows to kernels)")
+    return notes
