@@ -151,10 +151,12 @@ def _window_lines(w: Window, position: int, names: dict[str, int],
     if w.hidden:
         out.append("window_open false")
     out.append(f"window_comm_lines_enabled {'true' if comm_lines else 'false'}")
+    # the GUI fits the colour scale to the values the window shows (paramedir ignores it):
+    # without it, in code colours every value above the default maximum (18) - states 19-33
+    # (launches, allocations), API and kernel names - is painted black like Idle, and in a
+    # gradient every value above it gets the same colour
+    out.append("window_compute_y_max true")
     if w.gradient:
-        # the GUI scales the gradient to the values the window shows (paramedir ignores both
-        # lines); without it every value above the default scale is painted the same colour
-        out.append("window_compute_y_max true")
         out.append("window_color_mode " + ("window_in_null_gradient_mode" if w.zero_unpainted
                                            else "window_in_gradient_mode"))
     for level, fn, plists in w.params:
