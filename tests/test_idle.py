@@ -105,8 +105,8 @@ def test_cli_text_json_views_and_exports(traces, tmp_path, capsys):
     assert [p.name for p in cfgs] == [f"gap_0{i}_rank_0_idle_app_pid_7100_gpu_0.cfg"
                                       for i in (1, 2, 3)]
     parsed = parse_cfg(cfgs[0])
-    assert [w.name for w in parsed.windows] == ["Gap: host thread and GPU states",
-                                                "Gap: CUDA calls, kernels, memory operations"]
+    assert [w.name for w in parsed.windows] == ["Gap: CUDA calls, kernels, memory operations",
+                                                "Gap: host thread and GPU states"]
     # the GUI asks no question loading them on this trace
     loaded = event_types(trace)
     assert [question(parse_cfg(p), loaded) for p in cfgs] == [None] * 3

@@ -170,8 +170,8 @@ def _ms(ns: int) -> str:
 def _cause_list(causes: dict[str, int], total: int, n: int = 3) -> str:
     """The main causes of `total` ns of idle time, largest first: 'label 61%, ...'."""
     parts = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
-    return ", ".join(f"{CAUSE_SHORT.get(k, k)} {v / total:.0%}" for k, v in parts if v) \
-        if total else "-"
+    return ", ".join(f"{CAUSE_SHORT.get(k, k)} {v / total:.0%}" for k, v in parts
+                     if v >= total / 200) if total else "-"  # what rounds to 0% is left out
 
 
 CAUSE_SHORT = {"mpi": "MPI", "nccl": "NCCL call", "cuda_sync": "CUDA sync",
@@ -193,7 +193,8 @@ def format_idle(r: IdleReport) -> str:
                f"###   job: {j.gaps} gaps"]
     for k, v in sorted(j.causes.items(), key=lambda kv: (-kv[1], kv[0])):
         label = CAUSE_LABELS.get(k, "no launch record for the next work: host unknown")
-        out.append(f"###     {v / j.idle:6.1%}  {label}" if j.idle else "")
+        share = f"{v / j.idle:6.1%}" if v >= j.idle / 1000 else " <0.1%"
+        out.append(f"###     {share}  {label}")
     if j.nvtx:
         out.append("###   NVTX ranges open on the launching thread (share of idle time): "
                    + ", ".join(f"{n} {t / j.idle:.0%}" for n, t in j.nvtx.items()))

@@ -45,12 +45,11 @@ def finding_cfg(f: GapFinding, rank: int, threads_per_task: list[int],
             + (f"; it was {causes}" if causes else "")
             + (f"; NVTX range open: {f.nvtx}" if f.nvtx else "") + ".")
     types = tuple(t for t in CALL_TYPES if t in present)
-    windows = (Window("Gap: host thread and GPU states", time_range=span,
-                      selected=tuple(selected)),)
-    if types:
-        windows += (Window("Gap: CUDA calls, kernels, memory operations",
-                           thread="Last Evt Val", types=types, time_range=span,
-                           selected=tuple(selected)),)
+    windows = (Window("Gap: CUDA calls, kernels, memory operations", thread="Last Evt Val",
+                      types=types, time_range=span, selected=tuple(selected)),) if types else ()
+    # the states last: the window the GUI shows in front
+    windows += (Window("Gap: host thread and GPU states", time_range=span,
+                       selected=tuple(selected)),)
     name = f"gap_{rank:02d}_{_slug(f.device)}.cfg"
     return Cfg(name, f"nsys2prv finding {rank}: GPU idle", text, windows, comm_lines=True)
 
