@@ -45,6 +45,8 @@ def main(export: str, work: str) -> dict:
     results["analyze_pop"] = run(["analyze", str(trace), "--pop-trace", str(pop)])
     results["check_pop"] = run(["check", "-q", str(pop)])
     results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace)])
+    results["analyze_views"] = run(["analyze", str(trace), "--views", str(w / "views"),
+                                    "--top", "3"])
     results["prepare"] = run(["prepare", "-q", export, str(part)])
     results["merge"] = run(["merge", "-q", str(part), str(merged)])
     checks = {}
@@ -59,6 +61,15 @@ def main(export: str, work: str) -> dict:
     checks["merge_same_bytes"] = (merged.exists() and trace.exists()
                                   and merged.read_bytes() == trace.read_bytes())
     checks["plot_written"] = (w / "eff.png").exists()
+    # every view of a finding loads in wxparaver without a question (the GUI's load rule)
+    from nsys2prv.paraver.read import event_types
+    from nsys2prv.views.cfg import parse_cfg
+    from nsys2prv.views.guicheck import question
+
+    loaded = event_types(trace) if trace.exists() else set()
+    views = sorted((w / "views").glob("gap_*.cfg"))
+    checks["views"] = len(views)
+    checks["views_asking"] = [p.name for p in views if question(parse_cfg(p), loaded)]
     for r in results.values():
         r.pop("stdout")
     return {"commands": results, "checks": checks}
