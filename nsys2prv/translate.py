@@ -14,19 +14,23 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError, OutputError, UsageError
-from .supervise import register_temp
 from .paraver.kinds import TRANSLATORS as KINDS
 from .paraver.output import trace_paths
+from .pipeline.align import align
 from .pipeline.budget import plan as budget_plan
 from .pipeline.budget import worker_environment
+from .pipeline.facts import Facts, nvtx_ranges, report_facts
 from .pipeline.merge import MergeOptions, MergeResult, merge
 from .pipeline.prepare import PrepareOptions, prepare
+from .pipeline.window import Filter, NvtxFilter, WindowMoved, parse_filter, resolve
 from .report.export import export_report, is_report
 from .report.report import Report
+from .supervise import register_temp
 
 
 def open_report(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None
@@ -86,17 +90,23 @@ def prepare_report(report: str | os.PathLike[str], directory: str | os.PathLike[
 def merge_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str],
                    *, compress: bool = False, sync: str | None = "auto",
                    sync_by_task: bool = False, hosts: Sequence[str | None] | None = None,
-                   jobs: int = 1, memory: int | None = None,
+                   jobs: int = 1, memory: int | None = None, window: Filter | str | None = None,
+                   facts: list[Facts] | None = None, allow_empty: bool = False,
                    on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
     """The merge stage alone: partial trace directories (in input order) -> one trace.
 
     `jobs` > 1 merges time windows of a large trace in that many processes (same bytes);
-    `memory` (bytes, default 2 GiB) bounds them together."""
+    `memory` (bytes, default 2 GiB) bounds them together. `window` (as for `translate`)
+    writes that window of the run only."""
     output = _check_output(Path(output), [], compress)
+    if isinstance(window, str):
+        window = parse_filter(time=window) if "/" in window and _looks_like_time(window) \
+            else parse_filter(nvtx=window)
     return merge([Path(p) for p in partials], output,
                  MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
                               sync=sync, sync_by_task=sync_by_task, jobs=max(1, jobs),
-                              memory=memory),
+                              memory=memory, filter=window, facts=facts,
+                              allow_empty=allow_empty),
                  progress=on_merge)
 
 
@@ -139,6 +149,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
               chunk_rows: int | None = None, spill_rows: int | None = None,
               sync: str | None = "auto", sync_nvtx: str | None = None,
               sync_by_task: bool = False, dask: Any = None, memory: int | None = None,
+              window: Filter | str | None = None, allow_empty: bool = False,
               on_report: Callable[[int, int], None] | None = None,
               on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
     """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
@@ -150,14 +161,21 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     (a `distributed.Client` or a scheduler address) runs that stage on a Dask cluster, whose
     workers must see the inputs and `workdir` at the same paths. `memory` (bytes, default
     2 GiB) bounds what the local processes take together: it caps how many run at once and
-    sizes their buffers. Returns what was written and a summary (counts, warnings, clock
-    offsets and residual skew).
+    sizes their buffers. `window` translates a window of the run only: a `TimeFilter` or
+    `NvtxFilter` (`pipeline.window`), or nsys' text for them ("1s/2s" for a time window,
+    else an NVTX range "NAME[@DOMAIN][/INDEX]"); only what overlaps it is read, the trace
+    starts at 0 at its start (see docs/usage.md); `allow_empty` writes an empty trace for a
+    window outside the run instead of failing. Returns what was written and a summary
+    (counts, warnings, clock offsets and residual skew).
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [Path(p) for p in inputs]
     if not inputs:
         raise UsageError("no input given")
+    if isinstance(window, str):
+        window = parse_filter(time=window) if "/" in window and _looks_like_time(window) \
+            else parse_filter(nvtx=window)
     _refuse_duplicate_inputs(inputs)
     output = _check_output(Path(output), inputs, compress)
     out_dir = output.parent if str(output.parent) else Path(".")
@@ -175,14 +193,63 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
     register_temp(work)
     try:
-        jobs_args = [(str(sp), name, work / f"report-{i:05d}", options)
-                     for i, (sp, name) in enumerate(zip(sqlite_paths, names))]
-        _run_prepare(jobs_args, budget.workers, dask, on_report)
-        return merge_partials([a[2] for a in jobs_args], output, compress=compress, sync=sync,
-                              sync_by_task=sync_by_task, hosts=hosts, jobs=jobs,
-                              memory=memory, on_merge=on_merge)
+        dirs = [work / f"report-{i:05d}" for i in range(len(sqlite_paths))]
+        merge_args = dict(compress=compress, sync=sync, sync_by_task=sync_by_task,
+                          hosts=hosts, jobs=jobs, memory=memory, on_merge=on_merge)
+        if window is None:
+            _run_prepare([(str(sp), name, d, options) for sp, name, d in
+                          zip(sqlite_paths, names, dirs)], budget.workers, dask, on_report)
+            return merge_partials(dirs, output, **merge_args)
+        facts, local = _window_estimate(sqlite_paths, names, options, window, hosts, sync,
+                                        sync_by_task)
+        for attempt in range(3):
+            _run_prepare([(str(sp), name, d, replace(options, window=w)) for sp, name, d, w in
+                          zip(sqlite_paths, names, dirs, local)], budget.workers, dask,
+                         on_report)
+            try:
+                return merge_partials(dirs, output, window=window, facts=facts,
+                                      allow_empty=allow_empty, **merge_args)
+            except WindowMoved as moved:  # the exact clocks moved it: read those windows
+                local = moved.local
+                for d in dirs:
+                    shutil.rmtree(d, ignore_errors=True)
+        raise InputError("the window's place on the trace did not settle")  # pragma: no cover
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _looks_like_time(text: str) -> bool:
+    """Whether a window given as text is a time window ("START/END") rather than an NVTX
+    range whose name holds a slash: both sides are empty or start with a digit or sign."""
+    a, _, b = text.partition("/")
+    return all(not s or s.strip()[:1] in "0123456789+-." for s in (a, b))
+
+
+def _window_estimate(paths: list[Path], names: list[str], options: PrepareOptions,
+                     flt: Filter, hosts: Sequence[str | None] | None, sync: str | None,
+                     sync_by_task: bool) -> tuple[list[Facts], list[tuple[int, int]]]:
+    """The facts of every report (SQL, whole reports) and a first estimate of the window
+    each must read: the clocks from the facts' first records (the merge checks them against
+    the translated records and asks for a second reading if they differ)."""
+    facts, metas = [], []
+    for i, (path, name) in enumerate(zip(paths, names)):
+        report = Report(path, name=name)
+        try:
+            f = report_facts(report, options.kinds, options.sync_nvtx)
+            if isinstance(flt, NvtxFilter):
+                f.nvtx = nvtx_ranges(report)
+            desc = report.describe()
+        finally:
+            report.close()
+        facts.append(f)
+        metas.append({"report": desc, "time": {"first": f.first},
+                      "extra": {"sync_points": f.sync_points}})
+    report_hosts = [(hosts[i] if hosts else None) or m["report"].get("host")
+                    or m["report"]["name"] for i, m in enumerate(metas)]
+    alignment = align(metas, report_hosts, sync, sync_by_task)
+    res = resolve(flt, alignment.shifts, [f.first for f in facts],
+                  [f.nvtx for f in facts] if isinstance(flt, NvtxFilter) else None, names)
+    return facts, res.local
 
 
 def _run_prepare(jobs_args: list[tuple], jobs: int, dask: Any,

@@ -19,7 +19,7 @@ from ..errors import InputError, UsageError
 from ..supervise import register_temp, stderr_is_terminal
 from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
 from ..analysis.model import Analysis, Efficiency, GroupResult, analyze_path
-from .common import Parser, Progress
+from .common import Parser, Progress, add_window_arguments, window_of
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="write a Paraver view (.cfg) zoomed on each listed gap into DIR; "
                         "reports given as input are translated into DIR too, so that the "
                         "views have their trace")
+    add_window_arguments(p)
     p.add_argument("--no-idle", action="store_true",
                    help="skip why the GPUs wait (one pass over the trace instead of two)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -60,45 +61,61 @@ def _is_trace(path: str) -> bool:
     return path.endswith(".prv") or path.endswith(".prv.gz")
 
 
-def _translate(inputs: list[str], out: Path, what: str = "") -> None:
+def _translate(inputs: list[str], out: Path, what: str = "", window=None,
+               allow_empty: bool = False) -> None:
     """Translate reports for the analysis: reports prepared in parallel (as many processes
-    as cores, within the default memory budget), progress bars on a terminal."""
+    as cores, within the default memory budget), progress bars on a terminal; only
+    `window` of the run when one is given."""
     from ..translate import translate
 
     if what and stderr_is_terminal():
         print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
     bars = Progress(enabled=True)
     try:
-        translate(inputs, str(out), jobs=os.cpu_count() or 1, on_report=bars.report,
-                  on_merge=bars.merge)
+        translate(inputs, str(out), jobs=os.cpu_count() or 1, window=window,
+                  allow_empty=allow_empty, on_report=bars.report, on_merge=bars.merge)
     finally:
         bars.close()
 
 
+def _cut(trace: str, tmp: Path, window, allow_empty: bool) -> Path:
+    """A trace given with a window: its cut (time windows only: the trace's own time)."""
+    from ..pipeline.window import TimeFilter, cut_trace
+
+    if not isinstance(window, TimeFilter):
+        raise UsageError("--filter-nvtx needs the reports (an NVTX range is looked up in "
+                         "them); on a trace use --filter-time with the trace's times")
+    out = tmp / "window.prv"
+    cut_trace(trace, out, window.start or 0, window.end, allow_empty)
+    return out
+
+
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
-            keep_in: Path | None = None) -> tuple[Analysis, Path | None]:
+            keep_in: Path | None = None, window=None,
+            allow_empty: bool = False) -> tuple[Analysis, Path | None]:
     """Analyse one trace, or translate reports (into a temporary directory, or into
-    `keep_in`) and analyse that trace. Returns the analysis and the trace kept, if any."""
-    if len(inputs) == 1 and _is_trace(inputs[0]):
-        if not Path(inputs[0]).exists():
-            raise InputError(f"{inputs[0]}: no such file")
-        return analyze_path(inputs[0], explain, top), Path(inputs[0])
-    if any(_is_trace(i) for i in inputs):
+    `keep_in`) and analyse that trace; with `window`, that window of the run. Returns the
+    analysis and the trace kept, if any."""
+    single_trace = len(inputs) == 1 and _is_trace(inputs[0])
+    if single_trace and not Path(inputs[0]).exists():
+        raise InputError(f"{inputs[0]}: no such file")
+    if not single_trace and any(_is_trace(i) for i in inputs):
         raise UsageError("give either one trace (.prv) or reports, not both")
-    if keep_in is not None:
-        keep_in.mkdir(parents=True, exist_ok=True)
-        out = keep_in / (Path(inputs[0]).name.split(".")[0] + ".prv")
-        _translate(inputs, out)
-        result = analyze_path(out, explain, top)
-        result.trace = " ".join(inputs)
-        return result, out
+    if single_trace and window is None:
+        return analyze_path(inputs[0], explain, top), Path(inputs[0])
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         register_temp(tmp)
-        out = Path(tmp) / "trace.prv"
-        _translate(inputs, out)
+        place = keep_in or Path(tmp)
+        place.mkdir(parents=True, exist_ok=True)
+        if single_trace:
+            out = _cut(inputs[0], place, window, allow_empty)
+        else:
+            out = place / (Path(inputs[0]).name.split(".")[0] + ".prv" if keep_in
+                           else "trace.prv")
+            _translate(inputs, out, window=window, allow_empty=allow_empty)
         result = analyze_path(out, explain, top)
     result.trace = " ".join(inputs)
-    return result, None
+    return result, out if keep_in is not None else None
 
 
 def _pct(x: int, total: int) -> str:
@@ -267,19 +284,24 @@ def scaling_main(args) -> int:
     from ..analysis import scaling
 
     runs = []
+    window = window_of(args)  # the same iterations of every run
     for run in args.inputs:
         files = _run_inputs(run)
         label = run.rstrip("/")  # as given: the table's heads drop what runs share
         for suffix in (".prv.gz", ".prv"):
             label = label[: -len(suffix)] if label.endswith(suffix) else label
-        if len(files) == 1 and _is_trace(files[0]):
+        if len(files) == 1 and _is_trace(files[0]) and window is None:
             runs.append(scaling.run_of_path(files[0], label))
             continue
         with tempfile.TemporaryDirectory(prefix="nsys2prv-scaling-") as tmp:
             register_temp(tmp)
-            out = Path(tmp) / "trace.prv"
-            _translate(files, out, f"run {label} ({len(files)} report"
-                                   f"{'s' if len(files) > 1 else ''})")
+            if len(files) == 1 and _is_trace(files[0]):
+                out = _cut(files[0], Path(tmp), window, args.allow_empty)
+            else:
+                out = Path(tmp) / "trace.prv"
+                _translate(files, out, f"run {label} ({len(files)} report"
+                                       f"{'s' if len(files) > 1 else ''})", window,
+                           args.allow_empty)
             runs.append(scaling.run_of_path(out, label))
     columns = scaling.table(runs, weak=args.weak)
     if args.json:
@@ -308,7 +330,8 @@ def main(argv: list[str]) -> int:
     views = Path(args.views) if args.views else None
     if views is not None and args.no_idle:
         raise UsageError("--views shows the gaps, which --no-idle skips")
-    result, trace = analyze(args.inputs, not args.no_idle, args.top, views)
+    result, trace = analyze(args.inputs, not args.no_idle, args.top, views, window_of(args),
+                            args.allow_empty)
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types

@@ -18,6 +18,33 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+WINDOW_HELP_BASE = ("for one report, ns since its session start (nsys' timeline, what "
+                    "`nsys stats --filter-time` takes); for several, the merged trace's own "
+                    "time (what Paraver shows for the whole run)")
+
+
+def add_window_arguments(p: argparse.ArgumentParser) -> None:
+    """--filter-time / --filter-nvtx / --allow-empty, with nsys' syntax."""
+    p.add_argument("--filter-time", metavar="[START]/[END]",
+                   help="translate only this window of the run: times with units (ns, us, ms, "
+                        "s, m, h; sums like 1s200ms; an empty side is open), "
+                        + WINDOW_HELP_BASE)
+    p.add_argument("--filter-nvtx", metavar="RANGE[@DOMAIN][/INDEX]",
+                   help="translate only the INDEX-th instance (0 = first, by start time) of "
+                        "the NVTX range RANGE (of DOMAIN; a range without a domain is named "
+                        "without @); with several reports, the union of every report's "
+                        "instance. Wins over --filter-time, as in nsys")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="write an empty trace for a window outside the run instead of failing")
+
+
+def window_of(args: argparse.Namespace):
+    """The window of --filter-time / --filter-nvtx (parsed: a malformed one stops here)."""
+    from ..pipeline.window import parse_filter
+
+    return parse_filter(time=args.filter_time, nvtx=args.filter_nvtx)
+
+
 def kind_list(text: str | None) -> list[str] | None:
     """`--only`/`--exclude` text as a list of kind names (None when not given)."""
     if text is None:
@@ -90,6 +117,8 @@ def print_summary(result, seconds: float) -> None:
         if al.check_point is not None:
             print(f"nsys2prv: spread of {al.check_point} after alignment "
                   f"{al.check_spread_ns / 1e3:.3f} us (independent check)", file=err)
+    for note in getattr(result, "notes", []):
+        print(f"nsys2prv: {note}", file=err)
     if result.warnings:
         print("nsys2prv: warnings: " + "; ".join(f"{k}: {v}" for k, v in
                                                   sorted(result.warnings.items())), file=err)

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import InputError, UsageError
 from ..pipeline.budget import memory_size
 from ..pipeline.prepare import META_FILE
-from .common import Parser, kind_list, print_summary
+from .common import Parser, add_window_arguments, kind_list, print_summary, window_of
 
 
 def _prepare_parser() -> argparse.ArgumentParser:
@@ -52,6 +52,7 @@ def _merge_parser() -> argparse.ArgumentParser:
                    help="memory for all merging processes together, e.g. 4G (default 2G)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true")
+    add_window_arguments(p)
     return p
 
 
@@ -92,9 +93,10 @@ def main(command: str, argv: list[str]) -> int:
     from ..translate import merge_partials
 
     sync = None if args.no_sync else (f"nvtx:{args.sync_nvtx}" if args.sync_nvtx else args.sync)
+    window = window_of(args)
     result = merge_partials(find_partials(dirs), output, compress=args.compress, sync=sync,
                             sync_by_task=args.sync_by_task, jobs=args.jobs,
-                            memory=args.memory)
+                            memory=args.memory, window=window, allow_empty=args.allow_empty)
     if not args.quiet:
         print_summary(result, 0.0)
     return 0

@@ -10,7 +10,8 @@ import time
 from .. import __version__
 from ..errors import UsageError
 from ..pipeline.budget import memory_size
-from .common import Parser, Progress, kind_list, kind_names, print_summary
+from .common import (Parser, Progress, add_window_arguments, kind_list, kind_names,
+                     print_summary, window_of)
 
 
 def translate_parser() -> argparse.ArgumentParser:
@@ -46,6 +47,7 @@ def translate_parser() -> argparse.ArgumentParser:
                    help="align reports on the end of the first NVTX range or mark NAME")
     p.add_argument("--sync-by-task", action="store_true",
                    help="correct every report on its own (default: one correction per host)")
+    add_window_arguments(p)
     p.add_argument("--no-sync", action="store_true",
                    help="align reports on their recorded session start times only")
     p.add_argument("--workdir", help="directory for temporary files (default: next to OUTPUT)")
@@ -98,13 +100,14 @@ def run_translate(argv: list[str]) -> int:
         hosts = [names.get(os.path.basename(i)) or names.get(i) for i in inputs]
     bars = Progress(enabled=not args.quiet)
     t0 = time.time()
+    window = window_of(args)
     result = translate(inputs, output, only=kind_list(args.only),
                        exclude=kind_list(args.exclude) or [],
                        compress=args.compress, jobs=max(1, args.jobs), hosts=hosts,
                        workdir=args.workdir, sync=None if args.no_sync else args.sync,
                        sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,
                        dask=args.dask, chunk_rows=args.chunk_rows, spill_rows=args.spill_rows,
-                       memory=args.memory,
+                       memory=args.memory, window=window, allow_empty=args.allow_empty,
                        on_report=bars.report, on_merge=bars.merge)
     bars.close()
     if not args.quiet:

@@ -19,7 +19,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +43,41 @@ static int col_push(Col *c, const void *v, size_t size) {
     c->n += size;
     return 0;
 }
+
+/* ------------------------------------------------------------------ cut mode -- */
+
+/* One (row, type) before the window: its last value (or, for a stacked type, its open
+ * values), with the file order of the events, to be written at the window's start. */
+typedef struct {
+    uint64_t key; /* row << 32 | type, 0 = empty slot (type 0 is not an event type) */
+    int64_t value, time;
+    uint64_t seq;
+    int64_t *stack; /* stacked types: values pushed and not popped, with seqs and times */
+    uint64_t *stack_seq;
+    int64_t *stack_time;
+    int32_t n, cap;
+    int32_t cpu;
+} Carry;
+
+typedef struct {
+    int64_t from, to; /* [from, to) in trace time; output time = time - from */
+    int64_t *stacked; /* sorted types whose values nest (0 ends the innermost) */
+    Py_ssize_t nstacked;
+    int64_t *attributes; /* sorted types that describe what starts with them (bytes, ids,
+                            geometry): carried only with a value still open from their time */
+    Py_ssize_t nattributes;
+    Carry *slots;
+    size_t nslots, used;
+    uint64_t seq;
+    /* per row: the state covering `from` */
+    int64_t *st_end;
+    int32_t *st_state, *st_cpu;
+    int flushed;
+    /* per row: its event line at 0 (what is open), held until the lines at `from` are read,
+     * so that an event line of the same row at `from` joins it (one line per row and time) */
+    Col *held;
+    int holding;
+} Cut;
 
 enum { EV_ROW, EV_TIME, EV_TYPE, EV_VALUE, ST_ROW, ST_BEGIN, ST_END, ST_STATE, CM_SROW,
        CM_LSEND, CM_PSEND, CM_RROW, CM_LRECV, CM_PRECV, CM_SIZE, CM_TAG, NCOLS };
@@ -67,7 +104,9 @@ typedef struct {
     Py_ssize_t nseen, seen_cap;
     int64_t *row_map; /* rewrite mode: per row, new cpu << 32 | new thread, or -1 to drop */
     Py_ssize_t nmap;
-    Col out; /* rewrite mode: the rewritten text not yet taken */
+    Col out; /* rewrite and cut modes: the text not yet taken */
+    Cut *cut; /* cut mode */
+    int cut_done; /* past the window: the rest is skipped */
     char *rest; /* a line split between two blocks */
     size_t rest_n, rest_cap;
     long long bad, lines;
@@ -77,11 +116,30 @@ typedef struct {
 static void Scanner_dealloc(Scanner *s) {
     for (int i = 0; i < NCOLS; i++) free(s->cols[i].p);
     free(s->types);
-    free(s->task_rows);
     free(s->appl_offsets);
     free(s->state_mask);
     free(s->rest);
     free(s->seen);
+    if (s->cut) {
+        for (size_t i = 0; i < s->cut->nslots; i++) {
+            free(s->cut->slots[i].stack);
+            free(s->cut->slots[i].stack_seq);
+            free(s->cut->slots[i].stack_time);
+        }
+        free(s->cut->slots);
+        free(s->cut->stacked);
+        free(s->cut->attributes);
+        free(s->cut->st_end);
+        free(s->cut->st_state);
+        free(s->cut->st_cpu);
+        if (s->cut->held) {
+            int64_t nrows = s->task_rows[s->ntasks];
+            for (int64_t r = 0; r < nrows; r++) free(s->cut->held[r].p);
+            free(s->cut->held);
+        }
+        free(s->cut);
+    }
+    free(s->task_rows); /* after the cut's rows */
     free(s->row_map);
     free(s->out.p);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -117,12 +175,14 @@ static int cmp_i64(const void *a, const void *b) {
 
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"task_rows", "appl_offsets", "types", "state_rows", "comms",
-                             "distinct_types", "row_map", NULL};
+                             "distinct_types", "row_map", "cut", "stacked", "attributes",
+                             NULL};
     PyObject *task_rows, *appl_offsets, *types = Py_None, *state_rows = Py_None;
-    PyObject *row_map = Py_None;
+    PyObject *row_map = Py_None, *cut = Py_None, *stacked = Py_None, *attributes = Py_None;
     int comms = 0, distinct = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOppO", kwlist, &task_rows, &appl_offsets,
-                                     &types, &state_rows, &comms, &distinct, &row_map))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOppOOOO", kwlist, &task_rows,
+                                     &appl_offsets, &types, &state_rows, &comms, &distinct,
+                                     &row_map, &cut, &stacked, &attributes))
         return -1;
     Py_ssize_t n;
     int64_t *v = ints_of(task_rows, &n);
@@ -162,6 +222,40 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
     if (row_map != Py_None) {
         s->row_map = ints_of(row_map, &s->nmap);
         if (!s->row_map) return -1;
+    }
+    if (cut != Py_None) {
+        long long from, to;
+        if (!PyArg_ParseTuple(cut, "LL", &from, &to)) return -1;
+        Cut *c = calloc(1, sizeof(Cut));
+        if (!c) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->cut = c;
+        c->from = from;
+        c->to = to;
+        if (stacked != Py_None) {
+            c->stacked = ints_of(stacked, &c->nstacked);
+            if (!c->stacked) return -1;
+            qsort(c->stacked, c->nstacked, sizeof(int64_t), cmp_i64);
+        }
+        if (attributes != Py_None) {
+            c->attributes = ints_of(attributes, &c->nattributes);
+            if (!c->attributes) return -1;
+            qsort(c->attributes, c->nattributes, sizeof(int64_t), cmp_i64);
+        }
+        int64_t nrows = s->task_rows[s->ntasks];
+        c->nslots = 1024;
+        c->slots = calloc(c->nslots, sizeof(Carry));
+        c->st_end = malloc(sizeof(int64_t) * (nrows ? nrows : 1));
+        c->st_state = malloc(sizeof(int32_t) * (nrows ? nrows : 1));
+        c->st_cpu = malloc(sizeof(int32_t) * (nrows ? nrows : 1));
+        c->held = calloc(nrows ? nrows : 1, sizeof(Col));
+        if (!c->slots || !c->st_end || !c->st_state || !c->st_cpu || !c->held) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (int64_t r = 0; r < nrows; r++) c->st_end[r] = INT64_MIN;
     }
     return 0;
 }
@@ -343,13 +437,302 @@ static int scan_line(Scanner *s, const char *p, const char *end) {
     return 0;
 }
 
+static int in_sorted(const int64_t *v, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (v[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && v[lo] == x;
+}
+
+static Carry *carry_slot(Cut *c, uint64_t key) {
+    if (2 * (c->used + 1) > c->nslots) { /* grow: rehash */
+        size_t n = c->nslots * 2;
+        Carry *slots = calloc(n, sizeof(Carry));
+        if (!slots) return NULL;
+        for (size_t i = 0; i < c->nslots; i++) {
+            if (!c->slots[i].key) continue;
+            size_t j = (c->slots[i].key * 0x9E3779B97F4A7C15ull) >> 20 & (n - 1);
+            while (slots[j].key) j = (j + 1) & (n - 1);
+            slots[j] = c->slots[i];
+        }
+        free(c->slots);
+        c->slots = slots;
+        c->nslots = n;
+    }
+    size_t j = (key * 0x9E3779B97F4A7C15ull) >> 20 & (c->nslots - 1);
+    while (c->slots[j].key && c->slots[j].key != key) j = (j + 1) & (c->nslots - 1);
+    if (!c->slots[j].key) {
+        c->slots[j].key = key;
+        c->used++;
+    }
+    return &c->slots[j];
+}
+
+/* an event before the window: remember what it leaves open */
+static int carry_event(Cut *c, int64_t row, int64_t cpu, int64_t time, int64_t type,
+                       int64_t value) {
+    Carry *e = carry_slot(c, ((uint64_t)row << 32) | (uint32_t)type);
+    if (!e) return -2;
+    e->cpu = (int32_t)cpu;
+    if (c->stacked && in_sorted(c->stacked, c->nstacked, type)) {
+        if (value == 0) {
+            if (e->n) e->n--;
+        } else {
+            if (e->n == e->cap) {
+                int32_t cap = e->cap ? e->cap * 2 : 4;
+                int64_t *st = realloc(e->stack, sizeof(int64_t) * cap);
+                if (!st) return -2;
+                e->stack = st;
+                uint64_t *sq = realloc(e->stack_seq, sizeof(uint64_t) * cap);
+                if (!sq) return -2;
+                e->stack_seq = sq;
+                int64_t *tm = realloc(e->stack_time, sizeof(int64_t) * cap);
+                if (!tm) return -2;
+                e->stack_time = tm;
+                e->cap = cap;
+            }
+            e->stack[e->n] = value;
+            e->stack_time[e->n] = time;
+            e->stack_seq[e->n++] = c->seq;
+        }
+    } else {
+        e->value = value;
+        e->time = time;
+    }
+    e->seq = c->seq++;
+    return 0;
+}
+
+typedef struct {
+    uint64_t seq;
+    int64_t row, type, value, time;
+    int32_t cpu, attribute;
+} Out;
+
+static int cmp_out(const void *a, const void *b) {
+    const Out *x = a, *y = b;
+    if (x->row != y->row) return x->row < y->row ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* row -> appl, task, thread (1-based) */
+static void ids_of_row(const Scanner *s, int64_t row, int64_t *appl, int64_t *task,
+                       int64_t *thread) {
+    Py_ssize_t lo = 0, hi = s->ntasks; /* last task whose first row <= row */
+    while (hi - lo > 1) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (s->task_rows[mid] <= row) lo = mid;
+        else hi = mid;
+    }
+    Py_ssize_t a = 0;
+    while (a + 1 < s->nappl && s->appl_offsets[a + 1] <= lo) a++;
+    *appl = a + 1;
+    *task = lo - s->appl_offsets[a] + 1;
+    *thread = row - s->task_rows[lo] + 1;
+}
+
+static int put_text(Scanner *s, const char *fmt, ...) {
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return col_push(&s->out, buf, (size_t)n) < 0 ? -2 : 0;
+}
+
+/* the window's start: the states that cross it, then what the events before it leave open,
+ * row by row in file order, at time 0 */
+static int cut_flush(Scanner *s) {
+    Cut *c = s->cut;
+    if (c->flushed) return 0;
+    c->flushed = 1;
+    size_t n = 0;
+    for (size_t i = 0; i < c->nslots; i++)
+        if (c->slots[i].key) n += c->slots[i].n ? (size_t)c->slots[i].n : 1;
+    Out *out = malloc(sizeof(Out) * (n ? n : 1));
+    if (!out) return -2;
+    size_t k = 0;
+    for (size_t i = 0; i < c->nslots; i++) {
+        Carry *e = &c->slots[i];
+        if (!e->key) continue;
+        int64_t row = (int64_t)(e->key >> 32), type = (int64_t)(uint32_t)e->key;
+        int attr = c->attributes && in_sorted(c->attributes, c->nattributes, type);
+        if (e->stack) {
+            for (int32_t j = 0; j < e->n; j++)
+                out[k++] = (Out){e->stack_seq[j], row, type, e->stack[j], e->stack_time[j],
+                                 e->cpu, 0};
+        } else if (e->value != 0) {
+            out[k++] = (Out){e->seq, row, type, e->value, e->time, e->cpu, attr};
+        }
+    }
+    qsort(out, k, sizeof(Out), cmp_out);
+    /* an attribute goes with what is still open: kept only at the time a value still open
+     * on its row was written (the start line of a clipped kernel, call, copy, ...) */
+    for (size_t i = 0; i < k;) { /* mark first (attribute = 2: dropped), then compact */
+        size_t r_end = i;
+        while (r_end < k && out[r_end].row == out[i].row) r_end++;
+        for (size_t a = i; a < r_end; a++) {
+            if (!out[a].attribute) continue;
+            int keep = 0;
+            for (size_t b = i; b < r_end && !keep; b++)
+                keep = out[b].attribute != 1 && out[b].attribute != 2 &&
+                       out[b].time == out[a].time;
+            if (!keep) out[a].attribute = 2;
+        }
+        i = r_end;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++)
+        if (out[i].attribute != 2) out[m++] = out[i];
+    k = m;
+    int64_t nrows = s->task_rows[s->ntasks];
+    size_t j = 0;
+    for (int64_t row = 0; row < nrows; row++) {
+        int64_t appl, task, thread;
+        int has_state = c->st_end[row] > c->from;
+        if (!has_state && (j >= k || out[j].row != row)) continue;
+        ids_of_row(s, row, &appl, &task, &thread);
+        if (has_state) {
+            int64_t end = c->st_end[row] < c->to ? c->st_end[row] : c->to;
+            if (put_text(s, "1:%d:%lld:%lld:%lld:0:%lld:%d\n", c->st_cpu[row], (long long)appl,
+                         (long long)task, (long long)thread, (long long)(end - c->from),
+                         c->st_state[row]) < 0) {
+                free(out);
+                return -2;
+            }
+        }
+        if (j < k && out[j].row == row) {
+            char buf[96];
+            Col *h = &c->held[row];
+            int n = snprintf(buf, sizeof buf, "2:%d:%lld:%lld:%lld:0", out[j].cpu,
+                             (long long)appl, (long long)task, (long long)thread);
+            int rc = col_push(h, buf, (size_t)n);
+            for (; j < k && out[j].row == row && rc == 0; j++) {
+                n = snprintf(buf, sizeof buf, ":%lld:%lld", (long long)out[j].type,
+                             (long long)out[j].value);
+                rc = col_push(h, buf, (size_t)n);
+            }
+            if (rc < 0) {
+                free(out);
+                return -2;
+            }
+            c->holding = 1;
+        }
+    }
+    free(out);
+    return 0;
+}
+
+/* the held event lines at 0 of the rows that had none at `from` */
+static int release_held(Scanner *s) {
+    Cut *c = s->cut;
+    if (!c->holding) return 0;
+    c->holding = 0;
+    int64_t nrows = s->task_rows[s->ntasks];
+    for (int64_t r = 0; r < nrows; r++) {
+        Col *h = &c->held[r];
+        if (!h->n) continue;
+        if (col_push(&s->out, h->p, h->n) < 0 || col_push(&s->out, "\n", 1) < 0) return -2;
+        h->n = 0;
+    }
+    return 0;
+}
+
+/* Cut mode: the lines of [from, to), times moved by -from; what is open at `from` is
+ * written at 0 (`cut_flush`), states are clipped at both edges, communications kept when
+ * both their ends are inside. Returns 1 once past the window. */
+static int cut_line(Scanner *s, const char *p, const char *end, const char *nl) {
+    Cut *c = s->cut;
+    const char *line_end = nl ? nl + 1 : end;
+    if (end - p < 2 || p[1] != ':' || (p[0] != '1' && p[0] != '2' && p[0] != '3')) {
+        if (!(end > p && p[0] == '#')) return 0; /* communicator lines etc.: dropped */
+        return col_push(&s->out, p, line_end - p) < 0 ? -2 : 0;
+    }
+    char kind = p[0];
+    const char *q = p + 2;
+    int64_t cpu, appl, task, thread, t;
+    if (field(&q, end, &cpu) || field(&q, end, &appl) || field(&q, end, &task) ||
+        field(&q, end, &thread) || field(&q, end, &t))
+        return -1;
+    int64_t row = row_of(s, appl, task, thread);
+    if (row < 0) return -1;
+    if (t >= c->to) {
+        int rc = cut_flush(s);
+        if (rc == 0) rc = release_held(s);
+        return rc < 0 ? rc : 1;
+    }
+    if (t > c->from && c->holding && release_held(s) < 0) return -2;
+    if (kind == '1') {
+        int64_t stop, state;
+        if (field(&q, end, &stop) || field(&q, end, &state)) return -1;
+        if (t < c->from) {
+            if (stop > c->from && row < s->task_rows[s->ntasks]) {
+                c->st_end[row] = stop;
+                c->st_state[row] = (int32_t)state;
+                c->st_cpu[row] = (int32_t)cpu;
+            }
+            return 0;
+        }
+        if (cut_flush(s) < 0) return -2;
+        int64_t e = stop < c->to ? stop : c->to;
+        return put_text(s, "1:%lld:%lld:%lld:%lld:%lld:%lld:%lld\n", (long long)cpu,
+                        (long long)appl, (long long)task, (long long)thread,
+                        (long long)(t - c->from), (long long)(e - c->from), (long long)state);
+    }
+    if (kind == '2') {
+        if (t < c->from) {
+            while (q < end) {
+                int64_t type, value;
+                if (field(&q, end, &type) || field(&q, end, &value)) return -1;
+                if (carry_event(c, row, cpu, t, type, value) < 0) return -2;
+            }
+            return 0;
+        }
+        if (cut_flush(s) < 0) return -2;
+        const char *rest = q - 1; /* from the ':' before the first type */
+        Col *h = &c->held[row];
+        if (t == c->from && h->n) { /* joins the row's line at 0 */
+            int rc = col_push(&s->out, h->p, h->n);
+            h->n = 0;
+            return rc < 0 || col_push(&s->out, rest, line_end - rest) < 0 ? -2 : 0;
+        }
+        if (put_text(s, "2:%lld:%lld:%lld:%lld:%lld", (long long)cpu, (long long)appl,
+                     (long long)task, (long long)thread, (long long)(t - c->from)) < 0)
+            return -2;
+        return col_push(&s->out, rest, line_end - rest) < 0 ? -2 : 0;
+    }
+    /* a communication: logical send t, physical send, then the receiver */
+    int64_t psend, rcpu, rappl, rtask, rthread, lrecv, precv;
+    if (field(&q, end, &psend) || field(&q, end, &rcpu) || field(&q, end, &rappl) ||
+        field(&q, end, &rtask) || field(&q, end, &rthread) || field(&q, end, &lrecv) ||
+        field(&q, end, &precv))
+        return -1;
+    int64_t lo = t < psend ? t : psend, hi = lrecv > precv ? lrecv : precv;
+    if (lo < c->from || hi > c->to) return 0;
+    if (cut_flush(s) < 0) return -2;
+    return put_text(s, "3:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld",
+                    (long long)cpu, (long long)appl, (long long)task, (long long)thread,
+                    (long long)(t - c->from), (long long)(psend - c->from), (long long)rcpu,
+                    (long long)rappl, (long long)rtask, (long long)rthread,
+                    (long long)(lrecv - c->from), (long long)(precv - c->from)) < 0 ? -2 :
+           col_push(&s->out, q - 1, line_end - (q - 1)) < 0 ? -2 : 0;
+}
+
 static int scan_lines(Scanner *s, const char *p, const char *end) {
     while (p < end) {
         const char *nl = memchr(p, '\n', end - p);
         const char *stop = nl ? nl : end;
         const char *e = stop;
         if (e > p && e[-1] == '\r') e--;
-        int rc = s->row_map ? rewrite_line(s, p, e, nl) : scan_line(s, p, e);
+        int rc = s->cut ? (s->cut_done ? 0 : cut_line(s, p, e, nl))
+                 : s->row_map ? rewrite_line(s, p, e, nl) : scan_line(s, p, e);
+        if (rc == 1) {
+            s->cut_done = 1;
+            rc = 0;
+        }
         if (rc == -2) return -2;
         if (rc == -1) s->bad++;
         s->lines++;
@@ -423,6 +806,7 @@ static PyObject *Scanner_take(Scanner *s, PyObject *args, PyObject *kw) {
         s->rest_n = 0;
         if (rc == -2) return PyErr_NoMemory();
     }
+    if (final && s->cut && (cut_flush(s) < 0 || release_held(s) < 0)) return PyErr_NoMemory();
     PyObject *out = PyDict_New();
     if (!out) return NULL;
     for (int i = 0; i < NCOLS; i++) {

@@ -36,7 +36,9 @@ from ..supervise import register_temp
 from .align import Alignment, align
 from .budget import worker_environment
 from .budget import plan as budget_plan
+from .facts import Facts, nvtx_ranges
 from .prepare import META_FILE, PARTIAL_FORMAT
+from .window import CutStream, Filter, NvtxFilter, WindowMoved, resolve
 
 # = (time, order, kind, phase, sub, src, rep, ord), packed into four integer columns
 MERGE_KEYS = ["time", "ok", "sub", "rso"]
@@ -50,6 +52,17 @@ class MergeOptions:
     sync_by_task: bool = False
     jobs: int = 1  # processes merging time windows of a large trace
     memory: int | None = None  # bytes for all merging processes together (None: default)
+    # a window of the run: [from, to) in the trace's time (to None: the trace's end); the
+    # trace written starts at 0 at `from` (see cut_stream)
+    window: tuple[int, int | None] | None = None
+    # the clocks, when known before the merge
+    alignment: Alignment | None = None
+    # a window asked for (`--filter-time`, `--filter-nvtx`), resolved on the aligned clocks;
+    # `facts` (per report, from the whole reports) give the sync points a windowed partial
+    # may lack and the NVTX ranges; `allow_empty` writes a trace for a window outside the run
+    filter: Filter | None = None
+    facts: list[Facts] | None = None
+    allow_empty: bool = False
 
 
 @dataclass
@@ -61,6 +74,7 @@ class MergeResult:
     bytes_written: int
     counts: dict = field(default_factory=dict)
     warnings: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the summary should say (windows)
 
 
 def load_partial(directory: str | Path) -> dict:
@@ -292,6 +306,8 @@ class _Plan:
 
 def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False) -> _Plan:
     metas = [load_partial(p) for p in partials]
+    for m, f in zip(metas, options.facts or []):
+        m.setdefault("extra", {})["sync_points"] = dict(f.sync_points)
     empty = [m for m in metas if not m["rows"]]
     if empty:
         m = empty[0]
@@ -299,8 +315,9 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
         raise InputError(f"{m['report']['path']}: the export has no data nsys2prv can "
                          f"translate (kinds found: {found})")
     model = build_model(metas, options.hosts)
-    alignment = align(metas, model.report_hosts, options.sync, options.sync_by_task,
-                      reference=model.tasks[0].report if model.tasks else 0)
+    alignment = options.alignment or align(
+        metas, model.report_hosts, options.sync, options.sync_by_task,
+        reference=model.tasks[0].report if model.tasks else 0)
     dictionary = Dictionary(metas)
     end_time = 0
     for m, s in zip(metas, alignment.shifts):
@@ -364,10 +381,38 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
             warns[k] = warns.get(k, 0) + v
     application = metas[0]["report"]["name"] if len(metas) == 1 else f"{len(metas)} reports"
     windows = _windows(plan, options.jobs, options.memory)
+    end_time, epoch = plan.end_time, alignment.epoch_of_zero
+    notes: list[str] = []
+    if options.filter is not None:
+        options.window, notes = _resolve_window(plan, options)
+        # what a window's reading cannot match (the launching call or the NCCL call before the
+        # window) says nothing about the data: left out of the summary
+        counts = {k: v for k, v in counts.items() if "without a matching" not in k
+                  and "without a CUDA call" not in k}
+        notes.append("counts are of the records read for the window: those that overlap it, "
+                     "and every row's first and last")
+    if options.window is not None:
+        lo, hi = options.window
+        hi = plan.end_time if hi is None else min(hi, plan.end_time)
+        end_time = max(0, hi - lo)
+        epoch = None if epoch is None else epoch + lo
+        comments = [c if not c.startswith("time 0 = UTC epoch") else
+                    f"time 0 = UTC epoch {epoch} ns" for c in comments]
+        comments.append(f"window: [{lo}, {hi}) ns of the whole trace's time; add {lo} ns to "
+                        "a time of this trace to get the whole trace's")
+        windows = [(-_FAR, _FAR)]  # one stream through the cut
     with TraceWriter(output, options.compress) as writer:
-        writer.write(prv_mod.header(plan.model, plan.end_time, alignment.epoch_of_zero))
+        writer.write(prv_mod.header(plan.model, end_time, epoch))
         writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
-        if len(windows) == 1:
+        if options.window is not None:
+            rows = [0]
+            for t in plan.model.tasks:
+                rows.append(rows[-1] + len(t.rows))
+            cut = CutStream(rows, (options.window[0], options.window[0] + end_time),
+                            writer.write_bytes)
+            _write_records(_merger(plan), cut.feed, warns, progress, plan.end_time)
+            cut.close()
+        elif len(windows) == 1:
             _write_records(_merger(plan), writer.write_bytes, warns, progress, plan.end_time)
         else:
             _write_windows([str(p) for p in partials], options, windows, writer, warns,
@@ -375,8 +420,48 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
         writer.commit(pcf_mod.render(plan.dictionary.pcf_types(metas)
                                      + [_reports_type(alignment)]),
                       row_mod.render(plan.model, application))
-    return MergeResult(writer.prv, plan.model, alignment, plan.end_time, writer.bytes_written,
-                       counts, warns)
+    return MergeResult(writer.prv, plan.model, alignment, end_time, writer.bytes_written,
+                       counts, warns, notes)
+
+
+def _resolve_window(plan: _Plan, options: MergeOptions) -> tuple[tuple[int, int | None],
+                                                                  list[str]]:
+    """The asked window on the trace's clock; the reports must have been read for it
+    (`WindowMoved` if not), and it must meet the run (unless `allow_empty`)."""
+    metas = plan.metas
+    ranges = None
+    if isinstance(options.filter, NvtxFilter):
+        ranges = [f.nvtx for f in options.facts] if options.facts else \
+            [_nvtx_ranges_of(m) for m in metas]
+    res = resolve(options.filter, plan.alignment.shifts, [m["time"]["first"] for m in metas],
+                  ranges, [m["report"]["name"] for m in metas])
+    for m, (lo, hi) in zip(metas, res.local):
+        read = m.get("window")
+        if read is not None and not (read[0] <= lo and hi <= read[1]):
+            raise WindowMoved(res.local)
+    if (res.start >= plan.end_time or (res.end is not None and res.end <= res.start)) \
+            and not options.allow_empty:
+        end = "the end" if res.end is None else f"{res.end / 1e9:.9f} s"
+        raise InputError(f"the window from {res.start / 1e9:.9f} s to {end} lies outside the "
+                         f"run (0 to {plan.end_time / 1e9:.9f} s of the trace's time); "
+                         "--allow-empty writes an empty trace for it")
+    return (res.start, res.end), res.notes
+
+
+def _nvtx_ranges_of(meta: dict) -> pl.DataFrame:
+    """The NVTX ranges of a partial's report, read from its export (merge of partials
+    prepared elsewhere: their exports must still be at the recorded path)."""
+    from ..report.report import Report
+
+    path = meta["report"]["path"]
+    if not Path(path).exists():
+        raise InputError(f"{path}: an NVTX window needs the export of every partial (not "
+                         "found at the path it was prepared from)")
+    report = Report(path)
+    try:
+        return nvtx_ranges(report)
+    finally:
+        report.close()
 
 
 DROPPED = "records dropped (unresolved fields)"

@@ -41,6 +41,9 @@ class PrepareOptions:
     spill_rows: int = 4_000_000
     spill_bytes: int = SPILL_BYTES  # bytes of records held in memory before a run is spilled
     sync_nvtx: str | None = None  # NVTX range/mark whose first end is a clock sync point
+    # [start, end) local ns: read only what overlaps it (and every row's first and last
+    # records); the merge cuts the exact window (pipeline/window.py)
+    window: tuple[int, int] | None = None
 
 
 def available_kinds(report: Report) -> list[str]:
@@ -142,6 +145,7 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
     warn_if_newer(report.schema, str(report.path))
     present = available_kinds(report)
     wanted = present if options.kinds is None else [k for k in present if k in options.kinds]
+    report.window = options.window
     ctx = PrepareContext(report, workdir, options, wanted)
     for name in wanted:
         if progress is not None:
@@ -219,4 +223,5 @@ def _metadata(ctx: PrepareContext, kinds: list[str], row_table: pl.DataFrame,
         "moves": MOVES_FILE if has_moves else None,
         "records": sum(r.records for r in runs),
         "extra": ctx.meta,
+        "window": list(ctx.options.window) if ctx.options.window else None,
     }

@@ -57,6 +57,9 @@ class Report:
         self.schema: ExportSchema = detect_schema(self.db)
         self.enums = Enums(self.db, self.schema)
         self.name = name or self.path.name.split(".")[0]
+        # a time window [start, end) in local ns: windowed sources read only what overlaps
+        # it (plus each row's first and last records), see sources.base.window_clause
+        self.window: tuple[int, int] | None = None
 
     # -- tables ------------------------------------------------------------------------------
     def table(self, logical: str) -> str | None:

@@ -73,11 +73,53 @@ def select_list(report: Report, table: str, columns: tuple[Column, ...]
     return ", ".join(parts) if parts else "1 AS _none", schema, exprs
 
 
+# the columns that name a Paraver row: a CPU thread, or a GPU stream of a process
+ROW_KEYS = ("globalTid", "globalPid", "deviceId", "contextId", "streamId")
+
+
+def window_clause(report: Report, table: str) -> str:
+    """SQL condition of the rows of `table` a window needs: those overlapping it (a row
+    without an end lasts to the report's end), and the first and the last row of every
+    thread or stream - so that every row of the whole trace exists, with its whole lifetime,
+    in the windowed one. "" without a window or for a table without start/end."""
+    if report.window is None:
+        return ""
+    cols = set(report.db.columns(table))
+    if not {"start", "end"} <= cols:
+        return ""
+    lo, hi = report.window
+    overlap = f'(("end" >= {lo} OR "end" IS NULL) AND "start" < {hi})'
+    keys = [k for k in ROW_KEYS if k in cols]
+    if not keys:
+        return overlap
+    edges = _edge_rowids(report, table, tuple(keys))
+    return f"({overlap} OR rowid IN ({','.join(map(str, edges))}))" if edges else overlap
+
+
+def _edge_rowids(report: Report, table: str, keys: tuple[str, ...]) -> list[int]:
+    """rowids of the first (by start) and the last (by end) row of every key. SQLite takes
+    a bare column of a query with one min()/max() from the row that has it."""
+    cache = report.__dict__.setdefault("_edge_rowids", {})
+    if table not in cache:
+        group = ", ".join(f'"{k}"' for k in keys)
+        rows = report.db.rows(f'SELECT rowid, min("start") FROM "{table}" GROUP BY {group}')
+        rows += report.db.rows(f'SELECT rowid, max(coalesce("end", "start")) FROM "{table}" '
+                               f"GROUP BY {group}")
+        cache[table] = sorted({int(r[0]) for r in rows})
+    return cache[table]
+
+
 def read_chunks(report: Report, logical_table: str, columns: tuple[Column, ...],
-                chunk_rows: int = DEFAULT_CHUNK_ROWS, where: str = "") -> Iterator[pl.DataFrame]:
+                chunk_rows: int = DEFAULT_CHUNK_ROWS, where: str = "",
+                windowed: bool = False) -> Iterator[pl.DataFrame]:
+    """Normalised chunks of a table. `windowed`: only the rows a report's window needs
+    (`window_clause`), for tables whose rows stand on their own (no running totals, no
+    pairing by order)."""
     table = report.table(logical_table)
     if table is None:
         return
+    if windowed and (clause := window_clause(report, table)):
+        where = f"({where}) AND {clause}" if where else clause
     select, schema, exprs = select_list(report, table, columns)
     for df in report.db.chunks(table, "rowid AS row_id, " + select,
                                {"row_id": pl.Int64, **schema}, chunk_rows, where=where):

@@ -26,7 +26,7 @@ def available(report: Report) -> bool:
 
 
 def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows)
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, windowed=True)
 
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")

@@ -26,4 +26,4 @@ def available(report: Report) -> bool:
 
 
 def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows)
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, windowed=True)

@@ -46,4 +46,4 @@ def read(report: Report, library: str, chunk_rows: int = DEFAULT_CHUNK_ROWS
              + ",".join(str(i) for i in marker_classes(report)) + ")")
     if "eventClass" not in report.columns(table):
         where = ""
-    yield from read_chunks(report, table, COLUMNS, chunk_rows, where=where)
+    yield from read_chunks(report, table, COLUMNS, chunk_rows, where=where, windowed=True)

@@ -37,4 +37,4 @@ def available(report: Report) -> bool:
 
 def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
     """Normalised kernel rows; names are StringIds ids (`short_name_id`, `name_id`)."""
-    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows)
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, windowed=True)

@@ -46,8 +46,8 @@ def memset_available(report: Report) -> bool:
 
 
 def read_memcpy(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-    yield from read_chunks(report, MEMCPY_TABLE, MEMCPY_COLUMNS, chunk_rows)
+    yield from read_chunks(report, MEMCPY_TABLE, MEMCPY_COLUMNS, chunk_rows, windowed=True)
 
 
 def read_memset(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-    yield from read_chunks(report, MEMSET_TABLE, MEMSET_COLUMNS, chunk_rows)
+    yield from read_chunks(report, MEMSET_TABLE, MEMSET_COLUMNS, chunk_rows, windowed=True)

@@ -65,7 +65,7 @@ def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.Da
     ids = event_type_ids(report)
     wanted = sorted(ids["pushpop"] | ids["startend"] | ids["mark"])
     where = "eventType IN (" + ",".join(str(i) for i in wanted) + ")"
-    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, where=where)
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, where=where, windowed=True)
 
 
 def _definitions(report: Report, kind: tuple[str, int]) -> pl.DataFrame:

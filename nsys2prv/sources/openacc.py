@@ -50,7 +50,7 @@ def available(report: Report) -> bool:
 def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
     """Normalised records of the three tables in turn, each chunk with its `table` code."""
     for code, table in enumerate(TABLES):
-        for chunk in read_chunks(report, table, COLUMNS, chunk_rows):
+        for chunk in read_chunks(report, table, COLUMNS, chunk_rows, windowed=True):
             yield chunk.with_columns(pl.lit(code, pl.Int64).alias("table"))
 
 
