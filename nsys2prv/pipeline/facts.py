@@ -101,9 +101,13 @@ def _nccl_first_end(report: Report) -> int | None:
     real = report.table(kernels_source.TABLE)
     if real is None:
         return None
+    ids = [r[0] for r in report.db.rows(
+        """SELECT id FROM "StringIds" WHERE lower(value) LIKE 'nccl%'""")]
+    if not ids:
+        return None
     rows = report.db.rows(
-        f'SELECT k."end" FROM "{real}" k JOIN "StringIds" s ON s.id = k.shortName '
-        "WHERE lower(s.value) LIKE 'nccl%' ORDER BY k.start, k.rowid LIMIT 1")
+        f'SELECT "end" FROM "{real}" WHERE shortName IN ({",".join(map(str, ids))}) '
+        "ORDER BY start, rowid LIMIT 1")
     return int(rows[0][0]) if rows else None
 
 
