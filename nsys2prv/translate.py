@@ -203,9 +203,9 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         facts, local = _window_estimate(sqlite_paths, names, options, window, hosts, sync,
                                         sync_by_task)
         for attempt in range(3):
-            _run_prepare([(str(sp), name, d, replace(options, window=w)) for sp, name, d, w in
-                          zip(sqlite_paths, names, dirs, local)], budget.workers, dask,
-                         on_report)
+            _run_prepare([(str(sp), name, d, replace(options, window=w, present=f.present))
+                          for sp, name, d, w, f in zip(sqlite_paths, names, dirs, local, facts)],
+                         budget.workers, dask, on_report)
             try:
                 return merge_partials(dirs, output, window=window, facts=facts,
                                       allow_empty=allow_empty, **merge_args)
@@ -235,7 +235,9 @@ def _window_estimate(paths: list[Path], names: list[str], options: PrepareOption
     for i, (path, name) in enumerate(zip(paths, names)):
         report = Report(path, name=name)
         try:
-            f = report_facts(report, options.kinds, options.sync_nvtx)
+            # one report's window is in its own time: no need of its first record
+            f = report_facts(report, options.kinds, options.sync_nvtx,
+                             span=len(paths) > 1)
             if isinstance(flt, NvtxFilter):
                 f.nvtx = nvtx_ranges(report)
             desc = report.describe()

@@ -31,6 +31,7 @@ class Facts:
     last: int
     sync_points: dict[str, int]
     nvtx: pl.DataFrame | None = None  # nvtx_ranges, when a window names one
+    present: list[str] | None = None  # the kinds the report has
 
 
 def _min(report: Report, sql: str) -> int | None:
@@ -127,11 +128,13 @@ def _nvtx_first_end(report: Report, name: str) -> int | None:
 
 
 def report_facts(report: Report, kinds: list[str] | None = None,
-                 sync_nvtx: str | None = None) -> Facts:
-    """The facts of `report` for the `kinds` translated (None: all present)."""
+                 sync_nvtx: str | None = None, span: bool = True) -> Facts:
+    """The facts of `report` for the `kinds` translated (None: all present); without
+    `span`, no first and last record (0: one scan of every table saved, where they are not
+    needed)."""
     present = available_kinds(report)
     kinds = present if kinds is None else [k for k in present if k in kinds]
-    first, last = report_span(report, kinds)
+    first, last = report_span(report, kinds) if span else (0, 0)
     points: dict[str, int] = {}
     init = _mpi_init_end(report, kinds)
     if init is not None:
@@ -144,7 +147,7 @@ def report_facts(report: Report, kinds: list[str] | None = None,
         hit = _nvtx_first_end(report, sync_nvtx)
         if hit is not None:
             points[f"nvtx:{sync_nvtx}"] = hit
-    return Facts(first, last, points)
+    return Facts(first, last, points, present=present)
 
 
 def nvtx_ranges(report: Report) -> pl.DataFrame:

@@ -44,6 +44,7 @@ class PrepareOptions:
     # [start, end) local ns: read only what overlaps it (and every row's first and last
     # records); the merge cuts the exact window (pipeline/window.py)
     window: tuple[int, int] | None = None
+    present: list[str] | None = None  # the kinds the report has, when already known
 
 
 def available_kinds(report: Report) -> list[str]:
@@ -143,7 +144,7 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     warn_if_newer(report.schema, str(report.path))
-    present = available_kinds(report)
+    present = options.present if options.present is not None else available_kinds(report)
     wanted = present if options.kinds is None else [k for k in present if k in options.kinds]
     report.window = options.window
     ctx = PrepareContext(report, workdir, options, wanted)

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ..errors import InputError
@@ -134,11 +135,14 @@ class Database:
         return _conform(pl.concat(parts, how="vertical_relaxed"), schema)
 
     def chunks(self, table: str, select: str, schema: dict[str, pl.DataType],
-               chunk_rows: int, where: str = "") -> Iterator[pl.DataFrame]:
+               chunk_rows: int, where: str = "", rowids: np.ndarray | None = None
+               ) -> Iterator[pl.DataFrame]:
         """Stream `SELECT {select} FROM table` in rowid ranges of `chunk_rows` rows.
 
         Rowid ranges keep memory bounded and read the table sequentially, which is what
         SQLite does fastest; the chunks come in rowid order, so output stays deterministic.
+        `rowids` (sorted): only these rows, looked up in the rowid b-tree range by range (a
+        window that holds a small part of a table).
         """
         # two statements: SQLite answers a lone min() or max() of the rowid from the b-tree
         # ends, but scans the whole table for both in one statement
@@ -147,9 +151,17 @@ class Database:
         if lo is None:
             return
         extra = f" AND ({where})" if where else ""
-        queries = [f'SELECT {select} FROM "{table}" '
-                   f"WHERE rowid >= {start} AND rowid < {start + chunk_rows}{extra}"
-                   for start in range(lo, hi + 1, chunk_rows)]
+        if rowids is not None:
+            cuts = np.searchsorted(rowids, np.arange(lo, hi + chunk_rows + 1, chunk_rows))
+            queries = [f'SELECT {select} FROM "{table}" WHERE rowid IN '
+                       f'({",".join(map(str, rowids[a:b].tolist()))}){extra}'
+                       for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+            if not queries:
+                return
+        else:
+            queries = [f'SELECT {select} FROM "{table}" '
+                       f"WHERE rowid >= {start} AND rowid < {start + chunk_rows}{extra}"
+                       for start in range(lo, hi + 1, chunk_rows)]
         if hi - lo < SMALL_TABLE_ROWS:
             # a small table: Python's sqlite3 answers before connectorx has opened the file
             for sql in queries:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from ..report.report import Report
@@ -77,59 +78,82 @@ def select_list(report: Report, table: str, columns: tuple[Column, ...]
 ROW_KEYS = ("globalTid", "globalPid", "deviceId", "contextId", "streamId")
 
 
-def window_clause(report: Report, table: str) -> str:
-    """SQL condition of the rows of `table` a window needs: those overlapping it (a row
-    without an end lasts to the report's end), and the first and the last row of every
-    thread or stream - so that every row of the whole trace exists, with its whole lifetime,
-    in the windowed one. "" without a window or for a table without start/end."""
+WINDOW_SCAN_ROWS = 1_000_000  # rows of (rowid, keys, start, end) scanned at a time
+WINDOW_ROWID_SHARE = 0.25  # a window holding more of a table is read by a range scan
+
+
+def window_rows(report: Report, table: str) -> tuple[str, np.ndarray | None]:
+    """What a window needs of `table`: the rows that overlap it (a row without an end lasts
+    to the report's end) and the first and the last row of every thread or stream - so that
+    every row of the whole trace exists, with its whole lifetime, in the windowed one.
+    Returns (SQL condition, None), or ("", sorted rowids) when they are few enough to be
+    looked up. One scan of the key and time columns, in chunks (bounded memory), through
+    the Arrow path (SQLite's GROUP BY would sort the whole table). ("", None): read all."""
     if report.window is None:
-        return ""
+        return "", None
     cols = set(report.db.columns(table))
     if not {"start", "end"} <= cols:
-        return ""
+        return "", None
+    cache = report.__dict__.setdefault("_window_rows", {})
+    if table in cache:
+        return cache[table]
     lo, hi = report.window
-    overlap = f'(("end" >= {lo} OR "end" IS NULL) AND "start" < {hi})'
+    overlap_sql = f'(("end" >= {lo} OR "end" IS NULL) AND "start" < {hi})'
     keys = [k for k in ROW_KEYS if k in cols]
-    if not keys:
-        return overlap
-    edges = _edge_rowids(report, table, tuple(keys))
-    return f"({overlap} OR rowid IN ({','.join(map(str, edges))}))" if edges else overlap
-
-
-def _edge_rowids(report: Report, table: str, keys: tuple[str, ...]) -> list[int]:
-    """rowids of the first (by start) and the last (by end) row of every key: the key
-    columns read through the Arrow path and grouped by polars (SQLite sorts the whole table
-    for a GROUP BY: ten times slower)."""
-    cache = report.__dict__.setdefault("_edge_rowids", {})
-    if table not in cache:
-        cols = ", ".join(f'"{k}" AS k{i}' for i, k in enumerate(keys))
-        schema = {"row_id": pl.Int64, **{f"k{i}": pl.Int64 for i in range(len(keys))},
-                  "start": pl.Int64, "stop": pl.Int64}
-        df = report.db.frame(f'SELECT rowid AS row_id, {cols}, "start" AS start, '
-                             f'coalesce("end", "start") AS stop FROM "{table}"', schema)
-        group = [f"k{i}" for i in range(len(keys))]
-        edges = df.group_by(group).agg(pl.col("row_id").sort_by("start", "row_id").first()
-                                       .alias("a"),
-                                       pl.col("row_id").sort_by("stop", "row_id").last()
-                                       .alias("b"))
-        cache[table] = sorted(set(edges["a"].to_list()) | set(edges["b"].to_list()))
-    return cache[table]
+    names = [f"k{i}" for i in range(len(keys))]
+    select = ", ".join(["rowid AS row_id", *(f'"{k}" AS {n}' for k, n in zip(keys, names)),
+                        '"start" AS start', '"end" AS stop'])
+    schema = {"row_id": pl.Int64, **{n: pl.Int64 for n in names}, "start": pl.Int64,
+              "stop": pl.Int64}
+    inside, parts, total = [], [], 0
+    for df in report.db.chunks(table, select, schema, WINDOW_SCAN_ROWS):
+        total += df.height
+        inside.append(df.filter((pl.col("stop").is_null() | (pl.col("stop") >= lo))
+                                & (pl.col("start") < hi))["row_id"])
+        if names:  # one key column: the group_by of four is the scan's main cost
+            key = pl.struct(names).hash() if len(names) > 1 else pl.col(names[0])
+            df = df.select("row_id", "start", pl.col("stop").fill_null(pl.col("start")),
+                           key.alias("key"))
+            parts.append(df.group_by("key").agg(
+                pl.col("row_id").get(pl.col("start").arg_min()).alias("a"),
+                pl.col("start").min().alias("ta"),
+                pl.col("row_id").get(pl.col("stop").arg_max()).alias("b"),
+                pl.col("stop").max().alias("tb")))
+    edges: list[int] = []
+    if parts:  # the earliest (latest) of the chunks' own; ties to the first chunk's
+        both = pl.concat(parts)
+        edges += both.sort("ta", "a").unique("key", keep="first")["a"].to_list()
+        edges += both.sort("tb", "b", descending=[True, False]).unique(
+            "key", keep="first")["b"].to_list()
+    inside_ids = pl.concat(inside) if inside else pl.Series([], dtype=pl.Int64)
+    wanted = np.unique(np.concatenate([inside_ids.to_numpy(), np.asarray(edges, np.int64)]))
+    if total and len(wanted) > WINDOW_ROWID_SHARE * total:
+        edge_sql = f" OR rowid IN ({','.join(map(str, sorted(set(edges))))})" if edges else ""
+        result = (f"({overlap_sql}{edge_sql})", None)
+    else:
+        result = ("", wanted)
+    cache[table] = result
+    return result
 
 
 def read_chunks(report: Report, logical_table: str, columns: tuple[Column, ...],
                 chunk_rows: int = DEFAULT_CHUNK_ROWS, where: str = "",
                 windowed: bool = False) -> Iterator[pl.DataFrame]:
     """Normalised chunks of a table. `windowed`: only the rows a report's window needs
-    (`window_clause`), for tables whose rows stand on their own (no running totals, no
+    (`window_rows`), for tables whose rows stand on their own (no running totals, no
     pairing by order)."""
     table = report.table(logical_table)
     if table is None:
         return
-    if windowed and (clause := window_clause(report, table)):
-        where = f"({where}) AND {clause}" if where else clause
+    rowids = None
+    if windowed:
+        clause, rowids = window_rows(report, table)
+        if clause:
+            where = f"({where}) AND {clause}" if where else clause
     select, schema, exprs = select_list(report, table, columns)
     for df in report.db.chunks(table, "rowid AS row_id, " + select,
-                               {"row_id": pl.Int64, **schema}, chunk_rows, where=where):
+                               {"row_id": pl.Int64, **schema}, chunk_rows, where=where,
+                               rowids=rowids):
         yield df.select(pl.col("row_id"), *exprs)
 
 
