@@ -33,9 +33,8 @@ class Run:
 
 
 def find_paramedir() -> str | None:
-    """$PARAMEDIR, then PATH, then the developer build in /work/tools/bin."""
-    for cand in (os.environ.get("PARAMEDIR"), shutil.which("paramedir"),
-                 "/work/tools/bin/paramedir"):
+    """$PARAMEDIR, then PATH."""
+    for cand in (os.environ.get("PARAMEDIR"), shutil.which("paramedir")):
         if cand and os.access(cand, os.X_OK):
             return cand
     return None
