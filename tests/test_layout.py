@@ -125,7 +125,7 @@ MACHINE_PATH = re.compile(r"(?<![\w.~$])/(?:work|root|home/\w+)/")
 def test_no_machine_paths():
     """Code, tests, docs and benchmarks name no folder of one machine: recordings, tools and
     data come from tests/data, PATH or an environment variable."""
-    texts = [p for d in ("nsys2prv", "tests", "benchmarks", "docs", ".ci", ".github")
+    texts = [p for d in ("nsys2prv", "tests", "benchmarks", "docs", "tools", ".ci", ".github")
              for p in (ROOT / d).rglob("*") if p.is_file() and "data" not in p.parts and
              p.suffix in (".py", ".md", ".sh", ".yml", ".toml", "")]
     texts += [ROOT / "README.md", ROOT / "setup.py", ROOT / "pyproject.toml"]
