@@ -53,7 +53,7 @@ def _is_trace(path: str) -> bool:
 def _translate(inputs: list[str], out: Path, what: str = "") -> None:
     """Translate reports for the analysis: reports prepared in parallel (as many processes
     as cores, within the default memory budget), progress bars on a terminal."""
-    from ..translate import translate
+    from ..api import translate
 
     if what and stderr_is_terminal():
         print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
