@@ -30,10 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 GOAL = 1.25
 
 
-def wall(command: list[str]) -> float:
-    """Seconds of one run of `command` (which must succeed)."""
+def wall(command: list[str], cwd: str) -> float:
+    """Seconds of one run of `command` (which must succeed) in `cwd` (not the checkout,
+    whose nsys2prv/ `python -c` would import instead of the installed one)."""
     start = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                   cwd=cwd)
     return time.perf_counter() - start
 
 
@@ -58,12 +60,12 @@ def measure(python: Path, runs: int) -> dict[str, list[float]]:
             "import nsys2prv.cli": [str(python), "-c", "import nsys2prv.cli"],
         }
         for command in commands.values():  # warm the page cache and .pyc files
-            wall(command)
+            wall(command, tmp)
         times: dict[str, list[float]] = {name: [] for name in commands}
         for r in range(runs):
             order = list(commands) if r % 2 == 0 else list(reversed(commands))
             for name in order:
-                times[name].append(wall(commands[name]))
+                times[name].append(wall(commands[name], tmp))
     return times
 
 
@@ -73,7 +75,7 @@ def main() -> int:
     parser.add_argument("--python", type=Path, help="a venv's python with nsys2prv installed "
                         "(default: install this checkout into build/startup-venv)")
     args = parser.parse_args()
-    python = args.python or installed(ROOT / "build" / "startup-venv")
+    python = args.python.absolute() if args.python else installed(ROOT / "build" / "startup-venv")
     times = measure(python, args.runs)
     print(f"{args.runs} rounds, {python}")
     print("| command | median s | min s |")
