@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import InputError, OutputError, UsageError
 from .supervise import register_temp
-from .paraver.kinds import TRANSLATORS as KINDS
+from .paraver.kinds import KINDS
 from .paraver.output import trace_paths
 from .pipeline.budget import plan as budget_plan
 from .pipeline.budget import worker_environment
