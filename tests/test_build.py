@@ -15,6 +15,9 @@ import pytest
 from conftest import ROOT
 
 
+pytest.importorskip("setuptools")  # not in a venv of Python 3.12+ unless installed
+
+
 def _setup_module():
     spec = importlib.util.spec_from_file_location("nsys2prv_setup", ROOT / "setup.py")
     module = importlib.util.module_from_spec(spec)
