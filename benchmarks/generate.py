@@ -21,7 +21,7 @@ The tables and columns are the project's 2025.1 layout (`nsys2prv.testing.synth.
 Columns are built with numpy and written with the ADBC SQLite driver's bulk ingest (about
 1M rows/s for the kernel table); without `adbc_driver_sqlite`, `executemany` is used.
 
-    python benchmarks/generate.py /work/benchdata/b1m.sqlite --preset 1M
+    python benchmarks/generate.py ../benchdata/b1m.sqlite --preset 1M
     python benchmarks/generate.py out.sqlite --kernels 10000000 --api 10000000 --nvtx 1000000
 
 `EXPORT_SCHEMA_VERSION` defaults to 3.16.3 so that BSC's nsys2prv 0.5.8 (which warns outside

@@ -6,10 +6,16 @@ Library use::
     nsys2prv.translate(["rank0.sqlite", "rank1.sqlite"], "job.prv")
     report = nsys2prv.open_report("rank0.sqlite")
     kernels = nsys2prv.tables.kernels(report)   # polars DataFrame
+
+The entry points (`api.py`) and `tables` are imported on first use, so that `import
+nsys2prv` and the command line's supervising process stay light (no polars, no numpy).
 """
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import importlib as _importlib
 import os as _os
 
 from . import _alloc
@@ -20,8 +26,24 @@ _alloc.setup()  # before polars is imported
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import Nsys2PrvError  # noqa: E402
-from .translate import merge_partials, open_report, prepare_report, translate  # noqa: E402
-from . import tables  # noqa: E402
 
 __all__ = ["translate", "open_report", "prepare_report", "merge_partials", "tables",
            "Nsys2PrvError", "__version__"]
+
+_FROM_API = ("translate", "open_report", "prepare_report", "merge_partials")
+
+
+def __getattr__(name: str):
+    """The entry points and `tables`, imported when first asked for."""
+    if name in _FROM_API:
+        value = getattr(_importlib.import_module(f"{__name__}.api"), name)
+    elif name == "tables":
+        value = _importlib.import_module(f"{__name__}.tables")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

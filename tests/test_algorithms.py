@@ -3,6 +3,9 @@ tiling) and tiling with lanes end to end."""
 
 from __future__ import annotations
 
+import struct
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 from hypothesis import given, settings
@@ -317,3 +320,20 @@ def test_numeric_pairs_write_what_string_pairs_write(tmp_path_factory, values, t
         texts.append(_merge_text(store.finish()))
     assert texts[0] == texts[1]
     assert texts[0].count("\n") == n
+
+
+def test_run_files_are_little_endian(tmp_path):
+    """docs/intermediate.md: magic, then per block (records, payload bytes) as little-endian
+    u32 whatever the host, so partials move between x86_64 and aarch64 machines."""
+    recs = [(t, t % 4, 2, 0, 0, 0, t, [t, 1, None, None, None, None], None)
+            for t in range(5000)]
+    store = engine.Records(tmp_path / "r", 1 << 20, 4096)
+    store.add(_frame(recs))
+    (run,) = store.finish()
+    data = Path(run.path).read_bytes()
+    assert data[:8] == b"N2PRUN2\n"
+    count1, bytes1 = struct.unpack("<II", data[8:16])
+    second = 16 + bytes1
+    count2, bytes2 = struct.unpack("<II", data[second:second + 8])
+    assert (count1, count2) == (4096, 904) and len(data) == second + 8 + bytes2
+    assert run.index == [(0, 8), (4096, second)]

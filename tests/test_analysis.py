@@ -26,7 +26,7 @@ def sample(tmp_path_factory) -> tuple[Path, Path]:
     """(export, trace) of the project's sample."""
     from nsys2prv.testing.samples import sample_spec
     from nsys2prv.testing.synth import write_export
-    from nsys2prv.translate import translate
+    from nsys2prv import translate
 
     d = tmp_path_factory.mktemp("analysis-sample")
     export = write_export(d / "sample.sqlite", sample_spec())
@@ -46,7 +46,7 @@ def _trace(name: str, sample: tuple[Path, Path], tmp: Path) -> Path:
     src = CORPUS / CORPUS_TRACES[name]
     if not src.exists():
         pytest.skip(f"corpus export {src} not found")
-    from nsys2prv.translate import translate
+    from nsys2prv import translate
 
     out = tmp / f"{name}.prv"
     translate([str(src)], str(out))

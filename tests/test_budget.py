@@ -14,7 +14,7 @@ from nsys2prv.testing.multi import job
 from nsys2prv.testing.synth import write_export
 
 # the module (the package's `translate` attribute is the function)
-translate_mod = importlib.import_module("nsys2prv.translate")
+translate_mod = importlib.import_module("nsys2prv.api")
 
 
 def test_plan_caps_processes_by_memory():

@@ -101,7 +101,7 @@ def _pending_kind(type_: int) -> str | None:
 def sample_types(tmp_path_factory) -> set[int]:
     from nsys2prv.testing.samples import sample_spec
     from nsys2prv.testing.synth import write_export
-    from nsys2prv.translate import translate
+    from nsys2prv import translate
 
     d = tmp_path_factory.mktemp("cfg-sample")
     export = write_export(d / "sample.sqlite", sample_spec())
@@ -115,7 +115,7 @@ _translated: dict[str, set[int]] = {}
 def _types_of_kind(kind: str, tmp: Path) -> set[int]:
     """Event types of the translation of `kind`'s small export (cached per session)."""
     if kind not in _translated:
-        from nsys2prv.translate import translate
+        from nsys2prv import translate
 
         export = _kind_export(kind, tmp)
         translate([str(export)], str(tmp / f"{kind}.prv"))
@@ -239,7 +239,7 @@ def test_paramedir_live(tmp_path):
     from nsys2prv.views.paramedir import find_paramedir, run_all
     from nsys2prv.testing.samples import sample_spec
     from nsys2prv.testing.synth import write_export
-    from nsys2prv.translate import translate
+    from nsys2prv import translate
 
     if find_paramedir() is None:
         pytest.skip("paramedir not installed (CI): the stored outputs are checked instead")

@@ -15,7 +15,10 @@ from nsys2prv.paraver import registry as reg
 from nsys2prv.testing.samples import sample_spec
 from nsys2prv.testing.synth import write_export
 
+from conftest import ROOT
 from prvtools import read_prv, validate
+
+SAMPLE = ROOT / "examples" / "sample.sqlite"
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +235,44 @@ def test_same_input_twice_is_refused(tmp_path, sample_db, capsys):
         assert len(lines) == 1 and "given twice" in lines[0], err
         assert str(second) in lines[0]
         assert not out.exists() and not out.with_suffix(".pcf").exists()
+
+
+def test_kind_index_matches_the_translator_modules():
+    """paraver/kinds KINDS (read without importing the kinds) says what each module declares:
+    every module's translators, their order and their availability check, in that order."""
+    import importlib
+    import pkgutil
+
+    from nsys2prv.paraver import kinds
+    from nsys2prv.paraver.kinds import KINDS
+
+    declared = {}
+    for m in pkgutil.iter_modules(kinds.__path__):
+        if m.name != "base" and not m.name.startswith("_"):
+            module = importlib.import_module(f"nsys2prv.paraver.kinds.{m.name}")
+            declared.update({t.name: (m.name, t) for t in module.TRANSLATORS})
+    assert set(KINDS) == set(declared) and len(KINDS) == 15
+    assert list(KINDS) == sorted(KINDS, key=lambda n: (declared[n][1].order, n))
+    for name, kind in KINDS.items():
+        module, translator = declared[name]
+        source, function = kind.available.rsplit(".", 1)
+        check = getattr(importlib.import_module(f"nsys2prv.sources.{source}"), function)
+        assert (kind.module, kind.order, check) == (module, translator.order,
+                                                    translator.available), name
+        assert kinds.TRANSLATORS[name] is translator
+
+
+def test_translating_the_sample_imports_only_its_kinds(tmp_path):
+    """A report's kinds are the only translator modules imported (issue 20: start-up)."""
+    code = ("import sys; from nsys2prv.cli import main; "
+            f"main([{str(SAMPLE)!r}, {str(tmp_path / 's.prv')!r}, '-q']); "
+            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+            "if m.startswith('nsys2prv.paraver.kinds.')))")
+    run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, NSYS2PRV_NO_SUPERVISOR="1"))
+    assert run_.returncode == 0, run_.stderr
+    assert run_.stdout.split("\n")[-2] == str(["base", "cuda_api", "cuda_sync", "kernels",
+                                               "memory", "nvtx", "osrt"])
 
 
 def test_list_kinds_and_help_name_every_kind(capsys):

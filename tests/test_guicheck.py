@@ -86,7 +86,7 @@ def _suite_traces(d: Path) -> dict[str, Path]:
     from nsys2prv.testing.synth_metrics import (add_native_metrics, add_openacc,
                                                 openacc_scenario, two_gpu_scenario)
     from nsys2prv.testing.synth_mpi import MpiCall, add_mpi
-    from nsys2prv.translate import translate
+    from nsys2prv import translate
 
     exports = {
         "sample": [synth.write_export(d / "sample.sqlite", sample_spec())],

@@ -23,7 +23,7 @@ from nsys2prv.cli.analyze import main as analyze_main
 from nsys2prv.paraver import read
 from nsys2prv.paraver.read import Trace, read_trace
 from nsys2prv.testing import idle as gen
-from nsys2prv.translate import translate
+from nsys2prv.api import translate
 
 
 @pytest.fixture(scope="module")

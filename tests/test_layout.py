@@ -4,6 +4,7 @@ from another package (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
@@ -116,3 +117,19 @@ def test_no_private_names_across_packages():
                 if private and not is_module and target_pkg != here_pkg:
                     found.append(f"{here} takes {n} from {target}")
     assert found == []
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.~$])/(?:work|root|home/\w+)/")
+
+
+def test_no_machine_paths():
+    """Code, tests, docs and benchmarks name no folder of one machine: recordings, tools and
+    data come from tests/data, PATH or an environment variable."""
+    texts = [p for d in ("nsys2prv", "tests", "benchmarks", "docs", "tools", ".ci", ".github")
+             for p in (ROOT / d).rglob("*") if p.is_file() and "data" not in p.parts and
+             p.suffix in (".py", ".md", ".sh", ".yml", ".toml", "")]
+    texts += [ROOT / "README.md", ROOT / "setup.py", ROOT / "pyproject.toml"]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in texts if "__pycache__" not in p.parts
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+             if MACHINE_PATH.search(line)]
+    assert len(texts) > 100 and found == []

@@ -47,3 +47,22 @@ def test_gpu_metrics_table():
     g = nsys2prv.tables.gpu_metrics(report)
     assert g.height == sql(GPU_METRICS[0], "SELECT count(*) FROM GPU_METRICS")[0][0]
     assert "Tensor Active" in set(g["metric_name"])
+
+
+def test_import_is_light_and_the_entry_points_come_on_use():
+    """`import nsys2prv` (and the command line's parent) imports neither polars nor numpy;
+    the entry points are the functions of nsys2prv.api, whatever was imported before."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nsys2prv, nsys2prv.cli; "
+            "light = not {'polars', 'numpy'} & set(sys.modules); "
+            "import nsys2prv.api, nsys2prv.tables; "
+            "print(light, nsys2prv.translate is nsys2prv.api.translate, "
+            "nsys2prv.open_report is nsys2prv.api.open_report, "
+            "nsys2prv.tables.__name__, sorted(set(nsys2prv.__all__) - set(dir(nsys2prv))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == ["True", "True", "True", "nsys2prv.tables", "[]"]
+    with pytest.raises(AttributeError):
+        nsys2prv.no_such_name

@@ -1,10 +1,11 @@
 """MPI: calls in Extrae's encoding, MPI states, sync points and messages between ranks.
 
 Real data: a 4-rank Open MPI run recorded with nsys 2023.4 (native MPI tables) and 2022.4 (MPI
-as NVTX ranges), see /work/recordings/INVENTORY.md. Scrubbed copies of the 2023.4 per-rank
+as NVTX ranges), see tests/data/recorded/README.md. Scrubbed copies of the 2023.4 per-rank
 reports and of the 2022.4 launcher report are fixtures in tests/data/recorded (made with
 `python -m nsys2prv.testing.scrub`, see the README there), so these tests always run; the
-other recordings and the corpus are used when present. Expected numbers come from SQL.
+other recordings (a folder named by $NSYS2PRV_RECORDINGS, with 2022.4/ and 2023.4/ in it)
+and the corpus are used when present. Expected numbers come from SQL.
 """
 
 from __future__ import annotations
@@ -32,17 +33,23 @@ from prvtools import read_prv, sql, validate
 DATA = Path(__file__).resolve().parent / "data" / "recorded"
 FIXTURE_RANKS = [DATA / f"mpi_nvtx_rank{r}.nsys2023.4.sqlite" for r in range(4)]
 FIXTURE_LAUNCHER_22 = DATA / "mpi_nvtx_launcher.nsys2022.4.sqlite"
-RECORDINGS = Path(os.environ.get("NSYS2PRV_RECORDINGS", "/work/recordings"))
+# the unscrubbed recordings, where a developer has them (not shipped: too large)
+RECORDINGS = Path(os.environ["NSYS2PRV_RECORDINGS"]) if os.environ.get("NSYS2PRV_RECORDINGS") \
+    else None
 NATIVE = {"MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
           "MPI_OTHER_EVENTS"}
 SENDS = ("MPI_Send", "MPI_Isend", "MPI_Bsend", "MPI_Ssend", "MPI_Rsend")
 
 
-def need(*paths: Path) -> None:
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        pytest.skip("recorded exports not present: " + ", ".join(missing) +
-                    " (set NSYS2PRV_RECORDINGS or run /work/recordings/src/record.sh)")
+def recording(*parts: str) -> Path:
+    """A file of the unscrubbed recordings; skips the test where they are not present."""
+    if RECORDINGS is None:
+        pytest.skip("needs the unscrubbed MPI recordings: set NSYS2PRV_RECORDINGS "
+                    "(tests/data/recorded/README.md)")
+    path = RECORDINGS.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"recorded export not present: {path}")
+    return path
 
 
 # -- SQL expectations ---------------------------------------------------------------------------
@@ -304,14 +311,12 @@ def test_launcher_2022_nvtx_form(tmp_path):
 
 
 def test_per_rank_2022_nvtx_form(tmp_path):
-    dbs = [RECORDINGS / "2022.4" / f"mpi_nvtx_rank{r}.sqlite" for r in range(4)]
-    need(*dbs)
+    dbs = [recording("2022.4", f"mpi_nvtx_rank{r}.sqlite") for r in range(4)]
     _check_nvtx_form(dbs, tmp_path / "v22.prv")
 
 
 def test_launcher_2023_four_tasks_in_rank_order(tmp_path):
-    db = RECORDINGS / "2023.4" / "mpi_nvtx_launcher.sqlite"
-    need(db)
+    db = recording("2023.4", "mpi_nvtx_launcher.sqlite")
     result = nsys2prv.translate([db], tmp_path / "l23.prv")
     validate(tmp_path / "l23.prv")
     assert [t.rank for t in result.model.tasks[:4]] == [0, 1, 2, 3]

@@ -30,7 +30,7 @@ from nsys2prv.pipeline.window import (NvtxFilter, TimeFilter, cut_trace, parse_d
 from nsys2prv.report.report import Report
 from nsys2prv.testing.samples import sample_spec
 from nsys2prv.testing.synth import write_export
-from nsys2prv.translate import merge_partials, prepare_report, translate
+from nsys2prv.api import merge_partials, prepare_report, translate
 
 DATA = ROOT / "tests" / "data" / "window"
 ITERATION2 = (3_300_000, 4_350_000)  # "iteration 2" of sample_spec(6), in trace time

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import warnings
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import BrokenExecutor  # a process pool whose worker died
 
 from ..errors import Interrupted, Nsys2PrvError
 from .common import describe_os_error, show_warning
@@ -82,7 +82,7 @@ def _main(argv: list[str]) -> int:
             raise
         print(f"nsys2prv: error: {e}", file=sys.stderr)
         return e.exit_code
-    except (MemoryError, BrokenProcessPool) as e:
+    except (MemoryError, BrokenExecutor) as e:
         if debug:
             raise
         what = "out of memory" if isinstance(e, MemoryError) else \

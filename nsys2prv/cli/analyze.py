@@ -66,7 +66,7 @@ def _translate(inputs: list[str], out: Path, what: str = "", window=None,
     """Translate reports for the analysis: reports prepared in parallel (as many processes
     as cores, within the default memory budget), progress bars on a terminal; only
     `window` of the run when one is given."""
-    from ..translate import translate
+    from ..api import translate
 
     if what and stderr_is_terminal():
         print(f"nsys2prv analyze: translating {what}", file=sys.stderr)

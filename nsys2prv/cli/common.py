@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+import time
 
 from ..errors import UsageError
 from ..supervise import stderr_is_terminal
@@ -59,31 +60,37 @@ def kind_names() -> list[str]:
     return list(TRANSLATORS)
 
 
+SHOW_AFTER_S = 0.5  # a bar for a shorter command would only flicker
+
+
 class Progress:
-    """tqdm bars on stderr (only on a terminal): reports prepared, then the merge."""
+    """tqdm bars on stderr (only on a terminal): reports prepared, then the merge. Nothing is
+    shown, and tqdm not even imported, before the command has run for SHOW_AFTER_S."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+        self.enabled = enabled and stderr_is_terminal()
+        self._since = time.monotonic()
         self._reports = None
         self._merge = None
         self._done = 0
 
+    def _showing(self) -> bool:
+        return self.enabled and time.monotonic() - self._since >= SHOW_AFTER_S
+
     def report(self, done: int, total: int) -> None:
-        if not self.enabled:
+        if not self._showing():
             return
         from tqdm import tqdm
         if self._reports is None:
-            self._reports = tqdm(total=total, desc="reports", unit="report",
-                                 disable=not stderr_is_terminal(), leave=False)
+            self._reports = tqdm(total=total, desc="reports", unit="report", leave=False)
         self._reports.update(done - self._reports.n)
 
     def merge(self, t: int, end: int) -> None:
-        if not self.enabled:
+        if not self._showing():
             return
         from tqdm import tqdm
         if self._merge is None:
-            self._merge = tqdm(total=100, desc="writing trace", unit="%",
-                               disable=not stderr_is_terminal(), leave=False)
+            self._merge = tqdm(total=100, desc="writing trace", unit="%", leave=False)
         pct = int(100 * t / end) if end else 100
         self._merge.update(max(0, pct - self._merge.n))
 

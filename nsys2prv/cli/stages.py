@@ -77,7 +77,7 @@ def main(command: str, argv: list[str]) -> int:
 
     if command == "prepare":
         args = _prepare_parser().parse_args(argv)
-        from ..translate import prepare_report
+        from ..api import prepare_report
 
         meta = prepare_report(args.report, args.directory, only=kind_list(args.only),
                               exclude=kind_list(args.exclude) or [], sync_nvtx=args.sync_nvtx,
@@ -90,7 +90,7 @@ def main(command: str, argv: list[str]) -> int:
     if len(args.paths) < 2:
         raise UsageError("give at least one partial directory and the output trace name")
     *dirs, output = args.paths
-    from ..translate import merge_partials
+    from ..api import merge_partials
 
     sync = None if args.no_sync else (f"nvtx:{args.sync_nvtx}" if args.sync_nvtx else args.sync)
     window = window_of(args)

@@ -86,7 +86,7 @@ def run_translate(argv: list[str]) -> int:
     if len(args.paths) < 2:
         raise UsageError("give at least one input and the output trace name "
                          "(nsys2prv --help)")
-    from ..translate import translate
+    from ..api import translate
 
     *inputs, output = args.paths
     hosts = None

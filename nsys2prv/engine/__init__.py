@@ -36,9 +36,10 @@ __all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int6
 RUN_BLOCK_RECORDS = 4096  # records per block of a run file (the unit a time window seeks to;
 #                           the merge holds one decoded block per run)
 
-# numpy layout of a moved interval as IntervalStore.tile returns it (the C struct Iv + lane)
-MOVED_DTYPE = np.dtype([("start", "<i8"), ("end", "<i8"), ("ord", "<i8"), ("row", "<i4"),
-                        ("state", "i1"), ("src", "i1"), ("pad", "<i2"), ("lane", "<i8")])
+# numpy layout of a moved interval as IntervalStore.tile returns it (the C struct Iv + lane,
+# in memory: host byte order)
+MOVED_DTYPE = np.dtype([("start", "=i8"), ("end", "=i8"), ("ord", "=i8"), ("row", "=i4"),
+                        ("state", "i1"), ("src", "i1"), ("pad", "=i2"), ("lane", "=i8")])
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Records:
         c = df.get_column
         offsets, data = text_buffers(c("text"))
         types, names = R.pair_columns(df)
-        self.store.add(int64_column(c("time")), _typed(c("row"), pl.Int32, "<i4"),
+        self.store.add(int64_column(c("time")), _typed(c("row"), pl.Int32, "=i4"),
                        _typed(c("kind"), pl.Int8, "i1"), _typed(c("phase"), pl.Int8, "i1"),
                        int64_column(c("sub")), _typed(c("src"), pl.Int8, "i1"),
                        int64_column(c("ord")),
@@ -140,7 +141,7 @@ class Intervals:
         if df.height == 0:
             return
         c = df.get_column
-        self.store.add(_typed(c("row"), pl.Int32, "<i4"), int64_column(c("start")),
+        self.store.add(_typed(c("row"), pl.Int32, "=i4"), int64_column(c("start")),
                        int64_column(c("end")), _typed(c("state"), pl.Int8, "i1"),
                        _typed(c("src"), pl.Int8, "i1"), int64_column(c("ord")))
 

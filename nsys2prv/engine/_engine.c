@@ -70,6 +70,16 @@ static inline char *put_varint(char *o, uint64_t v) {
     return o;
 }
 
+/* Run files are little-endian on every host (docs/intermediate.md): the block header's two
+ * u32 are written and read byte by byte, not as host integers. */
+static inline void put_le32(unsigned char *o, uint32_t v) {
+    for (int i = 0; i < 4; i++) o[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t get_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static inline uint64_t get_varint(const unsigned char **pp) {
     const unsigned char *p = *pp;
     uint64_t v = 0;
@@ -364,7 +374,9 @@ static int store_spill_nogil(RecordStore *self, const char *path, int64_t **inde
             block.n = (size_t)(o - block.p);
             prev = r->time;
         }
-        uint32_t head[2] = {(uint32_t)(hi - lo), (uint32_t)block.n};
+        unsigned char head[8];  /* records in the block, bytes of the block */
+        put_le32(head, (uint32_t)(hi - lo));
+        put_le32(head + 4, (uint32_t)block.n);
         if (write_all(fh, head, sizeof head) < 0 || write_all(fh, block.p, block.n) < 0) goto done;
         ix[2 * nb] = self->recs[idx[lo]].time;
         ix[2 * nb + 1] = offset;
@@ -1238,22 +1250,23 @@ static int msrc_next_run(Merger *m, MSource *s) {
     for (;;) {
         if (s->block_left == 0) {
             if (s->end_offset >= 0 && s->offset >= s->end_offset) return 0;
-            uint32_t head[2];
+            unsigned char head[8];
             size_t got = fread(head, 1, sizeof head, s->fh);
             if (got == 0) return 0;
             if (got != sizeof head) { errno = EIO; return -1; }
-            if (head[1] > s->block_cap) {
-                unsigned char *p = realloc(s->block, head[1]);
+            uint32_t count = get_le32(head), bytes = get_le32(head + 4);
+            if (bytes > s->block_cap) {
+                unsigned char *p = realloc(s->block, bytes);
                 if (!p) { errno = ENOMEM; return -1; }
                 s->block = p;
-                s->block_cap = head[1];
+                s->block_cap = bytes;
             }
-            if (fread(s->block, 1, head[1], s->fh) != head[1]) { errno = EIO; return -1; }
-            s->offset += (long long)sizeof head + head[1];
-            s->block_left = head[0];
+            if (fread(s->block, 1, bytes, s->fh) != bytes) { errno = EIO; return -1; }
+            s->offset += (long long)sizeof head + bytes;
+            s->block_left = count;
             s->p = s->block;
             s->prev_time = 0;
-            if (head[0] == 0) continue;
+            if (count == 0) continue;
         }
         DRec d;
         s->p = decode_rec(s->p, &d, s->prev_time);

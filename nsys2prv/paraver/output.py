@@ -8,7 +8,6 @@ temporaries are removed and an older trace of the same name is left untouched.
 from __future__ import annotations
 
 import errno
-import gzip
 import os
 import re
 import tempfile
@@ -62,8 +61,11 @@ class TraceWriter:
             raise OutputError(f"{self.directory}: output directory does not exist")
         self._prv_tmp = self._temp(self.prv)
         raw = open(self._prv_tmp, "wb")  # noqa: SIM115 - closed in commit/abort
-        self._fh = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) \
-            if self.compress else raw
+        self._fh = raw
+        if self.compress:
+            import gzip  # only for -z (start-up)
+
+            self._fh = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0)
         self._raw = raw
         return self
 

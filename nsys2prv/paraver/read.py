@@ -166,19 +166,19 @@ def _frames(cols: dict, comms: bool, seq0: int
     order from `seq0`."""
     n = len(cols["ev_time"]) // 8
     events = pl.DataFrame({
-        "row": _column(cols, "ev_row", "<i4"), "time": _column(cols, "ev_time", "<i8"),
-        "type": _column(cols, "ev_type", "<i4").astype(np.int64),
-        "value": _column(cols, "ev_value", "<i8"),
+        "row": _column(cols, "ev_row", "=i4"), "time": _column(cols, "ev_time", "=i8"),
+        "type": _column(cols, "ev_type", "=i4").astype(np.int64),
+        "value": _column(cols, "ev_value", "=i8"),
         "seq": np.arange(seq0, seq0 + n, dtype=np.int64)})
     states = pl.DataFrame({
-        "row": _column(cols, "st_row", "<i4"), "begin": _column(cols, "st_begin", "<i8"),
-        "end": _column(cols, "st_end", "<i8"), "state": _column(cols, "st_state", "<i4")})
+        "row": _column(cols, "st_row", "=i4"), "begin": _column(cols, "st_begin", "=i8"),
+        "end": _column(cols, "st_end", "=i8"), "state": _column(cols, "st_state", "=i4")})
     communications = pl.DataFrame({
-        "send_row": _column(cols, "cm_send_row", "<i4"),
-        "send": _column(cols, "cm_lsend", "<i8"),
-        "recv_row": _column(cols, "cm_recv_row", "<i4"),
-        "recv": _column(cols, "cm_precv", "<i8"), "size": _column(cols, "cm_size", "<i8"),
-        "tag": _column(cols, "cm_tag", "<i8")}) if comms else None
+        "send_row": _column(cols, "cm_send_row", "=i4"),
+        "send": _column(cols, "cm_lsend", "=i8"),
+        "recv_row": _column(cols, "cm_recv_row", "=i4"),
+        "recv": _column(cols, "cm_precv", "=i8"), "size": _column(cols, "cm_size", "=i8"),
+        "tag": _column(cols, "cm_tag", "=i8")}) if comms else None
     return events, states, communications
 
 

@@ -17,8 +17,8 @@ The trace starts (time 0) at the earliest record of any report; no epoch times a
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from statistics import mean
 
 AUTO_SYNC = ("MPI_Init", "NCCL")
 
@@ -34,6 +34,15 @@ class Alignment:
     residual_ns: int | None = None  # spread of the sync point used, after alignment
     check_point: str | None = None  # another sync point used as an independent check
     check_spread_ns: int | None = None
+
+
+def mean(values: Iterable[int]) -> int | float:
+    """statistics.mean of integers, which these times are: the int when the sum divides, else
+    the nearest float (the same value; statistics imports fractions and decimal, which a
+    translation does not otherwise need at start-up)."""
+    xs = list(values)
+    q, r = divmod(sum(xs), len(xs))
+    return q if r == 0 else sum(xs) / len(xs)
 
 
 def align(metas: list[dict], hosts: list[str], sync: str | None = "auto",

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import bisect
 import json
-import multiprocessing
 import shutil
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -331,8 +330,8 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
              enumerate(zip(metas, alignment.shifts))]
     mctx = MergeContext(metas, model, alignment.shifts, views)
     kinds = {k for m in metas for k in m["kinds"]}
-    hooks = [iter(t.merge_records(mctx)) for name, t in TRANSLATORS.items()
-             if t.merge_records is not None and name in kinds]
+    translators = [TRANSLATORS[name] for name in TRANSLATORS if name in kinds]
+    hooks = [iter(t.merge_records(mctx)) for t in translators if t.merge_records is not None]
     return _Plan(metas, model, alignment, dictionary, views, end_time, mctx, hooks)
 
 
@@ -515,6 +514,9 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
     tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
     register_temp(tmp)
     try:
+        import multiprocessing  # only for windows in processes
+        from concurrent.futures import ProcessPoolExecutor
+
         ctx = multiprocessing.get_context("spawn")  # forking a polars process can deadlock
         with worker_environment(), ProcessPoolExecutor(max_workers=len(windows),
                                                        mp_context=ctx) as pool:

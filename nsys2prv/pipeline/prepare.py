@@ -20,6 +20,7 @@ from ..engine import Intervals, Records, Run
 from ..model.rows import RowRegistry, RowSpans
 from ..paraver import registry as reg
 from ..paraver.kinds import TRANSLATORS
+from ..paraver.kinds import available as kind_available
 from ..paraver.values import LocalNames
 from ..report.report import Report
 from ..report.schema import warn_if_newer
@@ -49,7 +50,7 @@ class PrepareOptions:
 
 def available_kinds(report: Report) -> list[str]:
     """Kinds with data in this report, in translation order."""
-    return [name for name, t in TRANSLATORS.items() if t.available(report)]
+    return [name for name in TRANSLATORS if kind_available(name, report)]
 
 
 class PrepareContext:

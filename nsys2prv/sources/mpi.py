@@ -64,7 +64,8 @@ def nvtx_domain_ids(report: Report) -> pl.DataFrame:
 
 
 def available(report: Report) -> bool:
-    return bool(native(report)) or nvtx_domain_ids(report).height > 0
+    return bool(native(report)) or (nvtx_source.names_a_domain(report, NVTX_DOMAIN)
+                                     and nvtx_domain_ids(report).height > 0)
 
 
 def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:

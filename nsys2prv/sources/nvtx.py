@@ -84,6 +84,21 @@ def _definitions(report: Report, kind: tuple[str, int]) -> pl.DataFrame:
     return pl.DataFrame({k: [r[i] for r in rows] for i, k in enumerate(schema)}, schema=schema)
 
 
+def names_a_domain(report: Report, name: str) -> bool:
+    """Whether some process created an NVTX domain called `name` (one SQL probe, no table
+    read: how kinds that live in a domain tell they are absent)."""
+    table = report.table(TABLE)
+    if table is None:
+        return False
+    cols = set(report.db.columns(table))
+    text = "coalesce(s.value, e.text)" if "textId" in cols else "e.text"
+    join = 'LEFT JOIN "StringIds" s ON s.id = e.textId' if "textId" in cols else ""
+    return bool(report.db.rows(
+        f"SELECT 1 FROM \"{table}\" e {join} "
+        f"WHERE e.eventType = {_enum_id(report, DOMAIN_CREATE)} AND {text} = ? LIMIT 1",
+        (name,)))
+
+
 def domains(report: Report) -> pl.DataFrame:
     """(pid, domain_id, name) of the domains each process created."""
     return (_definitions(report, DOMAIN_CREATE).drop("category")

@@ -213,10 +213,9 @@ def kernel_periods(report: Report, ctx: Context, users: pl.DataFrame,
 
 def _translated(report: Report, ctx: Context, kind: str) -> bool:
     """Whether `kind` is translated for this report (present and selected)."""
-    from . import TRANSLATORS  # the package collects this module: import at call time
-    t = TRANSLATORS.get(kind)
+    from . import KINDS, available  # the package lists this module: import at call time
     kinds = getattr(ctx.options, "kinds", None)
-    return t is not None and t.available(report) and (kinds is None or kind in kinds)
+    return kind in KINDS and available(kind, report) and (kinds is None or kind in kinds)
 
 
 def _expand(k: pl.DataFrame, starts: np.ndarray, ends: np.ndarray) -> pl.DataFrame:

@@ -101,10 +101,6 @@ def _events(report: Report, ctx: Context) -> None:
         push(ctx, frames)
 
 
-def available(report: Report) -> bool:
-    return source.available(report)
-
-
 TRANSLATORS = (Translator("graphs", 35, "CUDA graphs: executions, node ids, creation events",
-                          available, translate,
+                          source.available, translate,
                           (source.GRAPH_TRACE, source.GRAPH_EVENTS, source.NODE_EVENTS)),)

@@ -65,10 +65,6 @@ def operation_of_kernel(name: str) -> str | None:
     return None
 
 
-def available(report: Report) -> bool:
-    return source.available(report)
-
-
 def translate(report: Report, ctx: Context) -> None:
     c = pl.col
     parts = []
@@ -279,4 +275,4 @@ def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> 
 
 
 TRANSLATORS = (Translator("nccl", 25, "NCCL calls and the operations of NCCL kernels",
-                          available, translate, (source.TABLE,)),)
+                          source.available, translate, (source.TABLE,)),)

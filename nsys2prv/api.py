@@ -8,18 +8,16 @@ produces the same bytes in every case.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError, OutputError, UsageError
-from .paraver.kinds import TRANSLATORS as KINDS
+from .paraver.kinds import KINDS
 from .paraver.output import trace_paths
 from .pipeline.align import align
 from .pipeline.budget import plan as budget_plan
@@ -275,6 +273,9 @@ def _run_prepare(jobs_args: list[tuple], jobs: int, dask: Any,
         return
     if jobs > 1 and total > 1:
         # spawn, not fork: forking a process whose polars thread pool runs can deadlock it
+        import multiprocessing  # only for a process pool: not on a one-report run's path
+        from concurrent.futures import ProcessPoolExecutor
+
         with worker_environment(), ProcessPoolExecutor(
                 max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             for _ in pool.map(_prepare_one, jobs_args):
