@@ -25,6 +25,7 @@ from nsys2prv.rules.cli import main as rules_main
 from nsys2prv.rules.numbers import sequential_sums, sqlite_round
 from nsys2prv.testing.synth import ApiCall, Kernel, Memcpy, Memset, Nvtx, Spec, global_tid, \
     write_export
+from nsys2prv.testing.synth_rules import SEEDS, probe_exports
 
 from conftest import CORPUS, corpus_cases, corpus_files
 
@@ -98,7 +99,8 @@ def compare_export(export: Path, cases: list[dict]) -> list[str]:
     return problems
 
 
-@pytest.fixture(**corpus_cases(sorted(CORPUS / e for e in NSYS2023)))
+@pytest.fixture(**corpus_cases(sorted(CORPUS / e for e in NSYS2023
+                                      if not e.startswith("probe/"))))
 def recorded_export(request) -> Path:
     if request.param is None:
         pytest.skip("no recorded nsys outputs (tests/data/rules/nsys2023) or corpus at "
@@ -114,6 +116,23 @@ def test_equal_to_nsys_2023_on_corpus(recorded_export: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
+PROBES = sorted(e for e in NSYS2023 if e.startswith("probe/"))
+
+
+@pytest.fixture(scope="module")
+def probe_files(tmp_path_factory) -> dict[str, Path]:
+    return probe_exports(tmp_path_factory.mktemp("probes"))
+
+
+@pytest.mark.parametrize("name", PROBES)
+def test_equal_to_nsys_2023_on_probes(name: str, probe_files: dict[str, Path]) -> None:
+    """Seeded synthetic exports full of ties, shared correlation ids, overheads and
+    graphics workloads, rebuilt here, against what nsys printed for them."""
+    path = probe_files[name.removeprefix("probe/").removesuffix(".sqlite")]
+    problems = compare_export(path, NSYS2023[name])
+    assert not problems, "\n".join(problems)
+
+
 def test_reference_covers_the_corpus() -> None:
     """Every corpus export has recorded cases, and the recorded outputs are not trivial."""
     if not corpus_files():
@@ -122,9 +141,13 @@ def test_reference_covers_the_corpus() -> None:
     assert set(corpus_files()) <= recorded
     statuses = [c["status"] for cases in NSYS2023.values() for c in cases]
     assert statuses.count("rows") > 300
-    rules_with_rows = {c["spec"].split(":")[0] for cases in NSYS2023.values() for c in cases
-                       if c["status"] == "rows"}
-    assert rules_with_rows == set(rules.DEFAULT_RULES)
+    rules_with_rows = {c["spec"].split(":")[0] for e, cases in NSYS2023.items() for c in cases
+                       if c["status"] == "rows" and not e.startswith("probe/")}
+    # no corpus export has a synchronous memset on pinned or managed memory
+    assert rules_with_rows == set(rules.DEFAULT_RULES) - {"cuda_memset_sync"}
+    probe_rules = {c["spec"].split(":")[0] for e in PROBES for c in NSYS2023[e]
+                   if c["status"] == "rows"}
+    assert probe_rules == set(rules.DEFAULT_RULES) and len(PROBES) == len(SEEDS)
     assert any("nvtx=" in c["spec"] and c["status"] == "rows"
                for cases in NSYS2023.values() for c in cases)
 

@@ -87,3 +87,7 @@ def _show(result, fmt: str, raw: bool) -> None:
     print(f"{result.export} - {result.spec}")
     print()
     print(format_text(result, raw=raw))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
