@@ -9,7 +9,7 @@ table that the time range (`start`/`end`/`nvtx`, and `process`/`thread`) lets th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ..report.report import Report
 
 DEFAULT_ROWS = 50
+CHUNK_ROWS = 1 << 20  # rows of a large table read at a time
 # The end of time when only `start` is given: the largest 64-bit timestamp.
 END_OF_TIME = 0x7FFFFFFFFFFFFFFF
 PID_SHIFT = 24
@@ -237,6 +238,20 @@ class RuleInput:
         missing = [pl.lit(None, dtype).alias(c) for c, dtype in columns.items()
                    if c not in present]
         return df.with_columns(missing) if missing else df
+
+    def chunks(self, table: str, columns: dict[str, pl.DataType], *conditions: str,
+               rows: int = CHUNK_ROWS) -> Iterator[pl.DataFrame]:
+        """`read` (within the window, without `_row`) in rowid ranges of `rows` rows, so a
+        large table is never held both as read and as converted by the caller."""
+        present = set(self.columns(table))
+        chosen = [c for c in columns if c in present]
+        where = self.where(table, *conditions).removeprefix(" WHERE ")
+        missing = [pl.lit(None, dtype).alias(c) for c, dtype in columns.items()
+                   if c not in present]
+        select = ", ".join(f'"{c}"' for c in chosen) or "1 AS _none"
+        for df in self.report.db.chunks(table, select, {c: columns[c] for c in chosen}, rows,
+                                        where=where):
+            yield df.with_columns(missing) if missing else df
 
     def string_ids(self, *conditions: str) -> pl.DataFrame:
         """(id, value) of the StringIds rows meeting SQL `conditions` on `value`."""

@@ -9,10 +9,11 @@ that start. Gaps longer than `gap` ms are listed, longest first.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from .base import Column, Option, Rule, RuleInput, limit_rows, numbered
-from .gpu_ops import check_gpu_tables, operations, present_apis
+from .gpu_ops import check_gpu_tables, device_spans, operations, present_apis
 
 DEFAULT_GAP_MS = 500
 
@@ -28,19 +29,54 @@ COLUMNS = (
 
 def idle_gaps(ops: pl.DataFrame, threshold_ns: int) -> pl.DataFrame:
     """Gaps longer than `threshold_ns` in one API's operations, in (pid, device, time)
-    order. The context is that of the operation whose end opens the gap."""
-    keys = ["pid", "device"]
-    starts = ops.select(*keys, "start").sort(*keys, "start")
-    ends = ops.select(*keys, "end", "context").sort(*keys, "end", maintain_order=True)
-    follower = starts.select(pl.all().shift(-1).name.prefix("next_"))
-    pairs = pl.concat([ends, follower], how="horizontal")
-    gap = pl.col("next_start") - pl.col("end")
-    return pairs.filter(
-        (pl.col("pid") == pl.col("next_pid")) & (pl.col("device") == pl.col("next_device"))
-        & (gap > threshold_ns) & (pl.col("end") < pl.col("next_start"))
-    ).select(gap.alias("Duration (ns)"), pl.col("end").alias("Start (ns)"),
-             pl.col("pid").alias("PID"), pl.col("device").alias("Device ID"),
-             pl.col("context").alias("Context ID"))
+    order. The context is that of the operation whose end opens the gap (of equal ends, the
+    last in scan order, as SQLite's stable sort leaves them)."""
+    spans, group = device_spans(ops)
+    keep = np.flatnonzero(group >= 0)
+    group = group[keep]
+    start = ops["start"].to_numpy()[keep]
+    end = ops["end"].to_numpy()[keep]
+    start_group, start = sorted_in_groups(group, start)
+    by_end = order_in_groups(group, end)
+    end_group, end = group[by_end], end[by_end]
+    del group
+    opens = np.flatnonzero((end_group[:-1] == start_group[1:])
+                           & (start[1:] - end[:-1] > threshold_ns) & (end[:-1] < start[1:]))
+    owner = spans[end_group[opens]] if opens.size else spans.clear()
+    context = ops["context"].gather(keep[by_end[opens]]) if opens.size else []
+    return pl.DataFrame({
+        "Duration (ns)": pl.Series(start[opens + 1] - end[opens], dtype=pl.Int64),
+        "Start (ns)": pl.Series(end[opens], dtype=pl.Int64),
+        "PID": owner["pid"], "Device ID": owner["device"],
+        "Context ID": pl.Series(context, dtype=pl.Int64)})
+
+
+# Sorting by (group, value) as one int64 key when groups and values fit: group in the top
+# 10 bits, the value (a time >= 0 and < 2^53) below.
+_VALUE_BITS = 53
+_MAX_PACKED_GROUPS = 1 << (63 - _VALUE_BITS)
+
+
+def _packable(group: np.ndarray, values: np.ndarray) -> bool:
+    return (values.size == 0 or (int(group.max()) < _MAX_PACKED_GROUPS
+                                 and int(values.min()) >= 0
+                                 and int(values.max()) < (1 << _VALUE_BITS)))
+
+
+def sorted_in_groups(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(groups, values) sorted by group then value."""
+    if _packable(group, values):
+        packed = np.sort((group << _VALUE_BITS) | values)
+        return packed >> _VALUE_BITS, packed & ((1 << _VALUE_BITS) - 1)
+    order = np.lexsort((values, group))
+    return group[order], values[order]
+
+
+def order_in_groups(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The stable order by group then value (ties keep their order)."""
+    if _packable(group, values):
+        return np.argsort((group << _VALUE_BITS) | values, kind="stable")
+    return np.lexsort((values, group))
 
 
 def find(inp: RuleInput, options: dict) -> pl.DataFrame:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from .base import RuleInput, Skip, pid_of, sql_text
@@ -23,6 +24,7 @@ from .base import RuleInput, Skip, pid_of, sql_text
 OVERHEAD_TABLE = "PROFILER_OVERHEAD"
 OPS_SCHEMA = {"pid": pl.Int64, "device": pl.Int64, "context": pl.Int64, "start": pl.Int64,
               "end": pl.Int64}
+_DEVICE_BITS = 39  # pid (24 bits) and device packed in one int64 key
 
 
 @dataclass(frozen=True)
@@ -78,26 +80,73 @@ def operations(inp: RuleInput, api: GpuApi, tables: list[str]) -> pl.DataFrame:
     """One API's GPU operations (pid, device, context, start, end), overhead rows first."""
     parts = []
     for table in tables:
-        raw = inp.read(table, {"start": pl.Int64, "end": pl.Int64, api.owner: pl.Int64,
-                               api.device: pl.Int64, api.context: pl.Int64}, '"start" > 0')
-        parts.append(raw.select(pid_of(pl.col(api.owner)).alias("pid"),
-                                pl.col(api.device).alias("device"),
-                                pl.col(api.context).alias("context"), "start", "end"))
-        del raw
-    ops = pl.concat(parts) if parts else pl.DataFrame(schema=OPS_SCHEMA)
-    ops = ops.cast(OPS_SCHEMA)  # type: ignore[arg-type]
-    overhead = overhead_rows(inp, api, device_spans(ops))
-    return pl.concat([overhead, ops]) if overhead.height else ops
+        for raw in inp.chunks(table, {"start": pl.Int64, "end": pl.Int64, api.owner: pl.Int64,
+                                      api.device: pl.Int64, api.context: pl.Int64},
+                              '"start" > 0'):
+            parts.append(raw.select(pid_of(pl.col(api.owner)).alias("pid"),
+                                    pl.col(api.device).alias("device"),
+                                    pl.col(api.context).alias("context"), "start",
+                                    "end").cast(OPS_SCHEMA))  # type: ignore[arg-type]
+    ops = pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=OPS_SCHEMA)
+    overhead = overhead_rows(inp, api, device_spans(ops)[0])
+    return pl.concat([overhead, ops], rechunk=False) if overhead.height else ops
 
 
-def device_spans(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per (pid, device): first start, last end, and the context of the first operation
-    that reaches the last end (the one nsys reports for the device)."""
-    return ops.group_by("pid", "device", maintain_order=True).agg(
-        span_start=pl.col("start").min(),
-        span_end=pl.col("end").max(),
-        context=pl.col("context").filter(pl.col("end") == pl.col("end").max()).first(),
-    ).sort("device", "pid", maintain_order=True)
+def device_spans(ops: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """Per (pid, device), in that order (nulls first, as SQLite sorts): first start
+    (`span_start`), last end (`span_end`) and the context of the first operation that
+    reaches the last end (the one nsys reports for the device); and for each operation the
+    row of its span, -1 when its pid or device is null (nsys' joins never match a null).
+
+    Done with numpy on one int64 key per operation: a polars group-by gathers every column
+    per group, several times the size of a large table.
+    """
+    keyed = (ops["pid"].is_not_null() & ops["device"].is_not_null()).to_numpy()
+    rows = np.flatnonzero(keyed)
+    pid = ops["pid"].to_numpy()[rows].astype(np.int64)
+    device = ops["device"].to_numpy()[rows].astype(np.int64)
+    if device.size and (device.min() < 0 or device.max() >= 1 << _DEVICE_BITS):
+        # a device id too wide to pack beside the pid: rank the pairs instead
+        ranked = ops[rows].select(pl.struct("pid", "device").rank("dense")).to_series()
+        key = ranked.to_numpy().astype(np.int64)
+    else:
+        key = (pid << _DEVICE_BITS) | device
+    del pid, device
+    keys = np.sort(pl.Series(key, dtype=pl.Int64).unique().to_numpy())
+    index = np.searchsorted(keys, key)
+    del key
+    start = ops["start"].to_numpy()[rows]
+    end = ops["end"].to_numpy()[rows]
+    span_start = np.full(keys.size, np.iinfo(np.int64).max)
+    span_end = np.full(keys.size, np.iinfo(np.int64).min)
+    np.minimum.at(span_start, index, start)
+    np.maximum.at(span_end, index, end)
+    some = np.full(keys.size, rows.size)  # an operation of each span, for its pid/device
+    np.minimum.at(some, index, np.arange(rows.size))
+    at_end = np.flatnonzero(end == span_end[index])
+    owner = np.full(keys.size, rows.size)  # the first operation reaching the span's end
+    np.minimum.at(owner, index[at_end], at_end)
+    spans = pl.DataFrame({
+        "pid": ops["pid"].gather(rows[some]), "device": ops["device"].gather(rows[some]),
+        "span_start": pl.Series(span_start, dtype=pl.Int64),
+        "span_end": pl.Series(span_end, dtype=pl.Int64),
+        "context": ops["context"].gather(rows[owner])})
+    span_of = np.full(ops.height, -1, dtype=np.int64)
+    span_of[rows] = index
+    if rows.size == ops.height:
+        return spans, span_of
+    # spans of a null pid or device: nsys lists them, with no work in them
+    unkeyed = ops.filter(~pl.Series(keyed)).group_by("pid", "device", maintain_order=True).agg(
+        span_start=pl.col("start").min(), span_end=pl.col("end").max(),
+        context=pl.col("context").get(pl.col("end").arg_max()))
+    both = pl.concat([unkeyed.with_columns(_span=pl.lit(-1, pl.Int64)),
+                      spans.with_columns(_span=pl.int_range(pl.len(), dtype=pl.Int64))],
+                     how="vertical").sort("pid", "device", maintain_order=True)
+    placed = both["_span"].to_numpy()
+    moved = np.empty(keys.size, dtype=np.int64)
+    moved[placed[placed >= 0]] = np.flatnonzero(placed >= 0)
+    span_of[rows] = moved[index]
+    return both.drop("_span"), span_of
 
 
 def overhead_rows(inp: RuleInput, api: GpuApi, spans: pl.DataFrame) -> pl.DataFrame:
@@ -110,7 +159,9 @@ def overhead_rows(inp: RuleInput, api: GpuApi, spans: pl.DataFrame) -> pl.DataFr
     raw = inp.read(table, {"start": pl.Int64, "end": pl.Int64, "globalTid": pl.Int64},
                    f'"nameId" IN ({ids})')
     rows = raw.select("_row", "start", "end", pid_of(pl.col("globalTid")).alias("pid"))
-    joined = rows.join(spans.with_row_index("_span"), on="pid", how="inner")
+    # nsys pairs each overhead with the devices of its process in (device, pid) order
+    by_device = spans.sort("device", "pid", maintain_order=True).with_row_index("_span")
+    joined = rows.join(by_device, on="pid", how="inner")
     return joined.filter((pl.col("start") > pl.col("span_start"))
                          & (pl.col("end") < pl.col("span_end"))).sort(
         "_row", "_span").select(*OPS_SCHEMA).cast(OPS_SCHEMA)  # type: ignore[arg-type]

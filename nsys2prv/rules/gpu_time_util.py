@@ -44,10 +44,11 @@ def _check_chunks(value: object) -> str | None:
     return None
 
 
-def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, chunks: int
+def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, span: np.ndarray, chunks: int
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per chunk of every span: (span index, chunk index, chunk start, chunk end) and, as a
-    fourth array, the summed overlap of the operations (float64, as nsys sums it)."""
+    """Per chunk of every span: its span, its index in the span, its [start, end) (a 2-row
+    array) and the summed overlap of the operations (float64, as nsys sums it). `span` is
+    each operation's span (-1: none)."""
     span_start = spans["span_start"].to_numpy()
     span_end = spans["span_end"].to_numpy()
     length = span_end - span_start
@@ -61,12 +62,6 @@ def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, chunks: int
     c_start = span_start[span_of] + index * width[span_of]
     c_end = np.minimum(c_start + width[span_of], span_end[span_of])
 
-    # each operation's span (none when its pid or device is null: nsys' join skips it)
-    located = ops.select("pid", "device").join(
-        spans.select("pid", "device", pl.int_range(pl.len()).alias("_span")),
-        on=["pid", "device"], how="left", maintain_order="left")
-    span = located["_span"].fill_null(-1).to_numpy()
-    del located
     used = np.zeros(total, dtype=np.float64)
     if span.size and total:
         keep = span >= 0
@@ -96,10 +91,10 @@ def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, chunks: int
 def low_use_runs(ops: pl.DataFrame, chunks: int, threshold: int) -> pl.DataFrame:
     """Runs of consecutive chunks below `threshold` %, in nsys' grouping order (run id,
     device, pid), with their mean use."""
-    spans = device_spans(ops)
+    spans, span = device_spans(ops)
     if chunks <= 0 or spans.height == 0:
         return _runs_frame([], [], [], [], [], [], [])
-    span_of, index, bounds, used = chunk_use(ops, spans, chunks)
+    span_of, index, bounds, used = chunk_use(ops, spans, span, chunks)
     c_start, c_end = bounds
     size = (c_end - c_start).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -124,9 +119,9 @@ def low_use_runs(ops: pl.DataFrame, chunks: int, threshold: int) -> pl.DataFrame
     run_span = s[run_first]
     start = c_start[low][run_first]
     duration = c_end[low][run_last] - start
-    return _runs_frame(run_id, spans["device"].to_numpy()[run_span],
-                       spans["pid"].to_numpy()[run_span], start, duration, mean,
-                       spans["context"].to_numpy()[run_span]).sort(
+    owner = spans[run_span]  # keeps a null pid or device
+    return _runs_frame(run_id, owner["device"], owner["pid"], start, duration, mean,
+                       owner["context"]).sort(
         "_run", "Device ID", "PID", maintain_order=True)
 
 

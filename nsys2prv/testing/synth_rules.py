@@ -3,9 +3,10 @@
 `rules_export(path, seed)` writes a seeded random export (`synth.write_export`) and adds what
 the base generator does not make: profiler overheads (counted and not counted), graphics
 workloads (Vulkan, OpenGL, DX12: each a separate operation table for nsys' GPU rules),
-copies with known device ids, correlation ids shared by two processes, and NVTX ranges on
-main and worker threads. Times sit on a coarse grid so that ties (equal durations, equal
-ends on two contexts, chunk uses exactly halfway between two rounded values) occur often.
+copies with known device ids, correlation ids shared by two processes, NVTX ranges on main
+and worker threads, operations without a process id and device ids too wide to pack. Times
+sit on a coarse grid so that ties (equal durations, equal ends on two contexts, chunk uses
+exactly halfway between two rounded values) occur often.
 tests/data/rules/generate.py records what nsys prints for these files; the tests rebuild
 them from the same seeds and compare.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 from .synth import ApiCall, Kernel, Memcpy, Memset, Nvtx, Spec, global_tid, write_export
 
 # seed -> what the export stresses (the names are the recorded case directories)
-SEEDS = {1: "cuda", 2: "cuda-graphics", 3: "cuda-ties", 4: "cuda-graphics-empty"}
+SEEDS = {1: "cuda", 2: "cuda-graphics", 3: "cuda-ties", 4: "cuda-graphics-empty",
+         5: "cuda-odd-ids"}
 GRID = 250  # ns; all times are multiples of it
 PROCESSES = (100, 200)
 MEMCPY_NAMES = ("cudaMemcpy_v3020", "cudaMemcpyAsync_v3020", "cudaMemcpy2DAsync_v3020",
@@ -155,6 +157,12 @@ def rules_export(path: str | Path, seed: int) -> Path:
         con.execute("INSERT INTO PROFILER_OVERHEAD VALUES (?, ?, ?, ?, 0)",
                     (s, s + _t(rng, GRID, 3_000_000), global_tid(pid, pid + rng.choice((0, 1))),
                      string(rng.choice(OVERHEADS))))
+    if "odd-ids" in kind:
+        # operations without a process, and device ids too wide to pack beside a pid
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL WHERE rowid % 50 = 0")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 5 WHERE rowid % 70 = 1")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMSET SET deviceId = ? WHERE rowid % 3 = 0",
+                    (1 << 40,))
     if "graphics" in kind:
         for table, columns in GRAPHICS_DDL.items():
             con.execute(f'CREATE TABLE "{table}" ({", ".join(f"{c} INTEGER" for c in columns)})')
