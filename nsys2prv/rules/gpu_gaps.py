@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from .base import Column, Option, Rule, RuleInput, limit_rows, numbered
-from .gpu_ops import check_gpu_tables, device_spans, operations, present_apis
+from .gpu_ops import Operations, check_gpu_tables, operations, present_apis
 
 DEFAULT_GAP_MS = 500
 
@@ -27,56 +27,64 @@ COLUMNS = (
 )
 
 
-def idle_gaps(ops: pl.DataFrame, threshold_ns: int) -> pl.DataFrame:
+def idle_gaps(ops: Operations, threshold_ns: int) -> pl.DataFrame:
     """Gaps longer than `threshold_ns` in one API's operations, in (pid, device, time)
     order. The context is that of the operation whose end opens the gap (of equal ends, the
     last in scan order, as SQLite's stable sort leaves them)."""
-    spans, group = device_spans(ops)
-    keep = np.flatnonzero(group >= 0)
-    group = group[keep]
-    start = ops["start"].to_numpy()[keep]
-    end = ops["end"].to_numpy()[keep]
-    start_group, start = sorted_in_groups(group, start)
-    by_end = order_in_groups(group, end)
-    end_group, end = group[by_end], end[by_end]
-    del group
-    opens = np.flatnonzero((end_group[:-1] == start_group[1:])
-                           & (start[1:] - end[:-1] > threshold_ns) & (end[:-1] < start[1:]))
-    owner = spans[end_group[opens]] if opens.size else spans.clear()
-    context = ops["context"].gather(keep[by_end[opens]]) if opens.size else []
+    keep = np.flatnonzero(ops.span_of >= 0)
+    whole = keep.size == ops.frame.height
+    group = ops.span_of if whole else ops.span_of[keep]
+    start = ops.frame["start"].to_numpy()
+    end = ops.frame["end"].to_numpy()
+    if not whole:
+        start, end = start[keep], end[keep]
+    gap, end_time, by_end = following_gaps(group, start, end)
+    del start, end
+    opens = np.flatnonzero((gap > threshold_ns) & (gap > 0))
+    found = by_end[opens]
+    owner = ops.spans[group[found]] if opens.size else ops.spans.clear()
+    context = ops.frame["context"].gather(found if whole else keep[found])
     return pl.DataFrame({
-        "Duration (ns)": pl.Series(start[opens + 1] - end[opens], dtype=pl.Int64),
-        "Start (ns)": pl.Series(end[opens], dtype=pl.Int64),
+        "Duration (ns)": pl.Series(gap[opens], dtype=pl.Int64),
+        "Start (ns)": pl.Series(end_time[opens], dtype=pl.Int64),
         "PID": owner["pid"], "Device ID": owner["device"],
         "Context ID": pl.Series(context, dtype=pl.Int64)})
 
 
-# Sorting by (group, value) as one int64 key when groups and values fit: group in the top
-# 10 bits, the value (a time >= 0 and < 2^53) below.
-_VALUE_BITS = 53
-_MAX_PACKED_GROUPS = 1 << (63 - _VALUE_BITS)
+# (span, time) sorted as one int64 key when both fit: the span in the top 10 bits, the time
+# (>= 0 and < 2^53) below; then the difference of two keys of one span is a time difference.
+_TIME_BITS = 53
+_MAX_PACKED_SPANS = 1 << (63 - _TIME_BITS)
 
 
-def _packable(group: np.ndarray, values: np.ndarray) -> bool:
-    return (values.size == 0 or (int(group.max()) < _MAX_PACKED_GROUPS
-                                 and int(values.min()) >= 0
-                                 and int(values.max()) < (1 << _VALUE_BITS)))
-
-
-def sorted_in_groups(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(groups, values) sorted by group then value."""
-    if _packable(group, values):
-        packed = np.sort((group << _VALUE_BITS) | values)
-        return packed >> _VALUE_BITS, packed & ((1 << _VALUE_BITS) - 1)
-    order = np.lexsort((values, group))
-    return group[order], values[order]
-
-
-def order_in_groups(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The stable order by group then value (ties keep their order)."""
-    if _packable(group, values):
-        return np.argsort((group << _VALUE_BITS) | values, kind="stable")
-    return np.lexsort((values, group))
+def following_gaps(group: np.ndarray, start: np.ndarray, end: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """With starts and ends each sorted by (span, time), ends in stable order: for each
+    end but the last, the next start minus it (0 when that start is in another span), the
+    sorted end times, and the operation of each sorted end."""
+    fits = start.size == 0 or (int(group.max()) < _MAX_PACKED_SPANS
+                               and min(int(start.min()), int(end.min())) >= 0
+                               and max(int(start.max()), int(end.max())) < 1 << _TIME_BITS)
+    if not fits:
+        by_start = np.lexsort((start, group))
+        by_end = np.lexsort((end, group))
+        gap = start[by_start][1:] - end[by_end][:-1]
+        gap[group[by_start][1:] != group[by_end][:-1]] = 0
+        return gap, end[by_end], by_end
+    starts = group << _TIME_BITS
+    starts |= start
+    starts.sort()
+    ends = group << _TIME_BITS
+    ends |= end
+    by_end = np.argsort(ends, kind="stable")
+    ends = ends[by_end]
+    gap = starts[1:] - ends[:-1]
+    other_span = np.bitwise_xor(starts[1:], ends[:-1], out=starts[1:])
+    other_span >>= _TIME_BITS
+    gap[other_span != 0] = 0
+    del starts, other_span
+    ends &= (1 << _TIME_BITS) - 1
+    return gap, ends, by_end
 
 
 def find(inp: RuleInput, options: dict) -> pl.DataFrame:

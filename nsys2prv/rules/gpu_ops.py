@@ -76,8 +76,19 @@ def check_gpu_tables(inp: RuleInput) -> None:
                        "export); export the report again with a newer Nsight Systems")
 
 
-def operations(inp: RuleInput, api: GpuApi, tables: list[str]) -> pl.DataFrame:
-    """One API's GPU operations (pid, device, context, start, end), overhead rows first."""
+@dataclass
+class Operations:
+    """One API's GPU operations (`frame`: pid, device, context, start, end; overheads first),
+    their per-(pid, device) spans (see `device_spans`) and each operation's span row
+    (`span_of`, -1 for none)."""
+
+    frame: pl.DataFrame
+    spans: pl.DataFrame
+    span_of: np.ndarray
+
+
+def operations(inp: RuleInput, api: GpuApi, tables: list[str]) -> Operations:
+    """Read one API's GPU operations and add the overheads that count for it."""
     parts = []
     for table in tables:
         for raw in inp.chunks(table, {"start": pl.Int64, "end": pl.Int64, api.owner: pl.Int64,
@@ -87,9 +98,27 @@ def operations(inp: RuleInput, api: GpuApi, tables: list[str]) -> pl.DataFrame:
                                     pl.col(api.device).alias("device"),
                                     pl.col(api.context).alias("context"), "start",
                                     "end").cast(OPS_SCHEMA))  # type: ignore[arg-type]
-    ops = pl.concat(parts, rechunk=False) if parts else pl.DataFrame(schema=OPS_SCHEMA)
-    overhead = overhead_rows(inp, api, device_spans(ops)[0])
-    return pl.concat([overhead, ops], rechunk=False) if overhead.height else ops
+    ops = _contiguous(parts)
+    del parts
+    spans, span_of = device_spans(ops)
+    # overheads lie strictly inside a span: they change no span's ends nor its context
+    overhead, overhead_span = overhead_rows(inp, api, spans)
+    if overhead.height == 0:
+        return Operations(ops, spans, span_of)
+    return Operations(pl.concat([overhead, ops]), spans, np.concatenate([overhead_span,
+                                                                       span_of]))
+
+
+def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts as one frame with one buffer per column (numpy then reads it without a
+    copy), joined a column at a time so that only one column is ever held twice."""
+    if not parts:
+        return pl.DataFrame(schema=OPS_SCHEMA)
+    columns = {}
+    for name in OPS_SCHEMA:
+        columns[name] = pl.concat([p[name] for p in parts], rechunk=True)
+        parts[:] = [p.drop(name) for p in parts]
+    return pl.DataFrame(columns)
 
 
 def device_spans(ops: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
@@ -102,39 +131,53 @@ def device_spans(ops: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     per group, several times the size of a large table.
     """
     keyed = (ops["pid"].is_not_null() & ops["device"].is_not_null()).to_numpy()
-    rows = np.flatnonzero(keyed)
-    pid = ops["pid"].to_numpy()[rows].astype(np.int64)
-    device = ops["device"].to_numpy()[rows].astype(np.int64)
-    if device.size and (device.min() < 0 or device.max() >= 1 << _DEVICE_BITS):
-        # a device id too wide to pack beside the pid: rank the pairs instead
-        ranked = ops[rows].select(pl.struct("pid", "device").rank("dense")).to_series()
-        key = ranked.to_numpy().astype(np.int64)
-    else:
-        key = (pid << _DEVICE_BITS) | device
-    del pid, device
+    whole = bool(keyed.all())
+    rows = None if whole else np.flatnonzero(keyed)
+
+    def column(name: str) -> np.ndarray:
+        values = ops[name] if whole else ops[name].gather(rows)
+        return values.to_numpy()
+
+    device = column("device")
+    packed = device.size == 0 or (device.min() >= 0 and device.max() < 1 << _DEVICE_BITS)
+    if packed:
+        key = column("pid") << _DEVICE_BITS
+        key |= device
+    else:  # a device id too wide to pack beside the pid: rank the (pid, device) pairs
+        pairs = ops if whole else ops[rows]
+        key = pairs.select(pl.struct("pid", "device").rank("dense")).to_series().to_numpy()
+        key = key.astype(np.int64, copy=False)
+    del device
     keys = np.sort(pl.Series(key, dtype=pl.Int64).unique().to_numpy())
     index = np.searchsorted(keys, key)
     del key
-    start = ops["start"].to_numpy()[rows]
-    end = ops["end"].to_numpy()[rows]
+    start, end = column("start"), column("end")
     span_start = np.full(keys.size, np.iinfo(np.int64).max)
     span_end = np.full(keys.size, np.iinfo(np.int64).min)
     np.minimum.at(span_start, index, start)
     np.maximum.at(span_end, index, end)
-    some = np.full(keys.size, rows.size)  # an operation of each span, for its pid/device
-    np.minimum.at(some, index, np.arange(rows.size))
     at_end = np.flatnonzero(end == span_end[index])
-    owner = np.full(keys.size, rows.size)  # the first operation reaching the span's end
+    del start, end
+    owner = np.full(keys.size, index.size)  # the first operation reaching the span's end
     np.minimum.at(owner, index[at_end], at_end)
-    spans = pl.DataFrame({
-        "pid": ops["pid"].gather(rows[some]), "device": ops["device"].gather(rows[some]),
-        "span_start": pl.Series(span_start, dtype=pl.Int64),
-        "span_end": pl.Series(span_end, dtype=pl.Int64),
-        "context": ops["context"].gather(rows[owner])})
+    if not whole:
+        owner = rows[owner]
+    if packed:
+        pid = pl.Series(keys >> _DEVICE_BITS, dtype=pl.Int64)
+        device_of = pl.Series(keys & ((1 << _DEVICE_BITS) - 1), dtype=pl.Int64)
+    else:
+        some = np.full(keys.size, index.size)  # an operation of each span
+        np.minimum.at(some, index, np.arange(index.size))
+        some = some if whole else rows[some]
+        pid, device_of = ops["pid"].gather(some), ops["device"].gather(some)
+    spans = pl.DataFrame({"pid": pid, "device": device_of,
+                          "span_start": pl.Series(span_start, dtype=pl.Int64),
+                          "span_end": pl.Series(span_end, dtype=pl.Int64),
+                          "context": ops["context"].gather(owner)})
+    if whole:
+        return spans, index
     span_of = np.full(ops.height, -1, dtype=np.int64)
     span_of[rows] = index
-    if rows.size == ops.height:
-        return spans, span_of
     # spans of a null pid or device: nsys lists them, with no work in them
     unkeyed = ops.filter(~pl.Series(keyed)).group_by("pid", "device", maintain_order=True).agg(
         span_start=pl.col("start").min(), span_end=pl.col("end").max(),
@@ -149,19 +192,23 @@ def device_spans(ops: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     return both.drop("_span"), span_of
 
 
-def overhead_rows(inp: RuleInput, api: GpuApi, spans: pl.DataFrame) -> pl.DataFrame:
-    """The API's profiler overheads as operations on each device of their process."""
+def overhead_rows(inp: RuleInput, api: GpuApi, spans: pl.DataFrame
+                  ) -> tuple[pl.DataFrame, np.ndarray]:
+    """The API's profiler overheads as operations on each device of their process, and
+    the span row of each."""
     table = inp.table(OVERHEAD_TABLE)
     names = inp.string_ids(*(f"value = {sql_text(n)}" for n in api.overheads))
     if table is None or names.height == 0 or spans.height == 0:
-        return pl.DataFrame(schema=OPS_SCHEMA)
+        return pl.DataFrame(schema=OPS_SCHEMA), np.zeros(0, dtype=np.int64)
     ids = ", ".join(str(i) for i in names["id"].to_list())
     raw = inp.read(table, {"start": pl.Int64, "end": pl.Int64, "globalTid": pl.Int64},
                    f'"nameId" IN ({ids})')
     rows = raw.select("_row", "start", "end", pid_of(pl.col("globalTid")).alias("pid"))
     # nsys pairs each overhead with the devices of its process in (device, pid) order
-    by_device = spans.sort("device", "pid", maintain_order=True).with_row_index("_span")
-    joined = rows.join(by_device, on="pid", how="inner")
-    return joined.filter((pl.col("start") > pl.col("span_start"))
-                         & (pl.col("end") < pl.col("span_end"))).sort(
-        "_row", "_span").select(*OPS_SCHEMA).cast(OPS_SCHEMA)  # type: ignore[arg-type]
+    by_device = spans.with_row_index("_span").sort("device", "pid", maintain_order=True
+                                                   ).with_row_index("_order")
+    joined = rows.join(by_device, on="pid", how="inner").filter(
+        (pl.col("start") > pl.col("span_start")) & (pl.col("end") < pl.col("span_end"))
+    ).sort("_row", "_order")
+    frame = joined.select(*OPS_SCHEMA).cast(OPS_SCHEMA)  # type: ignore[arg-type]
+    return frame, joined["_span"].cast(pl.Int64).to_numpy()

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from .base import Column, Option, Rule, RuleInput, limit_rows, numbered
-from .gpu_ops import check_gpu_tables, device_spans, operations, present_apis
+from .gpu_ops import Operations, check_gpu_tables, operations, present_apis
 from .numbers import sqlite_round, sequential_sums
 
 DEFAULT_THRESHOLD = 50
@@ -44,13 +44,16 @@ def _check_chunks(value: object) -> str | None:
     return None
 
 
-def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, span: np.ndarray, chunks: int
+BLOCK = 1 << 20  # operations handled at a time (bounds the temporary arrays)
+
+
+def chunk_use(ops: Operations, chunks: int
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per chunk of every span: its span, its index in the span, its [start, end) (a 2-row
-    array) and the summed overlap of the operations (float64, as nsys sums it). `span` is
-    each operation's span (-1: none)."""
-    span_start = spans["span_start"].to_numpy()
-    span_end = spans["span_end"].to_numpy()
+    array) and the summed overlap of the operations (float64, as nsys sums it; the sums
+    are whole numbers below 2^53, so exact in any order)."""
+    span_start = ops.spans["span_start"].to_numpy()
+    span_end = ops.spans["span_end"].to_numpy()
     length = span_end - span_start
     width = np.ceil(length.astype(np.float64) / np.float64(chunks)).astype(np.int64)
     safe = np.maximum(width, 1)
@@ -61,14 +64,16 @@ def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, span: np.ndarray, chunks: 
     index = np.arange(total) - first[span_of]
     c_start = span_start[span_of] + index * width[span_of]
     c_end = np.minimum(c_start + width[span_of], span_end[span_of])
-
     used = np.zeros(total, dtype=np.float64)
-    if span.size and total:
-        keep = span >= 0
-        keep[keep] = count[span[keep]] > 0
+    steps = np.zeros(total + 1, dtype=np.int64)
+    starts, ends = ops.frame["start"], ops.frame["end"]
+    for lo in range(0, ops.frame.height if total else 0, BLOCK):
+        span = ops.span_of[lo:lo + BLOCK]
+        keep = np.flatnonzero(span >= 0)
+        keep = keep[count[span[keep]] > 0]
         span = span[keep]
-        start = ops["start"].to_numpy()[keep]
-        end = ops["end"].to_numpy()[keep]
+        start = starts.slice(lo, BLOCK).to_numpy()[keep]
+        end = ends.slice(lo, BLOCK).to_numpy()[keep]
         origin, w, last = span_start[span], safe[span], count[span] - 1
         k_start = np.clip((start - origin) // w, 0, last)
         k_end = np.clip((end - origin) // w, 0, last)
@@ -82,19 +87,19 @@ def chunk_use(ops: pl.DataFrame, spans: pl.DataFrame, span: np.ndarray, chunks: 
         used += np.bincount(base[many] + k_start[many], weights=head, minlength=total)
         used += np.bincount(base[many] + k_end[many], weights=tail, minlength=total)
         # whole chunks strictly between the first and the last: a difference array
-        steps = (np.bincount(base[many] + k_start[many] + 1, minlength=total + 1)
-                 - np.bincount(base[many] + k_end[many], minlength=total + 1))
-        used += (np.cumsum(steps)[:total] * width[span_of]).astype(np.float64)
+        steps += np.bincount(base[many] + k_start[many] + 1, minlength=total + 1)
+        steps -= np.bincount(base[many] + k_end[many], minlength=total + 1)
+    used += (np.cumsum(steps)[:total] * width[span_of]).astype(np.float64)
     return span_of, index, np.stack([c_start, c_end]), used
 
 
-def low_use_runs(ops: pl.DataFrame, chunks: int, threshold: int) -> pl.DataFrame:
+def low_use_runs(ops: Operations, chunks: int, threshold: int) -> pl.DataFrame:
     """Runs of consecutive chunks below `threshold` %, in nsys' grouping order (run id,
     device, pid), with their mean use."""
-    spans, span = device_spans(ops)
+    spans = ops.spans
     if chunks <= 0 or spans.height == 0:
         return _runs_frame([], [], [], [], [], [], [])
-    span_of, index, bounds, used = chunk_use(ops, spans, span, chunks)
+    span_of, index, bounds, used = chunk_use(ops, chunks)
     c_start, c_end = bounds
     size = (c_end - c_start).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
