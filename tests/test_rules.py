@@ -172,7 +172,7 @@ LIVE_CASES = [("exported/cumat_mpi_4gpu.nsys2022.4.sqlite",
 
 
 @pytest.mark.parametrize("export,specs", LIVE_CASES, ids=[c[0] for c in LIVE_CASES])
-def test_equal_to_live_nsys_2023(export: str, specs: list[str], tmp_path: Path) -> None:
+def test_equal_to_live_nsys_2023(export: str, specs: list[str]) -> None:
     """The same comparison against nsys run now (where Nsight Systems 2023.4 is installed)."""
     exe = _nsys_2023()
     if exe is None:
@@ -233,6 +233,16 @@ def test_gaps_closed_form(gpu_export: Path) -> None:
     assert rules.run(gpu_export, "gpu_gaps:gap=0:rows=2").rows["Duration (ns)"].to_list() == [
         140 * MS, 70 * MS]
     assert rules.run(gpu_export, "gpu_gaps:gap=0:rows=2").truncated
+
+
+def test_operations_at_time_zero_do_not_count(tmp_path: Path) -> None:
+    """nsys keeps only GPU operations with start > 0."""
+    spec = Spec(kernels=[Kernel(0, 5 * MS, 1, 0, 7, "a", 1), Kernel(10 * MS, 12 * MS, 1, 0, 7,
+                                                                    "b", 2),
+                         Kernel(20 * MS, 21 * MS, 1, 0, 7, "c", 3)])
+    path = write_export(tmp_path / "zero.sqlite", spec)
+    got = rules.run(path, "gpu_gaps:gap=0").rows.select("Duration (ns)", "Start (ns)").rows()
+    assert got == [(8 * MS, 12 * MS)]
 
 
 def test_gaps_in_a_window(gpu_export: Path) -> None:
@@ -510,6 +520,22 @@ def test_bad_specs(spec: str, message: str, calls_export: Path, capsys) -> None:
     assert message in str(err.value) and "\n" not in str(err.value)
     assert rules_main(["-r", spec, str(calls_export)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_report_input_is_exported_with_nsys(tmp_path: Path) -> None:
+    """A .qdrep/.nsys-rep is exported with the installed nsys (cached beside it) and gives
+    the rows its export gives."""
+    report = CORPUS / "reports" / "vaclav_cuda_par_exec_2020_4.qdrep"
+    export = CORPUS / "exported" / "vaclav_cuda_par_exec_2020_4.nsys2022.4.sqlite"
+    if shutil.which("nsys") is None:
+        pytest.skip("no nsys on PATH to export a report")
+    if not report.exists() or not export.exists():
+        pytest.skip(f"corpus report {report} not found")
+    copy = tmp_path / report.name
+    shutil.copy(report, copy)
+    ours = rules.run(copy, "cuda_api_sync:rows=-1")
+    assert ours.rows.height > 0
+    assert ours.rows.equals(rules.run(export, "cuda_api_sync:rows=-1").rows)
 
 
 def test_bad_inputs(tmp_path: Path, capsys) -> None:

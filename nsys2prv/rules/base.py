@@ -109,10 +109,6 @@ class RuleResult:
         return ":".join([self.rule, *(f"{k}={self.options[k]}" for k in self.given)])
 
 
-def empty_frame(columns: Sequence[Column]) -> pl.DataFrame:
-    return pl.DataFrame(schema={c.name: c.dtype for c in columns})
-
-
 def limit_rows(df: pl.DataFrame, limit: int) -> pl.DataFrame:
     """SQL's LIMIT: a negative limit keeps every row."""
     return df if limit < 0 else df.head(limit)

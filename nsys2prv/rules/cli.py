@@ -24,16 +24,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _rule_list() -> str:
-    return "; ".join(f"{r.name} ({r.old_name}): {r.summary}" for r in RULES.values())
+    """Each rule, its 2022.4 name, what it finds and its own options."""
+    lines = []
+    for r in RULES.values():
+        own = "".join(f"; {o.name}=N: {o.help}" for o in r.options)
+        lines.append(f"{r.name} ({r.old_name}): {r.summary}{own}")
+    return ". ".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Run Nsight Systems' expert-system rules (as `nsys "
                 "analyze` 2023.4 does) on SQLite exports or reports, without nsys.",
-                epilog="Rules: " + _rule_list() + ". Options of every rule: rows=N (-1: all), "
-                "start=NS, end=NS, nvtx=RANGE[@DOMAIN][/N]; gpu_gaps: gap=MS; gpu_time_util: "
-                "threshold=PERCENT, chunks=N; cuda_api_sync: process=PID, thread=TID. "
-                "See docs/rules.md.")
+                epilog="Rules: " + _rule_list() + ". Options of every rule: rows=N (default "
+                "50, -1: all), start=NS, end=NS, nvtx=RANGE[@DOMAIN][/N]. See docs/rules.md.")
     p.add_argument("inputs", nargs="+", metavar="EXPORT",
                    help="an export (.sqlite) or a report (.nsys-rep, exported with nsys)")
     p.add_argument("-r", "--rule", action="append", metavar="SPEC",
