@@ -34,6 +34,20 @@ def run(argv: list[str]) -> dict:
             "seconds": round(time.perf_counter() - t0, 3), "stdout": out.getvalue()}
 
 
+def _middle(export: str) -> str:
+    """--filter-time for the middle tenth of the export's records (ns since session start)."""
+    from nsys2prv.pipeline.facts import report_facts
+    from nsys2prv.report.report import Report
+
+    report = Report(export)
+    try:
+        facts = report_facts(report)
+    finally:
+        report.close()
+    span = facts.last - facts.first
+    return f"{facts.first + span * 45 // 100}/{facts.first + span * 55 // 100}"
+
+
 def main(export: str, work: str) -> dict:
     w = Path(work)
     trace, pop, merged, part = w / "t.prv", w / "pop.prv", w / "m.prv", w / "part"
@@ -47,6 +61,13 @@ def main(export: str, work: str) -> dict:
     results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace)])
     results["analyze_views"] = run(["analyze", str(trace), "--views", str(w / "views"),
                                     "--top", "3"])
+    results["analyze_rules"] = run(["analyze", "-r", "all", "-f", "csv", export])
+    window = _middle(export)
+    results["translate_window"] = run([export, str(w / "win.prv"), "-q", "--allow-empty",
+                                       f"--filter-time={window}"])
+    results["check_window"] = run(["check", "-q", str(w / "win.prv")])
+    results["analyze_window"] = run(["analyze", "--allow-empty", f"--filter-time={window}",
+                                     export])
     results["prepare"] = run(["prepare", "-q", export, str(part)])
     results["merge"] = run(["merge", "-q", str(part), str(merged)])
     checks = {}

@@ -116,6 +116,23 @@ def test_cut_equals_paravers_cutter(sample6, tmp_path):
             and ln.split(":")[6].startswith("67301")] == ["2:2:1:1:2:0:67301001:15"]
 
 
+def test_cut_starting_between_records(sample6, tmp_path):
+    """A window whose start has no record of its own: what is open is still written at 0,
+    before the first record past the start (a real export once got its held event lines
+    after it: a trace out of time order)."""
+    _, full = sample6
+    times = sorted({int(ln.split(":")[5]) for ln in _body(full)})
+    start = next(a + 1 for a, b in zip(times, times[1:]) if b - a > 2 and a > times[-1] // 3)
+    cut_trace(full, tmp_path / "between.prv", start, times[-1])
+    assert check_trace(tmp_path / "between.prv").ok
+    lines = [ln for ln in (tmp_path / "between.prv").read_text().splitlines()
+             if not ln.startswith("#")][1:]
+    at_zero = [int(ln.split(":")[5]) == 0 for ln in lines]
+    assert any(at_zero) and not any(at_zero[at_zero.index(False):])
+    held = [ln for ln in lines if ln.startswith("2:") and ln.split(":")[5] == "0"]
+    assert held, "the events open at the start are written at 0"
+
+
 def test_paramedir_cuts_as_stored(sample6, tmp_path):
     """Live, where paramedir is installed: its cut of the same trace is the stored one."""
     paramedir = shutil.which("paramedir") or os.environ.get("PARAMEDIR")

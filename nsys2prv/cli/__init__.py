@@ -90,6 +90,10 @@ def _main(argv: list[str]) -> int:
         print(f"nsys2prv: error: {what}; partial outputs removed (try a smaller --memory "
               "or -j 1)", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `nsys2prv analyze ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when stdout is flushed at exit
+        return 1
     except OSError as e:  # disk full, file size limit, permissions on temporary files, ...
         if debug:
             raise

@@ -25,7 +25,10 @@ from .common import Parser, Progress, add_window_arguments, window_of
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="nsys2prv analyze",
                description="GPU efficiency model (TALP-compatible and NCCL-aware forms) and "
-                           "kernel overlap of a trace, per device.")
+                           "kernel overlap of a trace, per device.",
+               epilog="With -r/--rule SPEC, runs Nsight Systems' expert-system rules on "
+                      "exports instead (`nsys2prv analyze -r gpu_gaps --help`; "
+                      "docs/rules.md).")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="a trace (.prv, .prv.gz) or one or more reports (.sqlite, .nsys-rep)")
     p.add_argument("--scaling", action="store_true",
@@ -316,8 +319,23 @@ def scaling_main(args) -> int:
     return 0
 
 
+def wants_rules(argv: list[str]) -> bool:
+    """True when an `analyze` command line names a rule (-r/--rule): the rules' command."""
+    for a in argv:
+        if a == "--":
+            return False
+        if a == "--rule" or a.startswith("--rule=") or (a.startswith("-r") and a[1:2] == "r"):
+            return True
+    return False
+
+
 def main(argv: list[str]) -> int:
-    """Entry point of `nsys2prv analyze` (dispatched from nsys2prv.cli)."""
+    """Entry point of `nsys2prv analyze` (dispatched from nsys2prv.cli); with -r/--rule,
+    nsys' expert-system rules (nsys2prv.cli.rules) instead of the efficiency model."""
+    if wants_rules(argv):
+        from .rules import main as rules_main
+
+        return rules_main(argv)
     args = _parser().parse_args(argv)
     if args.scaling:
         return scaling_main(args)

@@ -664,6 +664,9 @@ static int cut_line(Scanner *s, const char *p, const char *end, const char *nl) 
         if (rc == 0) rc = release_held(s);
         return rc < 0 ? rc : 1;
     }
+    /* the lines at 0 come first: written (and the event lines held) at the first line of
+     * the window, released before any line past its start */
+    if (t >= c->from && cut_flush(s) < 0) return -2;
     if (t > c->from && c->holding && release_held(s) < 0) return -2;
     if (kind == '1') {
         int64_t stop, state;

@@ -1,0 +1,97 @@
+"""Print rule results as `nsys analyze` does: a titled text table, or CSV.
+
+Values are shown in nsys' default units: times in ns, percentages with one decimal, byte
+counts in MB (10^6 bytes) with three decimals. `raw=True` keeps bytes as integers (what
+`nsys analyze --format csv:noconv` prints).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import textwrap
+
+import polars as pl
+
+from .base import Column, RuleResult
+
+TEXT_WIDTH = 80
+MAX_COLUMN = 100  # widest a text column grows
+WIDTH_SAMPLE = 100  # rows that decide a text column's width
+ELLIPSIS = "…"
+
+
+def header(column: Column, raw: bool) -> str:
+    if column.unit == "B" and not raw:
+        return column.name.replace("(B)", "(MB)")
+    return column.name
+
+
+def _cells(result: RuleResult, raw: bool) -> list[list[str]]:
+    """Rows as display strings, column by column in nsys' units."""
+    columns = []
+    for column in result.columns:
+        series = result.rows[column.name]
+        if column.unit == "B" and not raw:
+            shown = [None if v is None else f"{v / 1e6:.3f}" for v in series.to_list()]
+        elif series.dtype == pl.Float64:
+            shown = [None if v is None else repr(v) for v in series.to_list()]
+        else:
+            shown = [None if v is None else str(v) for v in series.to_list()]
+        columns.append(["" if v is None else v for v in shown])
+    return [list(row) for row in zip(*columns)]
+
+
+def format_csv(result: RuleResult, raw: bool = False) -> str:
+    """CSV of the rows with a header line; empty when there are none (as nsys prints)."""
+    if result.skipped or result.rows.height == 0:
+        return ""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([header(c, raw) for c in result.columns])
+    writer.writerows(_cells(result, raw))
+    return out.getvalue()
+
+
+def _wrap(text: str) -> str:
+    lines = []
+    for line in text.split("\n"):
+        indent = len(line) - len(line.lstrip(" "))
+        item = line.lstrip(" ")
+        marker = item.split(" ", 1)[0] if item[:1].isdigit() else ""
+        lines.append(textwrap.fill(line, TEXT_WIDTH, subsequent_indent=" " * (
+            indent + len(marker) + 1 if marker else indent)) if line else "")
+    return "\n".join(lines)
+
+
+def _fit(text: str, width: int, numeric: bool) -> str:
+    if len(text) > width:
+        return text[:width - 1] + ELLIPSIS
+    return text.rjust(width) if numeric else text.ljust(width)
+
+
+def table(result: RuleResult, raw: bool = False) -> str:
+    """The rows as text columns: numbers right-aligned, text left-aligned, headers centred."""
+    heads = [header(c, raw) for c in result.columns]
+    rows = _cells(result, raw)
+    widths = [min(MAX_COLUMN, max([len(h)] + [len(r[i]) for r in rows[:WIDTH_SAMPLE]]))
+              for i, h in enumerate(heads)]
+    numeric = [c.dtype != pl.Utf8 for c in result.columns]
+    lines = [" " + "  ".join(h.center(w) if len(h) <= w else h[:w] for h, w in
+                             zip(heads, widths)),
+             " " + "  ".join("-" * w for w in widths)]
+    lines += [" " + "  ".join(_fit(v, w, n) for v, w, n in zip(row, widths, numeric))
+              for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def format_text(result: RuleResult, raw: bool = False) -> str:
+    """Title, advice (or the reason there is nothing), the table and a note when the row
+    limit cut the list short."""
+    parts = [f" ** {result.title} ({result.rule}):", _wrap(result.message)]
+    if not result.skipped and result.rows.height:
+        parts.append(table(result, raw))
+        if result.truncated:
+            parts.append(f"Only the first {result.rows.height} rows are shown; there may be "
+                         "more (rows=-1 shows all).")
+    return "\n\n".join(parts) + "\n"
