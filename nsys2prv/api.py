@@ -27,6 +27,7 @@ from .pipeline.merge import MergeOptions, MergeResult, merge
 from .pipeline.prepare import PrepareOptions, prepare
 from .pipeline.window import Filter, NvtxFilter, WindowMoved, parse_filter, resolve
 from .report.export import export_report, is_report
+from .report.inputs import expand_inputs
 from .report.report import Report
 from .supervise import register_temp
 
@@ -152,8 +153,9 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
               on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
     """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
 
-    Several inputs are merged into one trace (one node per host, tasks in MPI rank order,
-    clocks aligned). `sync` picks the clock sync point ("auto": end of MPI_Init, else of the
+    An input may also be a directory (its reports), a glob pattern or "@LIST" (a file naming
+    one report a line): `nsys2prv.report.inputs`. Several inputs are merged into one trace
+    (one node per host, tasks in MPI rank order, clocks aligned). `sync` picks the clock sync point ("auto": end of MPI_Init, else of the
     first NCCL kernel; "MPI_Init"; "NCCL"; None: session start only); `sync_nvtx` names an
     NVTX range or mark to align on instead. `jobs` reports are prepared in parallel; `dask`
     (a `distributed.Client` or a scheduler address) runs that stage on a Dask cluster, whose
@@ -168,7 +170,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    inputs = [Path(p) for p in inputs]
+    inputs = [Path(p) for p in expand_inputs(inputs)]
     if not inputs:
         raise UsageError("no input given")
     if isinstance(window, str):

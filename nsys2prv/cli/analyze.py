@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError, UsageError
+from ..report.inputs import expand_inputs
 from ..supervise import register_temp, stderr_is_terminal
 from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
 from ..analysis.model import Analysis, Efficiency, GroupResult, analyze_path
@@ -30,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
                       "exports instead (`nsys2prv analyze -r gpu_gaps --help`; "
                       "docs/rules.md).")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="a trace (.prv, .prv.gz) or one or more reports (.sqlite, .nsys-rep)")
+                   help="a trace (.prv, .prv.gz) or one or more reports (.sqlite, .nsys-rep); "
+                        "a directory, a quoted glob or @LIST (one path a line) names many")
     p.add_argument("--scaling", action="store_true",
                    help="each INPUT is a run (a trace, or a directory or glob of the reports "
                         "of one run): the efficiency model across runs, with computational "
@@ -117,7 +119,8 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
                            else "trace.prv")
             _translate(inputs, out, window=window, allow_empty=allow_empty)
         result = analyze_path(out, explain, top)
-    result.trace = " ".join(inputs)
+    result.trace = " ".join(inputs) if len(inputs) <= 4 else \
+        f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
     return result, out if keep_in is not None else None
 
 
@@ -262,24 +265,10 @@ def _device_line(g: GroupResult, T: int) -> str:
 
 
 def _run_inputs(run: str) -> list[str]:
-    """The files of one run: a trace, a directory of reports, or a glob of reports."""
-    import glob
-
-    p = Path(run)
-    if _is_trace(run):
-        if not p.exists():
-            raise InputError(f"{run}: no such file")
-        return [run]
-    if p.is_dir():
-        found = [f for f in p.iterdir() if f.name.endswith((".sqlite", ".nsys-rep", ".qdrep"))]
-        # a report and its export side by side are one report: take the export
-        exported = {f.name[: -len(".sqlite")] for f in found if f.name.endswith(".sqlite")}
-        files = sorted(str(f) for f in found if f.name.endswith(".sqlite")
-                       or f.name.rsplit(".", 1)[0] not in exported)
-    else:
-        files = sorted(glob.glob(run))
-    if not files:
-        raise InputError(f"{run}: no trace or reports found for this run")
+    """The files of one run: a trace, a directory of reports, a glob of reports, or @LIST."""
+    files = expand_inputs([run])
+    if len(files) == 1 and not Path(files[0]).exists():
+        raise InputError(f"{files[0]}: no such file")
     return files
 
 
@@ -339,6 +328,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.scaling:
         return scaling_main(args)
+    args.inputs = expand_inputs(args.inputs)
     if args.weak or args.csv:
         raise UsageError("--weak and --csv go with --scaling")
     if args.pop_trace and not (len(args.inputs) == 1 and _is_trace(args.inputs[0])):

@@ -100,6 +100,10 @@ class Progress:
                 b.close()
 
 
+SUMMARY_REPORTS = 16  # more reports than this: the alignment summary shows the extremes
+SUMMARY_LARGEST = 5
+
+
 def print_summary(result, seconds: float) -> None:
     """The lines a translation ends with on stderr: what was written, counts, alignment."""
     err = sys.stderr
@@ -113,7 +117,16 @@ def print_summary(result, seconds: float) -> None:
     al = result.alignment
     if len(al.details) > 1:
         print(f"nsys2prv: clocks aligned on {al.method}", file=err)
-        for d in al.details:
+        details = al.details
+        if len(details) > SUMMARY_REPORTS:  # a big job: the extremes (all in the header)
+            by_fix = sorted(details, key=lambda d: abs(d["sync_correction_ns"]))
+            hosts = len({d["host"] for d in details})
+            print(f"nsys2prv:   {len(details)} reports on {hosts} host(s): offsets "
+                  f"{min(d['offset_ns'] for d in details) / 1e6:.6f} to "
+                  f"{max(d['offset_ns'] for d in details) / 1e6:.6f} ms; the largest sync "
+                  "corrections below, every report's in the trace's header", file=err)
+            details = by_fix[-SUMMARY_LARGEST:][::-1]
+        for d in details:
             print(f"nsys2prv:   {d['report']} ({d['host']}): offset "
                   f"{d['offset_ns'] / 1e6:.6f} ms, sync correction "
                   f"{d['sync_correction_ns'] / 1e3:.3f} us", file=err)

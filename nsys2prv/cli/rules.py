@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import Nsys2PrvError, UsageError
+from ..report.inputs import expand_inputs
 from ..rules import DEFAULT_RULES, RULES, evaluate, open_export, resolve
 from ..rules.format import format_csv, format_text
 from .common import Parser
@@ -34,7 +35,8 @@ def parser() -> argparse.ArgumentParser:
                 epilog="Rules: " + _rule_list() + ". Options of every rule: rows=N (default "
                 "50, -1: all), start=NS, end=NS, nvtx=RANGE[@DOMAIN][/N]. See docs/rules.md.")
     p.add_argument("inputs", nargs="+", metavar="EXPORT",
-                   help="an export (.sqlite) or a report (.nsys-rep, exported with nsys)")
+                   help="an export (.sqlite) or a report (.nsys-rep, exported with nsys); a "
+                        "directory, a quoted glob or @LIST (one path a line) names many")
     p.add_argument("-r", "--rule", action="append", metavar="SPEC",
                    help="NAME[:option=value...]; repeatable, or several separated by commas; "
                         "`all`: the six rules in nsys' order")
@@ -55,7 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.exit_code
     status = 0
-    for path in args.inputs:
+    try:
+        inputs = expand_inputs(args.inputs)
+    except Nsys2PrvError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    for path in inputs:
         try:
             report = open_export(path)
         except Nsys2PrvError as e:

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import InputError, UsageError
 from ..pipeline.budget import memory_size
 from ..pipeline.prepare import META_FILE
+from ..report.inputs import expand_inputs, natural_key
 from .common import Parser, add_window_arguments, kind_list, print_summary, window_of
 
 
@@ -56,20 +57,26 @@ def _merge_parser() -> argparse.ArgumentParser:
     return p
 
 
+def partials_in(directory: Path) -> list[str]:
+    """A partial directory itself, or the partials one level below a directory (in natural
+    name order, so that the result does not depend on the file system)."""
+    if (directory / META_FILE).is_file():
+        return [str(directory)]
+    found = sorted((str(d) for d in directory.iterdir() if (d / META_FILE).is_file()),
+                   key=natural_key)
+    if not found:
+        raise InputError(f"{directory}: no partial traces in this directory")
+    return found
+
+
 def find_partials(paths: list[str]) -> list[Path]:
-    """Partial directories given directly or found one level below the given directories
-    (in name order, so that the result does not depend on the file system)."""
+    """Partial directories given directly, found one level below the given directories, or
+    named by a glob or @LIST (as reports are: nsys2prv.report.inputs)."""
     out = []
-    for p in map(Path, paths):
-        if (p / META_FILE).is_file():
-            out.append(p)
-        elif p.is_dir():
-            found = sorted(d for d in p.iterdir() if (d / META_FILE).is_file())
-            if not found:
-                raise InputError(f"{p}: no partial traces in this directory")
-            out += found
-        else:
+    for p in map(Path, expand_inputs(paths, directory=partials_in)):
+        if not (p / META_FILE).is_file():
             raise InputError(f"{p}: not a partial trace directory")
+        out.append(p)
     return out
 
 

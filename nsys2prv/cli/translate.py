@@ -10,6 +10,7 @@ import time
 from .. import __version__
 from ..errors import UsageError
 from ..pipeline.budget import memory_size
+from ..report.inputs import expand_inputs
 from .common import (Parser, Progress, add_window_arguments, kind_list, kind_names,
                      print_summary, window_of)
 
@@ -24,7 +25,10 @@ def translate_parser() -> argparse.ArgumentParser:
                "and 'nsys2prv merge DIR... OUT.prv' run the two stages separately; 'nsys2prv "
                "paraver-setup' installs the views and workspaces for wxparaver.")
     p.add_argument("paths", nargs="*", metavar="INPUT... OUTPUT",
-                   help="one or more reports, then the output trace name (.prv or .prv.gz)")
+                   help="one or more reports, then the output trace name (.prv or .prv.gz). "
+                        "An INPUT may be a directory (its reports), a quoted glob such as "
+                        "'run/rank*.sqlite' (expanded in natural order: rank2 before rank10) "
+                        "or @LIST, a file naming one report a line")
     p.add_argument("--only", metavar="KINDS",
                    help="translate only these kinds, comma separated: "
                         f"{','.join(kind_names())} (nsys2prv --list-kinds)")
@@ -88,7 +92,8 @@ def run_translate(argv: list[str]) -> int:
                          "(nsys2prv --help)")
     from ..api import translate
 
-    *inputs, output = args.paths
+    *given, output = args.paths
+    inputs = expand_inputs(given)
     hosts = None
     if args.host:
         names = {}

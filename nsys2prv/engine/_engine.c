@@ -19,6 +19,8 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1148,8 +1150,11 @@ typedef struct {
 } FRec;
 
 typedef struct {
-    /* run file */
-    FILE *fh;
+    /* run file: read with pread at `offset`; the descriptor may be closed between blocks
+     * (fd -1) when the runs outnumber the descriptors the merge may hold (max_open) */
+    int is_run;
+    int fd;
+    char *path;
     long long end_offset;     /* stop before this offset (-1: end of file) */
     long long offset;
     unsigned char *block;
@@ -1196,6 +1201,11 @@ typedef struct {
     int narrs;
     int err;
     char errpath[4096];
+    /* descriptors of run files: at most max_open at once, the oldest opened closed first */
+    int max_open, nopen;
+    int *ring;                /* source indices in the order their files were opened */
+    int ring_head, ring_n;
+    long long reopened;       /* opens after the first of each run (0 when all fit) */
 } Merger;
 
 static void merger_free_reps(Merger *self) {
@@ -1210,7 +1220,8 @@ static void merger_free_reps(Merger *self) {
 
 static void Merger_dealloc(Merger *self) {
     for (int i = 0; i < self->nsrc; i++) {
-        if (self->srcs[i].fh) fclose(self->srcs[i].fh);
+        if (self->srcs[i].fd >= 0) close(self->srcs[i].fd);
+        free(self->srcs[i].path);
         free(self->srcs[i].block);
     }
     free(self->srcs);
@@ -1220,6 +1231,7 @@ static void Merger_dealloc(Merger *self) {
     free(self->gidx);
     free(self->gtmp);
     free(self->heap);
+    free(self->ring);
     buf_free(&self->outbuf[0]);
     buf_free(&self->outbuf[1]);
     for (int i = 0; i < self->narrs; i++) arr_release(&self->arrs[i]);
@@ -1246,14 +1258,61 @@ static inline int64_t renumber(const ReportMap *r, int64_t type, int64_t value) 
 }
 
 /* Load the next record of a run source into its head (trace-wide); 0 at the end, -1 error. */
+/* n bytes at offset (fewer only at the end of the file); -1 with errno on an error */
+static ssize_t read_at(int fd, void *buf, size_t n, long long offset) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(offset + (long long)got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* an open descriptor for source s's run file, closing the oldest opened one first when
+ * max_open are open; 0, or -1 with errno set (and the path in errpath) */
+static int msrc_open(Merger *m, MSource *s) {
+    if (s->fd >= 0) return 0;
+    while (m->nopen >= m->max_open && m->ring_n > 0) {
+        MSource *old = &m->srcs[m->ring[m->ring_head]];
+        m->ring_head = (m->ring_head + 1) % (m->nsrc + 1);
+        m->ring_n--;
+        if (old->fd >= 0) { close(old->fd); old->fd = -1; m->nopen--; }
+    }
+    int fd;
+    do fd = open(s->path, O_RDONLY | O_CLOEXEC); while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        snprintf(m->errpath, sizeof m->errpath, "%s", s->path);
+        return -1;
+    }
+    s->fd = fd;
+    m->nopen++;
+    m->ring[(m->ring_head + m->ring_n) % (m->nsrc + 1)] = s->index;
+    m->ring_n++;
+    return 0;
+}
+
+static void msrc_close(Merger *m, MSource *s) {
+    if (s->fd >= 0) { close(s->fd); s->fd = -1; m->nopen--; }
+}
+
 static int msrc_next_run(Merger *m, MSource *s) {
     for (;;) {
         if (s->block_left == 0) {
-            if (s->end_offset >= 0 && s->offset >= s->end_offset) return 0;
+            if (s->end_offset >= 0 && s->offset >= s->end_offset) { msrc_close(m, s); return 0; }
+            if (s->fd < 0) {
+                if (msrc_open(m, s) < 0) return -1;
+                m->reopened++;
+            }
             unsigned char head[8];
-            size_t got = fread(head, 1, sizeof head, s->fh);
-            if (got == 0) return 0;
-            if (got != sizeof head) { errno = EIO; return -1; }
+            ssize_t got = read_at(s->fd, head, sizeof head, s->offset);
+            if (got < 0) return -1;
+            if (got == 0) { msrc_close(m, s); return 0; }
+            if (got != (ssize_t)sizeof head) { errno = EIO; return -1; }
             uint32_t count = get_le32(head), bytes = get_le32(head + 4);
             if (bytes > s->block_cap) {
                 unsigned char *p = realloc(s->block, bytes);
@@ -1261,7 +1320,9 @@ static int msrc_next_run(Merger *m, MSource *s) {
                 s->block = p;
                 s->block_cap = bytes;
             }
-            if (fread(s->block, 1, bytes, s->fh) != bytes) { errno = EIO; return -1; }
+            got = read_at(s->fd, s->block, bytes, s->offset + (long long)sizeof head);
+            if (got < 0) return -1;
+            if (got != (ssize_t)bytes) { errno = EIO; return -1; }
             s->offset += (long long)sizeof head + bytes;
             s->block_left = count;
             s->p = s->block;
@@ -1276,7 +1337,7 @@ static int msrc_next_run(Merger *m, MSource *s) {
         FRec *f = &s->head;
         int64_t time = d.time + r->shift;
         if (time < m->lo) continue;
-        if (time >= m->hi) return 0;
+        if (time >= m->hi) { msrc_close(m, s); return 0; }
         int64_t a = d.f[0], b = d.f[1], c = d.f[2], dd = d.f[3];
         int64_t row = d.row, mv;
         if (d.kind == KIND_EVENT) {
@@ -1356,7 +1417,7 @@ static int msrc_next_mem(Merger *m, MSource *s) {
 }
 
 static int msrc_next(Merger *m, MSource *s) {
-    int rc = s->fh ? msrc_next_run(m, s) : msrc_next_mem(m, s);
+    int rc = s->is_run ? msrc_next_run(m, s) : msrc_next_mem(m, s);
     if (rc < 0) {
         m->err = errno ? errno : EIO;
         s->live = 0;
@@ -1563,6 +1624,7 @@ static PyObject *Merger_next(Merger *self, PyObject *args) {
     if (err) {
         errno = err;
         if (err == ENOMEM) return PyErr_NoMemory();
+        if (self->errpath[0]) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, self->errpath);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     if (out.n == 0) {
@@ -1611,7 +1673,7 @@ done:
     return rc;
 }
 
-/* Merger(runs, reports, memory_sources, lo, hi)
+/* Merger(runs, reports, memory_sources, lo, hi, max_open=0)
  *   runs: [(path, report index, start offset, end offset or -1)]
  *   reports: [(shift, order, cpu, task, thread, type_keys, type_vals, fam_keys, fam_vals,
  *              value_keys, value_vals, move_keys, move_rows)]  (row arrays have n_local + 1)
@@ -1619,8 +1681,9 @@ done:
 static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
     PyObject *runs, *reports, *mems;
     long long lo, hi;
-    if (!PyArg_ParseTuple(args, "O!O!O!LL", &PyList_Type, &runs, &PyList_Type, &reports,
-                          &PyList_Type, &mems, &lo, &hi))
+    int max_open = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!LL|i", &PyList_Type, &runs, &PyList_Type, &reports,
+                          &PyList_Type, &mems, &lo, &hi, &max_open))
         return -1;
     self->lo = lo;
     self->hi = hi;
@@ -1655,8 +1718,12 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
     self->nsrc = (int)(nruns + nmem);
     self->srcs = calloc((size_t)self->nsrc + 1, sizeof *self->srcs);
     self->heap = malloc(((size_t)self->nsrc + 1) * sizeof *self->heap);
+    self->ring = malloc(((size_t)self->nsrc + 1) * sizeof *self->ring);
+    /* max_open 0: every run file open at once */
+    self->max_open = max_open > 0 ? max_open : (int)nruns + 1;
+    for (int i = 0; i < self->nsrc; i++) self->srcs[i].fd = -1;
     self->arrs = calloc((size_t)nmem * 22 + 1, sizeof *self->arrs);
-    if (!self->srcs || !self->heap || !self->arrs) { PyErr_NoMemory(); return -1; }
+    if (!self->srcs || !self->heap || !self->arrs || !self->ring) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t i = 0; i < nruns; i++) {
         const char *path;
         int rep;
@@ -1666,16 +1733,13 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
         MSource *s = &self->srcs[i];
         s->index = (int)i;
         s->rep = rep;
-        s->fh = fopen(path, "rb");
-        if (!s->fh) { PyErr_SetFromErrnoWithFilename(PyExc_OSError, path); return -1; }
-        setvbuf(s->fh, NULL, _IOFBF, 1 << 16);
+        s->is_run = 1;
+        s->path = strdup(path);
+        if (!s->path) { PyErr_NoMemory(); return -1; }
+        if (msrc_open(self, s) < 0) { PyErr_SetFromErrnoWithFilename(PyExc_OSError, path); return -1; }
         char magic[8];
-        if (fread(magic, 1, 8, s->fh) != 8 || memcmp(magic, RUN_MAGIC, 8) != 0) {
+        if (read_at(s->fd, magic, 8, 0) != 8 || memcmp(magic, RUN_MAGIC, 8) != 0) {
             PyErr_Format(PyExc_ValueError, "%s: not a run file of this nsys2prv version", path);
-            return -1;
-        }
-        if (start > 8 && fseeko(s->fh, (off_t)start, SEEK_SET) != 0) {
-            PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
             return -1;
         }
         s->offset = start > 8 ? start : 8;
@@ -1727,6 +1791,7 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
 static PyObject *Merger_get_dropped(Merger *self, void *c) { return PyLong_FromLongLong(self->dropped); }
 static PyObject *Merger_get_written(Merger *self, void *c) { return PyLong_FromLongLong(self->written); }
 static PyObject *Merger_get_last_time(Merger *self, void *c) { return PyLong_FromLongLong(self->last_time); }
+static PyObject *Merger_get_reopened(Merger *self, void *c) { return PyLong_FromLongLong(self->reopened); }
 
 static PyMethodDef Merger_methods[] = {
     {"next", (PyCFunction)Merger_next, METH_VARARGS,
@@ -1737,6 +1802,8 @@ static PyGetSetDef Merger_getset[] = {
     {"dropped", (getter)Merger_get_dropped, NULL, "records with unresolved fields", NULL},
     {"written", (getter)Merger_get_written, NULL, "records written", NULL},
     {"last_time", (getter)Merger_get_last_time, NULL, "trace time of the last group", NULL},
+    {"reopened", (getter)Merger_get_reopened, NULL,
+     "run files opened again after their descriptor was closed to stay within max_open", NULL},
     {NULL}};
 
 static PyTypeObject MergerType = {

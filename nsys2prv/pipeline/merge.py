@@ -34,6 +34,7 @@ from ..paraver.values import clean_label, global_numbering, labels_of
 from ..supervise import register_temp
 from .align import Alignment, align
 from .budget import worker_environment
+from .descriptors import run_pool_size
 from .budget import plan as budget_plan
 from .facts import Facts, nvtx_ranges
 from .prepare import META_FILE, PARTIAL_FORMAT
@@ -357,7 +358,8 @@ def _merger(plan: _Plan, window: tuple[int, int] | None = None) -> engine.Merger
                           [_edge_states(plan.model, plan.alignment.shifts, plan.end_time),
                            *plan.hooks]) if m is not None]
     lo, hi = window if window is not None else (-_FAR, _FAR)
-    return engine.Merger(runs, [v.engine_map() for v in plan.views], memory, lo, hi)
+    return engine.Merger(runs, [v.engine_map() for v in plan.views], memory, lo, hi,
+                         run_pool_size(len(runs)))
 
 
 def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,

@@ -31,10 +31,12 @@ def job(ranks: int = 4, hosts: tuple[str, ...] = ("node-a", "node-b"),
         ) -> list[tuple[RankInfo, Spec]]:
     """(info, spec) per rank; hosts get consecutive ranks, every process has the same pid."""
     clock_errors = clock_errors or {h: i * 3_700_000 for i, h in enumerate(hosts)}
+    # sessions start 1 ms apart (closer in a job of more than 8 ranks: all in the first 9 ms)
+    step = min(1_000_000, 8_000_000 // ranks)
     out = []
     for r in range(ranks):
         host = hosts[r * len(hosts) // ranks]
-        info = RankInfo(r, host, session_delay=1_000_000 * (r + 1) + 137 * r,
+        info = RankInfo(r, host, session_delay=step * (r + 1) + 137 * r,
                         clock_error=clock_errors[host])
         out.append((info, _rank_spec(info, pid, ranks)))
     return out
@@ -50,7 +52,9 @@ def _rank_spec(info: RankInfo, pid: int, world: int) -> Spec:
     spec.processes = [(pid, "app")]
     spec.threads = [(pid, pid, "app")]
     spec.gpus = [(0, "NVIDIA H100 80GB HBM3")]
-    init_start = 10_000_000 + 1_000_000 * info.rank  # ranks enter MPI_Init at different times
+    # ranks enter MPI_Init at different times, 1 ms apart (closer in a job of more than 30
+    # ranks, so that every rank enters after its session start and before MPI_INIT_END)
+    init_start = 10_000_000 + min(1_000_000, 30_000_000 // world) * info.rank
     spec.nvtx.append(Nvtx(local(init_start), local(MPI_INIT_END), pid, pid, "pushpop",
                           "MPI_Init", "MPI"))
     corr = 1
@@ -62,7 +66,7 @@ def _rank_spec(info: RankInfo, pid: int, world: int) -> Spec:
         corr += 1
         t += 3_000_000
     # an all-reduce that every rank enters at its own time but leaves together
-    enter = t + 1_000_000 * info.rank
+    enter = t + min(1_000_000, 10_000_000 // world) * info.rank  # before NCCL_END
     spec.api.append(ApiCall(local(enter), local(enter + 5_000), pid, pid, "cudaLaunchKernel",
                             corr))
     spec.kernels.append(Kernel(local(enter + 10_000), local(NCCL_END), pid, 0, 13,
