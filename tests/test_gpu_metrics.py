@@ -33,7 +33,9 @@ CLOCK = greg.SAMPLES.type_of(greg.KNOWN_METRICS["GPC Clock Frequency"])
 # -- helpers ---------------------------------------------------------------------------------
 
 def _rows(tr) -> list[str]:
-    return tr.row.split("LEVEL THREAD SIZE ")[1].splitlines()[1:]
+    """Row labels without the task tag ('pid 200: ') of a trace of several tasks."""
+    return [re.sub(r"^(?:rank|pid) -?\d+: ", "", label)
+            for label in tr.row.split("LEVEL THREAD SIZE ")[1].splitlines()[1:]]
 
 
 def _tasks(tr) -> list[str]:

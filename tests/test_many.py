@@ -40,11 +40,16 @@ def _natural(d: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(ranks, tmp_path_factory) -> bytes:
+def reference_trace(ranks, tmp_path_factory) -> Path:
     """The trace of the job with its exports named one by one, in rank order."""
     out = tmp_path_factory.mktemp("ref") / "ref.prv"
     translate(_natural(ranks), out, jobs=1)
-    return out.read_bytes()
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(reference_trace) -> bytes:
+    return reference_trace.read_bytes()
 
 
 def _cli(*args, limit: int | None = None, cwd: Path | None = None):
@@ -124,6 +129,19 @@ def test_summary_of_a_big_job_shows_the_extremes(ranks, tmp_path):
     header = [ln for ln in (tmp_path / "s.prv").read_text().splitlines()[:RANKS + 10]
               if ln.startswith("# report rank")]
     assert len(header) == RANKS
+
+
+def test_rows_of_a_big_job_name_their_rank(reference_trace):
+    """Every row label of a trace of several tasks starts with its task's rank: the rows of
+    thousands of ranks look alike otherwise."""
+    text = reference_trace.with_suffix(".row").read_text()
+    threads = text.split("LEVEL THREAD SIZE ")[1].splitlines()[1:]
+    tasks = text.split("LEVEL TASK SIZE ")[1].split("\n\n")[0].splitlines()[1:]
+    assert len(tasks) == RANKS and len(threads) == 3 * RANKS  # main thread, 2 streams
+    for rank in range(RANKS):
+        assert tasks[rank].startswith(f"rank {rank} ")
+        assert threads[3 * rank].startswith(f"rank {rank}: app main (tid ")
+        assert threads[3 * rank + 1].startswith(f"rank {rank}: GPU 0 ctx 1 stream ")
 
 
 def test_cli_bad_list_is_one_line_and_writes_nothing(tmp_path):

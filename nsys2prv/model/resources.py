@@ -50,10 +50,15 @@ class Task:
     number: int = 0  # 1-based
 
     @property
+    def tag(self) -> str:
+        """Short name of the task, the prefix of its rows' labels in a trace of many."""
+        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+
+    @property
     def label(self) -> str:
-        who = f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
         name = f" {self.name}" if self.name else ""
-        return f"{who}{name} (pid {self.pid})" if self.rank is not None else f"{who}{name}"
+        return f"{self.tag}{name} (pid {self.pid})" if self.rank is not None \
+            else f"{self.tag}{name}"
 
 
 @dataclass
@@ -149,6 +154,10 @@ def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> Res
                       ": each of them gets a node of its own (give --host-map to group them)",
                       stacklevel=2)
     tasks.sort(key=lambda t: (t.rank if t.rank is not None else math.inf, t.report, t.pid))
+    if len(tasks) > 1:  # rows of many tasks look alike: say whose each is (rank, else pid)
+        for t in tasks:
+            for r in t.rows:
+                r.label = f"{t.tag}: {r.label}"
     nodes: list[str] = []
     for t in tasks:
         host = node_of_report[t.report]

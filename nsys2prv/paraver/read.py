@@ -41,6 +41,9 @@ class Trace:
     start: int = 0  # a window of the trace covers [start, end) (see `windows`)
     carried: int = 0  # leading events that carry the values open at `start` in
 
+# a row label starts with its task's tag in a trace of several tasks ("rank 3: GPU 0 ...")
+ROW_PREFIX = r"^(?:(?:rank|pid) -?\d+: )?"
+
 
 def open_text(path: Path):
     return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
@@ -105,9 +108,11 @@ def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
             for i in range(len(tasks))]
     df = df.with_columns(pl.Series("label", lab),
                          pl.int_range(pl.len(), dtype=pl.Int32).alias("row"))
-    gpu = pl.col("label").str.extract(r"^GPU (\d+) ", 1).cast(pl.Int64)
-    kind = (pl.when(pl.col("label").str.contains(r"^GPU \d+ metrics")).then(pl.lit("metrics"))
-            .when(pl.col("label").str.contains(r"^GPU \d+ ctx \d+ stream \d+"))
+    # "GPU d ...", or "rank r: GPU d ..." in a trace of several tasks
+    gpu = pl.col("label").str.extract(f"{ROW_PREFIX}GPU (\\d+) ", 1).cast(pl.Int64)
+    kind = (pl.when(pl.col("label").str.contains(f"{ROW_PREFIX}GPU \\d+ metrics"))
+            .then(pl.lit("metrics"))
+            .when(pl.col("label").str.contains(f"{ROW_PREFIX}GPU \\d+ ctx \\d+ stream \\d+"))
             .then(pl.lit("gpu")).otherwise(pl.lit("cpu")))
     return df.with_columns(gpu.alias("device"), kind.alias("kind"),
                            pl.Series("task_label", tlab).gather(df["task_index"]))
