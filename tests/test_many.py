@@ -196,3 +196,26 @@ def test_merge_under_a_low_descriptor_limit(ranks, reference, tmp_path):
     proc = _cli(ranks, tmp_path / "low.prv", "-q", "-j", "1", limit=25)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "low.prv").read_bytes() == reference
+
+
+def test_analyze_of_a_big_job_lists_the_worst(reference_trace, monkeypatch, capsys):
+    """More processes than MANY: the SHOWN worst of each list and the spread, not a line a
+    rank; --list-all (and --json) give every one."""
+    from nsys2prv.cli import analyze as analyze_cli
+    from nsys2prv.cli import main
+
+    monkeypatch.setattr(analyze_cli, "MANY", 8)
+    assert main(["analyze", str(reference_trace)]) == 0
+    out = capsys.readouterr().out
+    device_rows = [ln for ln in out.splitlines() if ln.startswith("rank ")]
+    assert len(device_rows) == analyze_cli.SHOWN
+    assert out.count(f"... {RANKS - analyze_cli.SHOWN} more processes (all in --json") == 2
+    assert f"{RANKS} processes, device offload efficiency min " in out
+    assert f"{RANKS - analyze_cli.SHOWN} more devices (all in --json" in out
+    # the most idle first: the table's idle column never grows down the list
+    idle = [float(ln.split("|")[0].split()[-1]) for ln in device_rows]
+    assert idle == sorted(idle, reverse=True)
+    assert main(["analyze", "--list-all", str(reference_trace)]) == 0
+    out = capsys.readouterr().out
+    assert len([ln for ln in out.splitlines() if ln.startswith("rank ")]) == RANKS
+    assert "more processes" not in out

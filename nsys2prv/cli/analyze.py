@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                         "reports given as input are translated into DIR too, so that the "
                         "views have their trace")
     add_window_arguments(p)
+    p.add_argument("--list-all", action="store_true",
+                   help=f"print every process and device (default: a job of more than {MANY} "
+                        f"shows the {SHOWN} worst of each and the spread; --json has all)")
     p.add_argument("--no-idle", action="store_true",
                    help="skip why the GPUs wait (one pass over the trace instead of two)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -132,6 +135,26 @@ def _eff(x: float | None) -> str:
     return f"{x:5.2f}" if x is not None else "    -"
 
 
+# a job of more processes or devices than this lists the SHOWN worst of each and sums up the
+# rest (every one is in --json; --list-all prints them all)
+MANY = 32
+SHOWN = 10
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """'min a, median b, max c' of a list of numbers."""
+    v = sorted(values)
+    return (f"min {format(v[0], fmt)}, median {format(v[len(v) // 2], fmt)}, "
+            f"max {format(v[-1], fmt)}")
+
+
+def _worst(items: list, key, list_all: bool) -> tuple[list, int]:
+    """The items to print (all, or the SHOWN with the lowest key), and how many are left."""
+    if list_all or len(items) <= MANY:
+        return items, 0
+    return sorted(items, key=key)[:SHOWN], len(items) - SHOWN
+
+
 def _model_lines(e: Efficiency, title: str) -> list[str]:
     return [f"### {title}",
             f"###   Device parallel efficiency:      {_eff(e.parallel)}   ({e.n} devices)",
@@ -140,13 +163,21 @@ def _model_lines(e: Efficiency, title: str) -> list[str]:
             f"###    - Orchestration efficiency:     {_eff(e.orchestration)}"]
 
 
-def format_report(a: Analysis) -> str:
-    """A TALP-like host/device summary, then per-device times and overlap levels."""
+def format_report(a: Analysis, list_all: bool = False) -> str:
+    """A TALP-like host/device summary, then per-device times and overlap levels. A job of
+    more than MANY processes or devices shows the worst SHOWN of each and the spread."""
     T = a.end
     out = [f"### nsys2prv analyze: {a.trace}",
            f"### trace time {T / 1e6:.3f} ms, {len(a.processes)} process(es) with GPU work, "
            f"{len(a.devices)} device(s)", "###", "### Host (main thread of each process)"]
-    for h in a.host:
+    hosts, rest = _worst(a.host, lambda h: (h.offload_efficiency is None,
+                                             h.offload_efficiency or 0), list_all)
+    if rest:
+        effs = [h.offload_efficiency for h in a.host if h.offload_efficiency is not None]
+        out.append(f"###   {len(a.host)} processes"
+                   + (f", device offload efficiency {_spread(effs, '.2f')}" if effs else "")
+                   + f"; the {SHOWN} lowest:")
+    for h in hosts:
         parts = [f"running {h.running / 1e6:.3f} ms"]
         if h.offload_efficiency is not None:
             parts.insert(0, f"in CUDA calls {h.in_cuda / 1e6:.3f} ms")
@@ -155,6 +186,8 @@ def format_report(a: Analysis) -> str:
         what = (f"device offload efficiency {_eff(h.offload_efficiency)}"
                 if h.offload_efficiency is not None else "no CUDA calls")
         out.append(f"###   {h.name}: {what}  ({', '.join(parts)})")
+    if rest:
+        out.append(f"###   ... {rest} more processes (all in --json, or --list-all)")
     out.append("###")
     if a.cpu is not None:
         c = a.cpu
@@ -165,7 +198,10 @@ def format_report(a: Analysis) -> str:
                 f"   (additive, as pypop: {_eff(c.load_balance_additive)})",
                 f"###    - Communication efficiency:     {_eff(c.communication)}",
                 "###   useful per process (ms):        "
-                + " ".join(f"{u / 1e6:.3f}" for u in c.useful), "###"]
+                + (" ".join(f"{u / 1e6:.3f}" for u in c.useful)
+                   if list_all or len(c.useful) <= MANY else
+                   _spread([u / 1e6 for u in c.useful], ".3f") + f" ({len(c.useful)} "
+                   "processes)"), "###"]
     if not a.devices:
         out.append("### (no GPU work in this trace: the device model is empty)")
         return "\n".join(out) + "\n"
@@ -181,8 +217,13 @@ def format_report(a: Analysis) -> str:
             f" | {'hidden':>6}",
             f"{'':<48} {'TALP':>15} {'NCCL-aware':>15} {'':>7} | kernels at once (% trace)"
             f"     | during NCCL (% NCCL)| % NCCL"]
-    for g in a.devices:
+    devices, rest = _worst(a.devices, lambda g: -g.idle, list_all)
+    for g in devices:
         out.append(_device_line(g, T))
+    if rest:
+        out.append(f"... the {SHOWN} most idle of {len(a.devices)} devices above (idle % of "
+                   f"trace {_spread([100 * g.idle / T for g in a.devices], '.2f')}); "
+                   f"{rest} more in --json, or --list-all")
     return "\n".join(out) + "\n"
 
 
@@ -205,7 +246,7 @@ CAUSE_SHORT = {"mpi": "MPI", "nccl": "NCCL call", "cuda_sync": "CUDA sync",
                "no_data": "no data", UNKNOWN_HOST: "unknown host"}
 
 
-def format_idle(r: IdleReport) -> str:
+def format_idle(r: IdleReport, list_all: bool = False) -> str:
     """Why the GPUs wait: the job's idle time by host cause, the devices and processes
     that wait most, the largest gaps, and the kernel launch statistics."""
     j = r.job
@@ -225,14 +266,23 @@ def format_idle(r: IdleReport) -> str:
         out.append(f"###   note: {note}")
     if len(r.processes) > 1:
         out.append("###   processes, most idle first (idle % of device activity; causes):")
-        ranked = sorted(r.processes, key=lambda p: -(p.idle / p.span if p.span else 0))
+        ranked, rest = _worst(r.processes, lambda p: -(p.idle / p.span if p.span else 0),
+                              list_all)
+        if not rest:
+            ranked = sorted(ranked, key=lambda p: -(p.idle / p.span if p.span else 0))
         for p in ranked:
             share = f"{p.idle / p.span:6.1%}" if p.span else "     -"
             out.append(f"###     {share}  {p.name}: {_cause_list(p.causes, p.idle)}")
-    out.append("###   devices (idle % of device activity; causes):")
-    for d in r.devices:
+        if rest:
+            out.append(f"###     ... {rest} more processes (all in --json, or --list-all)")
+    devices, rest = _worst(r.devices, lambda d: -(d.idle / d.span if d.span else 0), list_all)
+    out.append("###   devices (idle % of device activity; causes)"
+               + (f", the {SHOWN} most idle:" if rest else ":"))
+    for d in devices:
         share = f"{d.idle / d.span:6.1%}" if d.span else "     -"
         out.append(f"###     {share}  {d.name}: {_cause_list(d.causes, d.idle)}")
+    if rest:
+        out.append(f"###     ... {rest} more devices (all in --json, or --list-all)")
     if r.top:
         out.append("###   largest gaps (times in the trace's time base):")
         for i, f in enumerate(r.top, start=1):
@@ -354,9 +404,9 @@ def main(argv: list[str]) -> int:
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(format_report(result))
+        sys.stdout.write(format_report(result, args.list_all))
         if result.idle is not None:
-            sys.stdout.write(format_idle(result.idle))
+            sys.stdout.write(format_idle(result.idle, args.list_all))
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")
