@@ -367,18 +367,75 @@ class NvtxStacks:
                 .select("qid", "type", "value"))
 
 
+SUM_COLS = (*CAUSE_KEYS, UNKNOWN_HOST)
+
+
+class GapFold:
+    """What the report needs of the gaps, folded as they complete (memory independent of
+    their number): per device (g) the gap count, idle time and time per cause; per (g, NVTX
+    push/pop type, value) the idle time; and the `top` longest gaps, whole."""
+
+    COMPACT = 64  # partial sums kept before they are summed together
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self._sums: list[pl.DataFrame] = []
+        self._nvtx: list[pl.DataFrame] = []
+        self._best: pl.DataFrame | None = None
+
+    def add(self, done: pl.DataFrame) -> None:
+        """Completed gaps: (gid, g, start, end, host_row, *SUM_COLS, type, value)."""
+        if not done.height:
+            return
+        dur = pl.col("end") - pl.col("start")
+        self._sums.append(done.group_by("g").agg(
+            pl.len().cast(pl.Int64).alias("gaps"), dur.sum().alias("idle"),
+            *(pl.col(k).sum() for k in SUM_COLS)))
+        self._nvtx.append(done.filter(pl.col("type").is_not_null())
+                          .group_by("g", "type", "value").agg(dur.sum().alias("t")))
+        best = done if self._best is None else pl.concat([self._best, done])
+        self._best = best.sort(dur, "start", "gid", descending=[True, False, False]).head(self.top)
+        if len(self._sums) > self.COMPACT:
+            self._sums = [self.sums()]
+            self._nvtx = [self.nvtx()]
+
+    def sums(self) -> pl.DataFrame:
+        """(g, gaps, idle, *SUM_COLS)."""
+        if not self._sums:
+            return _empty({"g": pl.Int64, "gaps": pl.Int64, "idle": pl.Int64,
+                           **{k: pl.Int64 for k in SUM_COLS}})
+        return pl.concat(self._sums).group_by("g").agg(
+            pl.col("gaps").sum(), pl.col("idle").sum(),
+            *(pl.col(k).sum() for k in SUM_COLS))
+
+    def nvtx(self) -> pl.DataFrame:
+        """(g, type, value, t): idle time per NVTX range open on the launching thread."""
+        if not self._nvtx:
+            return _empty({"g": pl.Int64, "type": pl.Int64, "value": pl.Int64, "t": pl.Int64})
+        return pl.concat(self._nvtx).group_by("g", "type", "value").agg(pl.col("t").sum())
+
+    def best(self) -> pl.DataFrame:
+        """The `top` longest gaps, longest first (ties: earlier first)."""
+        return self._best if self._best is not None else _empty({})
+
+
 class CauseSums:
     """Pass 2: for every gap with a host row, the time of each cause on that row during the
-    gap, summed window by window; and the NVTX range at the gap's middle."""
+    gap, summed window by window, and the NVTX range at the gap's middle; each gap is folded
+    into `fold` in the window where it ends (only gaps that cross a window's end are
+    carried), so that memory grows with a window, not with the number of gaps."""
 
-    def __init__(self, gaps: pl.DataFrame) -> None:
+    def __init__(self, gaps: pl.DataFrame, top: int = 10) -> None:
+        self.all_gaps = gaps
         self.gaps = gaps.filter(pl.col("host_row").is_not_null())
         self.rows = self.gaps["host_row"].unique()
         self._start = self.gaps["start"].to_numpy()
         self._end = self.gaps["end"].to_numpy()
-        self._parts: list[pl.DataFrame] = []
-        self._nvtx: list[pl.DataFrame] = []
+        self._open = _empty({"qid": pl.Int64, **{k: pl.Int64 for k in CAUSE_KEYS}})
+        self._open_nvtx = _empty({"qid": pl.Int64, "type": pl.Int64, "value": pl.Int64})
+        self._done_until: int | None = None
         self.stacks = NvtxStacks()
+        self.fold = GapFold(top)
 
     def add(self, window: Trace) -> None:
         lo, hi = window.start, window.end
@@ -395,23 +452,53 @@ class CauseSums:
                 fa, fb = _at(pre, pieces, "a"), _at(pre, pieces, "b")
                 diff = fb.join(fa, on="qid", suffix="_a").select(
                     "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in CAUSE_KEYS))
-                self._parts.append(diff)
+                self._open = (pl.concat([self._open, diff]).group_by("qid")
+                              .agg(pl.all().sum()) if self._open.height else diff)
         in_window = (mid >= lo) & (mid < hi)
         queries = self.gaps.filter(pl.Series(in_window)).select(
             pl.col("gid").alias("qid"), pl.col("host_row").alias("row"),
             pl.Series("t", mid[in_window]))
-        self._nvtx.append(self.stacks.add(window, self.rows, queries))
+        hits = self.stacks.add(window, self.rows, queries)
+        if hits.height:
+            self._open_nvtx = pl.concat([self._open_nvtx, hits])
+        ended = self._end <= hi
+        if self._done_until is not None:
+            ended &= self._end > self._done_until
+        self._finish(self.gaps.filter(pl.Series(ended)))
+        self._done_until = hi if self._done_until is None else max(self._done_until, hi)
 
-    def result(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """(gid, time per cause) and (gid, nvtx type, nvtx value)."""
-        if self._parts:
-            causes = pl.concat(self._parts).group_by("qid").agg(pl.all().sum())
-        else:
-            causes = _empty({"qid": pl.Int64, **{k: pl.Int64 for k in CAUSE_KEYS}})
-        nv = [p for p in self._nvtx if p.height]
-        nvtx_hits = pl.concat(nv) if nv else _empty({"qid": pl.Int64, "type": pl.Int64,
-                                                     "value": pl.Int64})
-        return causes.rename({"qid": "gid"}), nvtx_hits.rename({"qid": "gid"})
+    def _finish(self, done: pl.DataFrame) -> None:
+        """Fold gaps with a host row whose every window has been seen."""
+        if not done.height:
+            return
+        dur = pl.col("end") - pl.col("start")
+        table = (done.join(self._open, left_on="gid", right_on="qid", how="left")
+                 .with_columns(pl.col(k).fill_null(0) for k in CAUSE_KEYS))
+        # what no segment explains (no state or call record on the row): 'no data'
+        explained = pl.sum_horizontal(*(pl.col(k) for k in CAUSE_KEYS if k != "no_data"))
+        table = table.with_columns((dur - explained).alias("no_data"),
+                                   pl.lit(0, pl.Int64).alias(UNKNOWN_HOST))
+        table = table.join(self._open_nvtx, left_on="gid", right_on="qid", how="left")
+        self.fold.add(table.select("gid", "g", "start", "end", "host_row", *SUM_COLS,
+                                   "type", "value"))
+        ids = done.select(pl.col("gid").alias("qid"))
+        self._open = self._open.join(ids, on="qid", how="anti")
+        self._open_nvtx = self._open_nvtx.join(ids, on="qid", how="anti")
+
+    def result(self) -> GapFold:
+        """The fold, with the gaps no window ended and those without a host row (all
+        'unknown host') added."""
+        left = (self._end > self._done_until) if self._done_until is not None else \
+            (self._end == self._end)
+        self._finish(self.gaps.filter(pl.Series(left)))
+        unknown = self.all_gaps.filter(pl.col("host_row").is_null())
+        if unknown.height:
+            self.fold.add(unknown.select(
+                "gid", "g", "start", "end", "host_row",
+                *(pl.lit(0, pl.Int64).alias(k) for k in CAUSE_KEYS),
+                (pl.col("end") - pl.col("start")).alias(UNKNOWN_HOST),
+                pl.lit(None, pl.Int64).alias("type"), pl.lit(None, pl.Int64).alias("value")))
+        return self.fold
 
 
 # ------------------------------------------------------------------------- the report --
@@ -474,69 +561,66 @@ def _causes_of(row: dict) -> dict[str, int]:
     return {k: int(row[k]) for k in (*CAUSE_KEYS, UNKNOWN_HOST) if row.get(k)}
 
 
-def _groups(table: pl.DataFrame, names: pl.DataFrame, spans: pl.DataFrame,
-            key: str) -> list[IdleGroup]:
-    """Per `key`: gap count, idle time, causes and the top NVTX ranges. `names` has (key,
-    name, task_value), `spans` (key, span)."""
-    dur = pl.col("end") - pl.col("start")
-    sums = table.group_by(key).agg(pl.len().alias("gaps"), dur.sum().alias("idle"),
-                                   *(pl.col(k).sum() for k in (*CAUSE_KEYS, UNKNOWN_HOST)))
-    ranges = (table.filter(pl.col("nvtx").is_not_null())
-              .group_by(key, "nvtx").agg(dur.sum().alias("t"))
-              .sort(key, "t", "nvtx", descending=[False, True, False])
-              .group_by(key, maintain_order=True).head(5)
-              .group_by(key, maintain_order=True).agg("nvtx", "t"))
+def _groups(sums: pl.DataFrame, ranges: pl.DataFrame, names: pl.DataFrame,
+            spans: pl.DataFrame, key: str) -> list[IdleGroup]:
+    """Per `key`: gap count, idle time, causes and the top NVTX ranges, from `sums` (key,
+    gaps, idle, *SUM_COLS) and `ranges` (key, nvtx, t). `names` has (key, name, task_value),
+    `spans` (key, span)."""
+    top5 = (ranges.group_by(key, "nvtx").agg(pl.col("t").sum())
+            .sort(key, "t", "nvtx", descending=[False, True, False])
+            .group_by(key, maintain_order=True).head(5)
+            .group_by(key, maintain_order=True).agg("nvtx", "t"))
     full = (names.join(sums, on=key, how="left").join(spans, on=key, how="left")
-            .join(ranges, on=key, how="left").sort(key))
+            .join(top5, on=key, how="left").sort(key))
     return [IdleGroup(r["name"], r["task_value"], int(r["gaps"] or 0), int(r["idle"] or 0),
                       int(r["span"] or 0), _causes_of(r),
                       dict(zip(r["nvtx"] or [], r["t"] or [])))
             for r in full.iter_rows(named=True)]
 
 
-def build_report(gaps: pl.DataFrame, causes: pl.DataFrame, nvtx_hits: pl.DataFrame,
-                 spans: pl.DataFrame, device_names: pl.DataFrame, row_labels: dict[int, str],
-                 gpu_rows_of: dict[int, list[int]], nvtx_label: Callable[[int, int], str],
-                 launches: list[KernelLaunches], top: int = 10) -> IdleReport:
-    """The report from pass 1's gaps and pass 2's causes. `spans` (g, first, last) bound
-    each device's activity; `device_names` (g, name, task)."""
-    dur = pl.col("end") - pl.col("start")
-    table = (gaps.join(causes, on="gid", how="left")
-             .with_columns(pl.col(k).fill_null(0) for k in CAUSE_KEYS))
-    # what no segment explains (no state or call record on the row): 'no data'; a gap
-    # without a launch record is all 'unknown host'
-    explained = pl.sum_horizontal(*(pl.col(k) for k in CAUSE_KEYS if k != "no_data"))
-    table = table.with_columns(
-        pl.when(pl.col("host_row").is_null()).then(dur).otherwise(0).alias(UNKNOWN_HOST),
-        pl.when(pl.col("host_row").is_null()).then(0)
-        .otherwise(dur - explained).alias("no_data"))
-    names = pl.DataFrame(
-        [(t, v, nvtx_label(t, v)) for t, v in nvtx_hits.select("type", "value").unique()
-         .iter_rows()], schema={"type": pl.Int64, "value": pl.Int64, "nvtx": pl.Utf8},
-        orient="row")
-    table = table.join(nvtx_hits.join(names, on=["type", "value"]).select("gid", "nvtx"),
-                       on="gid", how="left")
-    table = table.join(device_names, on="g", how="left")
+def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
+                 row_labels: dict[int, str], gpu_rows_of: dict[int, list[int]],
+                 nvtx_label: Callable[[int, int], str], launches: list[KernelLaunches],
+                 top: int = 10) -> IdleReport:
+    """The report from the folded gaps (pass 2). `spans` (g, first, last) bound each
+    device's activity; `device_names` (g, name, task, process)."""
+    sums = fold.sums()
+    nv = fold.nvtx()
+    labels = pl.DataFrame(
+        [(t, v, nvtx_label(t, v)) for t, v in nv.select("type", "value").unique().iter_rows()],
+        schema={"type": pl.Int64, "value": pl.Int64, "nvtx": pl.Utf8}, orient="row")
+    nv = nv.join(labels, on=["type", "value"]).select("g", "nvtx", "t")
     spans = spans.join(device_names.select("g", "task"), on="g", how="inner").select(
         "g", "task", (pl.col("last") - pl.col("first")).alias("span"))
-    devices = _groups(table, device_names.select("g", "name", pl.col("task")
-                                                 .alias("task_value")), spans, "g")
+    tasks = device_names.select("g", "task")
+    summed = [pl.col("gaps").sum(), pl.col("idle").sum(), *(pl.col(k).sum() for k in SUM_COLS)]
+    devices = _groups(sums, nv, device_names.select("g", "name", pl.col("task")
+                                                    .alias("task_value")), spans, "g")
     processes = _groups(
-        table, device_names.group_by("task").agg(pl.col("process").first().alias("name"))
+        sums.join(tasks, on="g", how="inner").group_by("task").agg(*summed),
+        nv.join(tasks, on="g", how="inner").select("task", "nvtx", "t"),
+        device_names.group_by("task").agg(pl.col("process").first().alias("name"))
         .with_columns(pl.col("task").alias("task_value")),
         spans.group_by("task").agg(pl.col("span").sum()), "task")
-    whole = pl.lit(0).alias("job")
-    job = _groups(table.with_columns(whole),
+    whole = pl.lit(0, pl.Int32).alias("job")
+    job = _groups(sums.select(whole, *summed) if sums.height else
+                  sums.drop("g").with_columns(whole),
+                  nv.select(whole, "nvtx", "t"),
                   pl.DataFrame({"job": [0], "name": ["job"], "task_value": [None]},
                                schema={"job": pl.Int32, "name": pl.Utf8,
                                        "task_value": pl.Int64}),
-                  spans.select(whole.cast(pl.Int32), pl.col("span").sum()), "job")[0]
-    top_rows = table.sort(dur, "start", descending=[True, False]).head(top)
-    findings = [GapFinding(r["name"], r["task"], r["start"], r["end"],
-                           row_labels.get(r["host_row"]) if r["host_row"] is not None
-                           else None, _causes_of(r), r["nvtx"], r["host_row"],
-                           gpu_rows_of.get(r["g"], []))
-                for r in top_rows.iter_rows(named=True)]
+                  spans.select(whole, pl.col("span").sum()), "job")[0]
+    best = fold.best()
+    findings = []
+    if best.height:
+        best = best.join(device_names.select("g", "name", "task"), on="g", how="left",
+                         maintain_order="left")
+        for r in best.iter_rows(named=True):
+            nvtx_name = nvtx_label(r["type"], r["value"]) if r["type"] is not None else None
+            findings.append(GapFinding(
+                r["name"], r["task"], r["start"], r["end"],
+                row_labels.get(r["host_row"]) if r["host_row"] is not None else None,
+                _causes_of(r), nvtx_name, r["host_row"], gpu_rows_of.get(r["g"], [])))
     kernel_time = sum(k.kernel_time for k in launches)
     short = sum(k.short_time for k in launches)
     return IdleReport(devices, processes, job, findings, launches,
@@ -557,11 +641,11 @@ def explain(finder: GapFinder, launches: LaunchStats,
     kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
     launch_list = launches.result(end, kernel_names)
     gaps = finder.gaps()
-    sums = CauseSums(gaps)
+    sums = CauseSums(gaps, top)
     if sums.rows.len():
         for window in source(types=CAUSE_TYPES, state_rows=sums.rows.to_list()):
             sums.add(window)
-    causes, hits = sums.result()
+    fold = sums.result()
 
     def nvtx_label(t: int, v: int) -> str:
         domain = type_labels.get(t, "").split(": ", 1)[-1] or str(t - nvtx.NVTX_PUSHPOP_BASE)
@@ -573,8 +657,8 @@ def explain(finder: GapFinder, launches: LaunchStats,
         (pl.col("task_index") * 1_000_000 + pl.col("device")).alias("g"))
     gpu_rows_of = {g: sorted(rs) for g, rs in gpu.group_by("g").agg(pl.col("row"))
                    .iter_rows()}
-    report = build_report(gaps, causes, hits, finder.spans(), devices, labels, gpu_rows_of,
-                          nvtx_label, launch_list, top)
+    report = build_report(fold, finder.spans(), devices, labels, gpu_rows_of, nvtx_label,
+                          launch_list, top)
     report.notes = _notes(report)
     return report
 
