@@ -10,7 +10,8 @@ thread was doing, one cause at each instant (`CAUSES`, in priority order: the ou
 call a thread is in explains it best: MPI and NCCL calls run CUDA calls, CUDA calls run OS
 calls).
 
-Two passes over the trace, window by window (memory: one window and a few numbers per gap):
+Two passes over the trace, window by window (memory: one window, and pass 1's table of the
+gaps, 5 numbers a gap):
 
 1. `GapFinder` takes each window's device segments from the efficiency model's sweep: gaps
    are the holes between a device's active pieces; arrows are kept until the activity they
@@ -20,7 +21,9 @@ Two passes over the trace, window by window (memory: one window and a few number
 2. `CauseSums` partitions the host threads' time into causes, evaluates per row the
    cumulative time in each cause (prefix sums) at both ends of every gap - no join of gaps
    with states - and names the NVTX push/pop range open on the thread at the gap's middle
-   (`NvtxStacks`, whose open ranges are carried from window to window).
+   (`NvtxStacks`, whose open ranges are carried from window to window). A gap is folded
+   (`GapFold`: sums per device and per NVTX range, the top N gaps) in the window where it
+   ends; only the gaps that cross a window's end wait for the next.
 """
 
 from __future__ import annotations
