@@ -436,7 +436,7 @@ class CauseSums:
         self._end = self.gaps["end"].to_numpy()
         self._open = _empty({"qid": pl.Int64, **{k: pl.Int64 for k in CAUSE_KEYS}})
         self._open_nvtx = _empty({"qid": pl.Int64, "type": pl.Int64, "value": pl.Int64})
-        self._done_until: int | None = None
+        self._done_until = -(2**63)  # gaps ending at or before this are folded
         self.stacks = NvtxStacks()
         self.fold = GapFold(top)
 
@@ -464,11 +464,9 @@ class CauseSums:
         hits = self.stacks.add(window, self.rows, queries)
         if hits.height:
             self._open_nvtx = pl.concat([self._open_nvtx, hits])
-        ended = self._end <= hi
-        if self._done_until is not None:
-            ended &= self._end > self._done_until
+        ended = (self._end > self._done_until) & (self._end <= hi)
         self._finish(self.gaps.filter(pl.Series(ended)))
-        self._done_until = hi if self._done_until is None else max(self._done_until, hi)
+        self._done_until = max(self._done_until, hi)
 
     def _finish(self, done: pl.DataFrame) -> None:
         """Fold gaps with a host row whose every window has been seen."""
@@ -491,9 +489,7 @@ class CauseSums:
     def result(self) -> GapFold:
         """The fold, with the gaps no window ended and those without a host row (all
         'unknown host') added."""
-        left = (self._end > self._done_until) if self._done_until is not None else \
-            (self._end == self._end)
-        self._finish(self.gaps.filter(pl.Series(left)))
+        self._finish(self.gaps.filter(pl.Series(self._end > self._done_until)))
         unknown = self.all_gaps.filter(pl.col("host_row").is_null())
         if unknown.height:
             self.fold.add(unknown.select(
@@ -606,9 +602,7 @@ def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
         .with_columns(pl.col("task").alias("task_value")),
         spans.group_by("task").agg(pl.col("span").sum()), "task")
     whole = pl.lit(0, pl.Int32).alias("job")
-    job = _groups(sums.select(whole, *summed) if sums.height else
-                  sums.drop("g").with_columns(whole),
-                  nv.select(whole, "nvtx", "t"),
+    job = _groups(sums.select(whole, *summed), nv.select(whole, "nvtx", "t"),
                   pl.DataFrame({"job": [0], "name": ["job"], "task_value": [None]},
                                schema={"job": pl.Int32, "name": pl.Utf8,
                                        "task_value": pl.Int64}),

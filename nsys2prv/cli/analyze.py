@@ -266,10 +266,8 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
         out.append(f"###   note: {note}")
     if len(r.processes) > 1:
         out.append("###   processes, most idle first (idle % of device activity; causes):")
-        ranked, rest = _worst(r.processes, lambda p: -(p.idle / p.span if p.span else 0),
-                              list_all)
-        if not rest:
-            ranked = sorted(ranked, key=lambda p: -(p.idle / p.span if p.span else 0))
+        idlest = lambda p: -(p.idle / p.span if p.span else 0)  # noqa: E731
+        ranked, rest = _worst(sorted(r.processes, key=idlest), idlest, list_all)
         for p in ranked:
             share = f"{p.idle / p.span:6.1%}" if p.span else "     -"
             out.append(f"###     {share}  {p.name}: {_cause_list(p.causes, p.idle)}")
