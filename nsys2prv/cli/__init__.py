@@ -1,5 +1,5 @@
 """The command line: `nsys2prv INPUT... OUTPUT.prv` and its subcommands (`check`,
-`analyze`, `prepare`, `merge`, `paraver-setup`), one module each in this package, sharing
+`analyze`, `diff`, `prepare`, `merge`, `paraver-setup`), one module each in this package, sharing
 `common.py`.
 
 Errors are one line on stderr and an exit code (1 bad input/environment, 2 usage, 130
@@ -17,7 +17,7 @@ from concurrent.futures import BrokenExecutor  # a process pool whose worker die
 from ..errors import Interrupted, Nsys2PrvError
 from .common import describe_os_error, show_warning
 
-SUBCOMMANDS = ("translate", "check", "analyze", "prepare", "merge", "paraver-setup")
+SUBCOMMANDS = ("translate", "check", "analyze", "diff", "prepare", "merge", "paraver-setup")
 
 
 def _on_signal(signum, frame):
@@ -29,6 +29,8 @@ def _on_signal(signum, frame):
 _DOING = {"translate": ("translating", "try a smaller --memory, or -j 1"),
           "analyze": ("analysing", "translate first with a smaller --memory, then analyze "
                                    "the trace"),
+          "diff": ("comparing", "translate each side first with a smaller --memory, then "
+                                "compare the traces"),
           "prepare": ("preparing", "try a smaller --memory"),
           "merge": ("merging", "try a smaller --memory"),
           "check": ("checking the trace", "free memory, or check on a larger machine")}
@@ -64,6 +66,9 @@ def _main(argv: list[str]) -> int:
         if cmd == "analyze":
             from .analyze import main as analyze_main
             return analyze_main(rest)
+        if cmd == "diff":
+            from .diff import main as diff_main
+            return diff_main(rest)
         if cmd == "paraver-setup":
             from .setup import main as setup_main
             return setup_main(rest)

@@ -111,6 +111,16 @@ def parse_filter(time: str | None = None, nvtx: str | None = None) -> Filter | N
     return None
 
 
+def parse_window(text: str) -> Filter:
+    """A window given as one text (the library's form): "START/END" (both sides empty or
+    starting with a digit or a sign) is a time window, anything else an NVTX range
+    "NAME[@DOMAIN][/INDEX]" (whose name may hold a slash)."""
+    a, _, b = text.partition("/")
+    if "/" in text and all(not x or x.strip()[:1] in "0123456789+-." for x in (a, b)):
+        return parse_time_filter(text)
+    return parse_nvtx_filter(text)
+
+
 # -- where a window lies on the trace -----------------------------------------------------
 
 class WindowMoved(Exception):

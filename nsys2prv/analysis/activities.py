@@ -1,0 +1,266 @@
+"""Every GPU activity and NVTX range of a trace as one row each, with its duration.
+
+The comparison of two runs (`diff.py`) and the per-instance tables need durations of single
+activities (a kernel's median, a range's spread), not only sums over time. On a Paraver row an
+activity is a value event at its start and the next event of the same type at its end
+(kernels, memory operations, NVTX start/end lanes: `next` pairing), or a push and its pop
+(NVTX push/pop types nest: `stacked` pairing). The trace is read window by window
+(`paraver.read.windows`): only the events of the window proper are paired, and what is still
+open at a window's end is handed to the next, so memory is that of one window plus the
+result (a few numbers per activity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from ..paraver.read import Trace, companion, read_layout, windows
+from ..paraver.registry import cuda
+from ..paraver.registry import nvtx as nvtx_reg
+
+KERNEL = cuda.CUDA_KERNEL
+NCCL_KERNEL = cuda.NCCL_KERNEL
+FULL_NAME = 67_000_001  # demangled full kernel name, at the start of compute and NCCL kernels
+MEMOP = cuda.MEMORY_OPERATION
+SYNC_STATE = 5
+PUSHPOP = range(nvtx_reg.NVTX_PUSHPOP_BASE, nvtx_reg.NVTX_PUSHPOP_BASE + nvtx_reg.NVTX_DOMAIN_MAX)
+STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
+                 nvtx_reg.NVTX_STARTEND_BASE + nvtx_reg.NVTX_LANE_MAX)
+
+_EVENTS = {"row": pl.Int32, "time": pl.Int64, "type": pl.Int64, "value": pl.Int64,
+           "seq": pl.Int64}
+_SPANS = {"row": pl.Int32, "type": pl.Int64, "value": pl.Int64, "start": pl.Int64,
+          "dur": pl.Int64}
+
+
+@dataclass
+class Activities:
+    """One trace's activities (times in the trace's ns, rows as in `rows`).
+
+    kernels: row, start, dur, name (short), full (demangled), nccl (bool)
+    memops: row, start, dur, op ('memcpy Host-to-Device', 'memset', ...)
+    ranges: row, start, dur, name, domain (null: default domain or a start/end range), level
+        (nesting depth in its domain), top (inside no other range of its thread)
+    sync: row, dur (time in the Synchronization state of CPU threads, one line per row)
+    """
+
+    path: Path
+    end: int
+    rows: pl.DataFrame
+    kernels: pl.DataFrame
+    memops: pl.DataFrame
+    ranges: pl.DataFrame
+    sync: pl.DataFrame
+
+
+def _empty(schema: dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def pair_next(events: pl.DataFrame, pending: pl.DataFrame
+              ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Spans of types where an event closes the one before it on the row (value != 0 opens
+    a span, the next event of the type ends it). Returns the closed spans and the events
+    still open (to prepend to the next window's)."""
+    ev = pl.concat([pending, events]).sort("row", "type", "seq")
+    nxt = pl.col("time").shift(-1).over("row", "type")
+    ev = ev.with_columns(nxt.alias("next"))
+    opened = pl.col("value") != 0
+    closed = (ev.filter(opened & pl.col("next").is_not_null())
+              .select("row", "type", "value", pl.col("time").alias("start"),
+                      (pl.col("next") - pl.col("time")).alias("dur")))
+    still = ev.filter(opened & pl.col("next").is_null()).select(list(_EVENTS))
+    return closed, still
+
+
+def pair_stacked(events: pl.DataFrame, pending: pl.DataFrame
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Spans of nesting types (push = value != 0, pop = 0): a pop closes the latest open
+    push of its row and type. Levels come from a running depth per (row, type), so pairs are
+    consecutive once sorted by (row, type, level, seq); `pending` holds the open pushes with
+    their level in `value`'s companion column `level`. Unbalanced pops are dropped."""
+    base = pending.group_by("row", "type").agg(pl.len().cast(pl.Int64).alias("base"))
+    delta = pl.when(pl.col("value") != 0).then(1).otherwise(-1)
+    ev = (events.join(base, on=["row", "type"], how="left")
+          .sort("row", "type", "seq")
+          .with_columns((delta.cum_sum().over("row", "type") + pl.col("base").fill_null(0))
+                        .alias("depth"))
+          .with_columns(pl.when(pl.col("value") != 0).then(pl.col("depth"))
+                        .otherwise(pl.col("depth") + 1).alias("level"))
+          .drop("base", "depth"))
+    ev = pl.concat([pending, ev]).filter(pl.col("level") > 0).sort("row", "type", "level",
+                                                                    "seq")
+    nxt_value = pl.col("value").shift(-1).over("row", "type", "level")
+    nxt_time = pl.col("time").shift(-1).over("row", "type", "level")
+    ev = ev.with_columns(nxt_value.alias("nv"), nxt_time.alias("nt"))
+    push = pl.col("value") != 0
+    closed = (ev.filter(push & (pl.col("nv") == 0))
+              .select("row", "type", "value", pl.col("time").alias("start"),
+                      (pl.col("nt") - pl.col("time")).alias("dur"), "level"))
+    # an open push is one not followed by its pop; a later push at the same level means its
+    # pop was lost: it is not open any more
+    still = ev.filter(push & pl.col("nv").is_null()).select(*_EVENTS, "level")
+    return closed, still
+
+
+def _names(pcf: Path) -> dict[int, dict[int, str]]:
+    """type -> {value: label} of a .pcf, labels whole (they hold spaces: kernel signatures,
+    NVTX texts, 'memcpy Host-to-Device')."""
+    if not pcf.exists():
+        return {}
+    types: dict[int, dict[int, str]] = {}
+    group: list[int] = []
+    section = ""
+    for raw in pcf.read_text(errors="replace").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.isupper() and " " not in line:
+            section = line
+            if section == "EVENT_TYPE":
+                group = []
+            continue
+        parts = line.split(None, 2)
+        if section == "EVENT_TYPE" and len(parts) >= 2 and parts[0].lstrip("-").isdigit() \
+                and parts[1].isdigit():
+            group.append(int(parts[1]))
+            types.setdefault(int(parts[1]), {})
+        elif section == "VALUES":
+            value, _, label = line.partition(" ") if " " in line else \
+                line.partition("\t")
+            if value.lstrip("-").isdigit():
+                for t in group:
+                    types[t][int(value)] = label.strip()
+    return types
+
+
+def _type_labels(pcf: Path) -> dict[int, str]:
+    labels: dict[int, str] = {}
+    if not pcf.exists():
+        return labels
+    in_types = False
+    for line in pcf.read_text(errors="replace").splitlines():
+        s = line.strip()
+        if s == "EVENT_TYPE":
+            in_types = True
+            continue
+        if in_types:
+            parts = s.split(None, 2)
+            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+                labels[int(parts[1])] = parts[2]
+            else:
+                in_types = False
+    return labels
+
+
+def _domain_of(label: str) -> str | None:
+    """The NVTX domain of a push/pop type label ('NVTX push/pop: NAME'); None for the
+    default domain."""
+    name = label.split(": ", 1)[1] if ": " in label else label
+    return None if name == "default domain" else name
+
+
+def _label(spans: pl.DataFrame, names: dict[int, str], column: str) -> pl.Expr:
+    return pl.col(column).replace_strict(names, default=pl.col(column).cast(pl.Utf8),
+                                         return_dtype=pl.Utf8)
+
+
+def read_activities(path: str | Path, window: tuple[int, int] | None = None) -> Activities:
+    """Every kernel, memory operation and NVTX range of the trace `path` with its duration,
+    and the synchronisation time of its CPU threads; with `window` (trace ns, [start, end)),
+    only activities starting inside it, ranges and kernels clipped to nothing: whole
+    activities are counted where they start (as nsys' statistics count them)."""
+    path = Path(path)
+    pcf = companion(path, ".pcf")
+    names = _names(pcf)
+    labels = _type_labels(pcf)
+    layout = read_layout(path)
+    nvtx_types = [t for t in labels if t in PUSHPOP or t in STARTEND]
+    pushpop = [t for t in nvtx_types if t in PUSHPOP]
+    flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in nvtx_types if t in STARTEND]
+    types = set(flat) | set(pushpop) | {FULL_NAME}
+    pend_flat = _empty(_EVENTS)
+    pend_stack = _empty({**_EVENTS, "level": pl.Int64})
+    spans: list[pl.DataFrame] = []
+    stacked: list[pl.DataFrame] = []
+    fulls: list[pl.DataFrame] = []
+    sync: list[pl.DataFrame] = []
+    end = layout.end
+    cpu_rows = layout.rows.filter(pl.col("kind") == "cpu")["row"]
+    for w in windows(path, types, state_rows="cpu"):
+        end = max(end, w.end)
+        ev = w.events.slice(w.carried)
+        if ev.height:
+            done, pend_flat = pair_next(ev.filter(pl.col("type").is_in(flat)), pend_flat)
+            spans.append(done)
+            if pushpop:
+                done, pend_stack = pair_stacked(ev.filter(pl.col("type").is_in(pushpop)),
+                                                pend_stack)
+                stacked.append(done)
+            fulls.append(ev.filter((pl.col("type") == FULL_NAME) & (pl.col("value") != 0))
+                         .select("row", "time", pl.col("value").alias("full")))
+        sync.append(_sync(w, cpu_rows))
+    flat_spans = pl.concat(spans) if spans else _empty(_SPANS)
+    stack_spans = pl.concat(stacked) if stacked else _empty({**_SPANS, "level": pl.Int64})
+    if window is not None:
+        lo, hi = window
+        inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
+        flat_spans = flat_spans.filter(inside)
+        stack_spans = stack_spans.filter(inside)
+    kernel_names = names.get(KERNEL, {})
+    full = (pl.concat(fulls) if fulls else _empty({"row": pl.Int32, "time": pl.Int64,
+                                                   "full": pl.Int64}))
+    kernels = (flat_spans.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL]))
+               .join(full.rename({"time": "start"}), on=["row", "start"], how="left")
+               .select("row", "start", "dur",
+                       _label(flat_spans, kernel_names, "value").alias("name"),
+                       pl.col("full").replace_strict(kernel_names, default=None,
+                                                     return_dtype=pl.Utf8).alias("full"),
+                       (pl.col("type") == NCCL_KERNEL).alias("nccl"))
+               .with_columns(pl.col("full").fill_null(pl.col("name")))
+               .sort("start", "row"))
+    memops = (flat_spans.filter(pl.col("type") == MEMOP)
+              .select("row", "start", "dur",
+                      _label(flat_spans, names.get(MEMOP, {}), "value").alias("op"))
+              .sort("start", "row"))
+    nvtx_names = {}
+    for t in nvtx_types:
+        nvtx_names.update(names.get(t, {}))
+    domains = {t: _domain_of(labels[t]) for t in pushpop}
+    ranges = pl.concat([
+        stack_spans.select("row", "type", "value", "start", "dur", "level"),
+        flat_spans.filter(pl.col("type").is_in([t for t in nvtx_types if t in STARTEND]))
+        .with_columns(pl.lit(0, pl.Int64).alias("level"))
+        .select("row", "type", "value", "start", "dur", "level")])
+    # top: not inside another range of the thread, whatever its domain or lane (a sweep:
+    # sorted by start, longer first, a range is inside when an earlier one ends after it)
+    ranges = (ranges.sort("row", "start", pl.col("dur"), descending=[False, False, True])
+              .with_columns((pl.col("start") + pl.col("dur")).cum_max().shift(1).over("row")
+                            .alias("_cover"))
+              .with_columns((pl.col("_cover").is_null()
+                             | (pl.col("_cover") < pl.col("start") + pl.col("dur")))
+                            .alias("top")))
+    ranges = (ranges.select("row", "start", "dur",
+                            _label(ranges, nvtx_names, "value").alias("name"),
+                            pl.col("type").replace_strict(domains, default=None,
+                                                          return_dtype=pl.Utf8)
+                            .alias("domain"), "level", "top")
+              .sort("start", "row"))
+    sync_rows = (pl.concat(sync).group_by("row").agg(pl.col("dur").sum()).sort("row")
+                 if sync else _empty({"row": pl.Int32, "dur": pl.Int64}))
+    return Activities(path, end, layout.rows, kernels, memops, ranges, sync_rows)
+
+
+def _sync(w: Trace, cpu_rows: pl.Series) -> pl.DataFrame:
+    return (w.states.filter((pl.col("state") == SYNC_STATE) & pl.col("row").is_in(cpu_rows.to_list()))
+            .group_by("row").agg((pl.col("end") - pl.col("begin")).sum().alias("dur")))
+
+
+def range_instances(acts: Activities) -> pl.DataFrame:
+    """NVTX ranges as `pipeline.window.nvtx_instance` takes them: name, domain, start, end
+    (trace ns), to find `--filter-nvtx RANGE[@DOMAIN][/INDEX]` on a trace."""
+    return acts.ranges.select("name", "domain", "start",
+                              (pl.col("start") + pl.col("dur")).alias("end"))

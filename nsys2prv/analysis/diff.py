@@ -1,0 +1,664 @@
+"""Compare two runs: what changed between BEFORE and AFTER, and whether it is beyond noise.
+
+Each side is a trace (translated from its reports, or given), so that the numbers are those
+Paraver shows on the same files. From each side's activities (`activities.py`):
+
+* per kernel (demangled full name, as `nsys recipe cuda_gpu_kern_sum` lists them), per NVTX
+  range (name, digits folded: 'step 12' and 'step 13' are 'step #'; and domain), per
+  category (compute kernels, NCCL kernels, each memcpy direction, memset, CUDA
+  synchronisation on the CPU threads, GPU idle) and per device: count, total, mean, median,
+  min, max, std on each side, the delta and the ratio (after / before), added or removed;
+* kernels whose names differ only by template arguments, parameter lists, launch
+  configurations written into the name (128x64) or generated suffixes (_0, _1) are matched by
+  a normalised name where no exact match exists (`matched_by` says which);
+* the models of each run side by side (efficiency model in both forms, host offload, the
+  causes of GPU idle time) and, where a side has exports, the findings of nsys' rules;
+* the verdict on a repeated NVTX range (a training step): per-instance durations compared
+  with `stats.compare_samples` (Mann-Whitney U, bootstrap interval of the median change).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from .activities import Activities, read_activities
+from .stats import STAT_COLUMNS, Shift, compare_samples, summary
+
+CATEGORY_ORDER = ("compute kernels", "NCCL kernels", "memcpy", "memset",
+                  "CUDA synchronisation", "GPU idle")
+
+
+@dataclass
+class Side:
+    """One run as the comparison sees it."""
+
+    label: str
+    source: str
+    acts: Activities
+    analysis: object | None = None  # analysis.model.Analysis
+    rules: dict[str, int] | None = None  # rule -> rows found (exports only)
+    exports: list[str] = field(default_factory=list)
+
+    @property
+    def elapsed(self) -> int:
+        return self.acts.end
+
+
+@dataclass
+class Iterations:
+    """The repeated range the verdict is made on and its instances on both sides."""
+
+    name: str
+    domain: str | None
+    picked: bool  # chosen by the tool (most repeated top-level range)
+    before: pl.DataFrame  # instance, start, end, duration, + category columns
+    after: pl.DataFrame
+    shifts: dict[str, Shift]  # 'duration' and each category -> its shift
+
+
+@dataclass
+class Comparison:
+    before: Side
+    after: Side
+    kernels: pl.DataFrame
+    nvtx: pl.DataFrame
+    categories: pl.DataFrame
+    devices: pl.DataFrame | None
+    models: pl.DataFrame
+    rules: pl.DataFrame | None
+    iterations: Iterations | None
+    verdict: Shift
+    paragraph: str
+    warnings: list[str]
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """Every table of the comparison by name (what --csv and --json carry)."""
+        out = {"kernels": self.kernels, "nvtx": self.nvtx, "categories": self.categories,
+               "models": self.models}
+        if self.devices is not None:
+            out["devices"] = self.devices
+        if self.rules is not None:
+            out["rules"] = self.rules
+        if self.iterations is not None:
+            out["iterations_before"] = self.iterations.before
+            out["iterations_after"] = self.iterations.after
+        return out
+
+    def to_dict(self) -> dict:
+        it = self.iterations
+        return {
+            "before": {"label": self.before.label, "source": self.before.source,
+                       "elapsed_ns": self.before.elapsed},
+            "after": {"label": self.after.label, "source": self.after.source,
+                      "elapsed_ns": self.after.elapsed},
+            "verdict": asdict(self.verdict),
+            "iterations": None if it is None else {
+                "range": it.name, "domain": it.domain, "picked": it.picked,
+                "shifts": {k: asdict(v) for k, v in it.shifts.items()}},
+            "paragraph": self.paragraph,
+            "warnings": self.warnings,
+            "tables": {k: v.to_dicts() for k, v in self.tables().items()},
+        }
+
+
+# ------------------------------------------------------------------------ names --
+
+_TEMPLATE = re.compile(r"<[^<>]*>")
+_PARAMS = re.compile(r"\([^()]*\)")
+_CONFIG = re.compile(r"\d+(?:x\d+)+")
+_SUFFIX = re.compile(r"(?:_\d+)+$")
+_DIGITS = r"(^|[^A-Za-z0-9])\d+"
+_DIGITS_RE = re.compile(_DIGITS)
+_COUNTER = r"(?:^|[^A-Za-z0-9])(\d+)"
+
+
+def normalise_kernel(name: str) -> str:
+    """A kernel name without what varies between builds of one kernel: template arguments,
+    parameter lists and return type, launch configurations written into the name
+    (128x64x32) and generated numeric suffixes (triton_poi_fused_add_0)."""
+    s = name
+    for _ in range(32):  # nested templates/parameter lists, innermost first
+        t = _PARAMS.sub("", _TEMPLATE.sub("", s))
+        if t == s:
+            break
+        s = t
+    s = s.strip()
+    if " " in s:  # a return type before the name ('void ns::kernel')
+        s = s.rsplit(" ", 1)[1]
+    s = _CONFIG.sub("#", s)
+    return _SUFFIX.sub("", s) or name
+
+
+def _match_names(before: set[str], after: set[str]) -> dict[str, tuple[str, str]]:
+    """name -> (key, matched_by) for the names of both sides: an exact match keeps its name;
+    names without one that share a normalised name with a name of the other side are keyed
+    by that normalised name ('≈ NAME'); the rest are added or removed."""
+    out: dict[str, tuple[str, str]] = {}
+    common = before & after
+    for n in common:
+        out[n] = (n, "exact")
+    lone_b = {n: normalise_kernel(n) for n in before - common}
+    lone_a = {n: normalise_kernel(n) for n in after - common}
+    shared = set(lone_b.values()) & set(lone_a.values())
+    for side, removed in ((lone_b, "removed"), (lone_a, "added")):
+        for n, norm in side.items():
+            out[n] = (f"≈ {norm}", "normalised") if norm in shared else (n, removed)
+    return out
+
+
+def _joined(b: pl.DataFrame, a: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Stats of both sides on `keys`, delta (after - before, ns) and ratio of the totals,
+    sorted by the absolute change of total time."""
+    ren = lambda df, s: df.rename({c: f"{c}_{s}" for c in STAT_COLUMNS})  # noqa: E731
+    j = ren(b, "before").join(ren(a, "after"), on=keys, how="full", coalesce=True)
+    j = j.with_columns([pl.col(f"{c}_{s}").fill_null(0) for c in ("count", "total")
+                        for s in ("before", "after")])
+    return (j.with_columns((pl.col("total_after") - pl.col("total_before")).alias("delta"),
+                           pl.when(pl.col("total_before") > 0)
+                           .then(pl.col("total_after") / pl.col("total_before"))
+                           .otherwise(None).alias("ratio"))
+            .sort(pl.col("delta").abs(), *keys, descending=[True] + [False] * len(keys)))
+
+
+def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
+    """Per kernel: stats of each side, delta, ratio, how it was matched."""
+    names_b = set(b.kernels["full"].unique().to_list())
+    names_a = set(a.kernels["full"].unique().to_list())
+    match = _match_names(names_b, names_a)
+    key = {n: k for n, (k, _) in match.items()}
+    how = {k: m for k, m in match.values()}
+
+    def keyed(acts: Activities) -> pl.DataFrame:
+        return acts.kernels.with_columns(
+            pl.col("full").replace_strict(key, return_dtype=pl.Utf8).alias("kernel"))
+
+    kb, ka = keyed(b), keyed(a)
+    pb, pa = summary(kb, ["kernel"]), summary(ka, ["kernel"])
+    meta = (pl.concat([kb.select("kernel", "name", "nccl", "full"),
+                       ka.select("kernel", "name", "nccl", "full")])
+            .group_by("kernel").agg(pl.col("name").min().alias("short"),
+                                    pl.col("nccl").first(),
+                                    pl.col("full").unique().sort().alias("names")))
+    j = _joined(pb, pa, ["kernel"])
+    return (j.join(meta, on="kernel", how="left")
+            .with_columns(pl.col("kernel").replace_strict(how, default="exact",
+                                                          return_dtype=pl.Utf8)
+                          .alias("matched_by")))
+
+
+def _family(column: str) -> pl.Expr:
+    """A range name with its digit runs folded to '#' (not those inside words: conv2d)."""
+    return pl.col(column).fill_null("").str.replace_all(_DIGITS, "${1}#")
+
+
+def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
+    """Per NVTX range (name with digit runs folded to '#', domain): stats of both sides."""
+    def per(acts: Activities) -> pl.DataFrame:
+        r = acts.ranges.with_columns(
+            _family("name").alias("range"),
+            pl.col("domain").fill_null(""))
+        return summary(r, ["range", "domain"])
+    return _joined(per(b), per(a), ["range", "domain"])
+
+
+def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
+    """category, detail, device row group -> count, total (ns) of one side."""
+    rows = acts.rows.select("row", "task_index", "device")
+    k = acts.kernels.join(rows, on="row").with_columns(
+        pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
+        .otherwise(pl.lit("compute kernels")).alias("category"), pl.lit("").alias("detail"))
+    m = acts.memops.join(rows, on="row").with_columns(
+        pl.when(pl.col("op").str.starts_with("memcpy")).then(pl.lit("memcpy"))
+        .otherwise(pl.lit("memset")).alias("category"),
+        pl.when(pl.col("op").str.starts_with("memcpy"))
+        .then(pl.col("op").str.strip_prefix("memcpy ")).otherwise(pl.lit("")).alias("detail"))
+    s = acts.sync.join(rows, on="row").with_columns(
+        pl.lit("CUDA synchronisation").alias("category"), pl.lit("").alias("detail"))
+    cols = ["category", "detail", "task_index", "device", "dur"]
+    parts = [k.select(cols), m.select(cols), s.select(cols)]
+    if analysis is not None:
+        idle = [(g.task - 1, g.device, g.idle) for g in analysis.devices]
+        if idle:
+            parts.append(pl.DataFrame(
+                {"category": ["GPU idle"] * len(idle), "detail": [""] * len(idle),
+                 "task_index": [t for t, _, _ in idle], "device": [d for _, d, _ in idle],
+                 "dur": [i for _, _, i in idle]},
+                schema={"category": pl.Utf8, "detail": pl.Utf8, "task_index": pl.Int64,
+                        "device": pl.Int64, "dur": pl.Int64}))
+    return pl.concat([p.with_columns(pl.col("task_index").cast(pl.Int64),
+                                     pl.col("device").cast(pl.Int64),
+                                     pl.col("dur").cast(pl.Int64)) for p in parts])
+
+
+def category_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame:
+    """Per category (memcpy per direction): count and total time of each side (GPU idle:
+    device time without any GPU activity, summed over devices; count = devices)."""
+    def per(acts, an):
+        f = _category_frame(acts, an)
+        return f.group_by("category", "detail").agg(
+            pl.len().cast(pl.Int64).alias("count"), pl.col("dur").sum().alias("total"))
+    j = per(b, an_b).rename({"count": "count_before", "total": "total_before"}).join(
+        per(a, an_a).rename({"count": "count_after", "total": "total_after"}),
+        on=["category", "detail"], how="full", coalesce=True).fill_null(0)
+    order = {c: i for i, c in enumerate(CATEGORY_ORDER)}
+    return (j.with_columns((pl.col("total_after") - pl.col("total_before")).alias("delta"),
+                           pl.when(pl.col("total_before") > 0)
+                           .then(pl.col("total_after") / pl.col("total_before"))
+                           .otherwise(None).alias("ratio"),
+                           pl.col("category").replace_strict(order, default=99,
+                                                             return_dtype=pl.Int64)
+                           .alias("_o"))
+            .sort("_o", "detail").drop("_o"))
+
+
+def device_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame | None:
+    """Per device (the i-th device of one side against the i-th of the other), where both
+    sides have the same number of devices: category totals of each side."""
+    def per(acts, an):
+        f = _category_frame(acts, an).filter(pl.col("device").is_not_null())
+        devs = (acts.rows.filter(pl.col("kind") == "gpu")
+                .select(pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64),
+                        "task_label").unique().sort("task_index", "device")
+                .with_row_index("index"))
+        wide = (f.group_by("task_index", "device", "category").agg(pl.col("dur").sum())
+                .pivot(on="category", index=["task_index", "device"], values="dur"))
+        return devs.join(wide, on=["task_index", "device"], how="left").fill_null(0)
+    pb, pa = per(b, an_b), per(a, an_a)
+    if pb.height != pa.height or pb.height == 0:
+        return None
+    cats = [c for c in CATEGORY_ORDER if c in pb.columns or c in pa.columns]
+    def norm(df, s):
+        df = df.with_columns([pl.lit(0, pl.Int64).alias(c) for c in cats if c not in df.columns])
+        return df.select("index", (pl.col("task_label") + " / GPU "
+                                   + pl.col("device").cast(pl.Utf8)).alias(f"device_{s}"),
+                         *[pl.col(c).alias(f"{c}_{s}") for c in cats])
+    j = norm(pb, "before").join(norm(pa, "after"), on="index")
+    return j.with_columns([(pl.col(f"{c}_after") - pl.col(f"{c}_before")).alias(f"{c}_delta")
+                           for c in cats])
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def model_table(an_b, an_a) -> pl.DataFrame:
+    """The efficiency model (both forms), host offload and the causes of GPU idle time of
+    each run, side by side (efficiencies as fractions; causes in ns)."""
+    rows: list[tuple[str, float | None, float | None]] = []
+    for form in ("talp", "nccl"):
+        for f in ("parallel", "load_balance", "communication", "orchestration"):
+            rows.append((f"{form}.{f}", getattr(getattr(an_b, form), f) if an_b else None,
+                         getattr(getattr(an_a, form), f) if an_a else None))
+    rows.append(("host.offload", _mean([h.offload_efficiency for h in an_b.host]) if an_b
+                 else None, _mean([h.offload_efficiency for h in an_a.host]) if an_a else None))
+    cb = an_b.idle.job.causes if an_b is not None and an_b.idle is not None else {}
+    ca = an_a.idle.job.causes if an_a is not None and an_a.idle is not None else {}
+    for cause in sorted(set(cb) | set(ca)):
+        rows.append((f"idle.{cause}", float(cb.get(cause, 0)), float(ca.get(cause, 0))))
+    df = pl.DataFrame(rows, schema={"metric": pl.Utf8, "before": pl.Float64,
+                                    "after": pl.Float64}, orient="row")
+    return df.with_columns((pl.col("after") - pl.col("before")).alias("delta"))
+
+
+def rules_table(rb: dict[str, int] | None, ra: dict[str, int] | None) -> pl.DataFrame | None:
+    """Rows each nsys rule found on each side (None where neither side has exports)."""
+    if rb is None and ra is None:
+        return None
+    names = sorted(set(rb or {}) | set(ra or {}))
+    return pl.DataFrame({"rule": names,
+                         "before": [(rb or {}).get(n) for n in names],
+                         "after": [(ra or {}).get(n) for n in names]},
+                        schema={"rule": pl.Utf8, "before": pl.Int64, "after": pl.Int64})
+
+
+# ------------------------------------------------------------------- iterations --
+
+def pick_range(acts: Activities) -> tuple[str, str | None] | None:
+    """The range a training loop repeats, or None. Candidates are top-level NVTX ranges
+    (inside no other range of their thread, any domain) that look like a loop: one text
+    repeated ('train_step'), or texts that differ by one counter that goes up by one on each
+    thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
+    are not a loop. Of the candidates whose instances cover at least half the time of the one
+    that covers most, the most repeated wins (then the longer in total, then the name): a
+    short per-call range loses to the step that holds it."""
+    top = acts.ranges.filter(pl.col("top"))
+    if top.height == 0:
+        return None
+    exact = (top.group_by("name", "domain").agg(pl.len().alias("n"), pl.col("dur").sum())
+             .filter(pl.col("n") > 1))
+    fam = (top.with_columns(_family("name").alias("family"),
+                            pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64,
+                                                                         strict=False)
+                            .alias("k"))
+           .filter(pl.col("family").str.count_matches("#", literal=True) == 1)
+           .sort("row", "start")
+           .with_columns((pl.col("k").diff().over("row", "family", "domain") == 1)
+                         .fill_null(True).alias("step")))
+    loops = (fam.group_by("family", "domain")
+             .agg(pl.len().alias("n"), pl.col("dur").sum(), pl.col("step").all(),
+                  pl.col("name").n_unique().alias("texts"))
+             .filter(pl.col("step") & (pl.col("n") > 1) & (pl.col("texts") > 1))
+             .select(pl.col("family").alias("name"), "domain", "n", "dur"))
+    c = pl.concat([exact.select("name", "domain", "n", "dur"), loops])
+    if c.height == 0:
+        return None
+    c = (c.filter(pl.col("dur") * 2 >= pl.col("dur").max())
+         .sort(["n", "dur", "name"], descending=[True, True, False], nulls_last=True))
+    return c["name"][0], c["domain"][0]
+
+
+def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
+    """Per instance k of the range (k-th by start on each process; step k of a job spans
+    from the earliest start to the latest end over its processes): start, end, duration
+    and the category times of the activities that start inside it (ns, summed over
+    devices)."""
+    rows = acts.rows.select("row", "task_index")
+    dom = pl.col("domain").is_null() if domain is None else pl.col("domain") == domain
+    exact = acts.ranges.filter((pl.col("name") == name) & dom)
+    if exact.height == 0:  # 'step #', or 'step 3' for every 'step N'
+        folded = _DIGITS_RE.sub(lambda m: m.group(1) + "#", name)
+        exact = acts.ranges.filter((_family("name") == folded) & dom)
+    r = (exact.join(rows, on="row")
+         .sort("task_index", "start")
+         .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance")))
+    steps = (r.group_by("instance").agg(pl.col("start").min(),
+                                        (pl.col("start") + pl.col("dur")).max().alias("end"))
+             .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
+    if steps.height == 0:
+        return steps
+    starts = pl.concat([
+        acts.kernels.join(rows, on="row").select(
+            "start", pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
+            .otherwise(pl.lit("compute kernels")).alias("category"), "dur"),
+        acts.memops.select("start", pl.when(pl.col("op").str.starts_with("memcpy"))
+                           .then(pl.lit("memcpy")).otherwise(pl.lit("memset")).alias("category"),
+                           "dur")]).sort("start")
+    # each activity to the step it starts in (steps sorted, non-overlapping by instance)
+    tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
+                              on="start", strategy="backward")
+    tagged = tagged.filter(pl.col("start") < pl.col("end"))
+    per = (tagged.group_by("instance", "category").agg(pl.col("dur").sum())
+           .pivot(on="category", index="instance", values="dur"))
+    out = steps.join(per, on="instance", how="left")
+    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(0, pl.Int64).alias(c))
+    return out.fill_null(0).select("instance", "start", "end", "duration", "compute kernels",
+                                   "NCCL kernels", "memcpy", "memset")
+
+
+def iteration_shifts(ib: pl.DataFrame, ia: pl.DataFrame) -> dict[str, Shift]:
+    out = {"duration": compare_samples(ib["duration"].to_numpy(), ia["duration"].to_numpy())}
+    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
+        if ib[c].sum() or ia[c].sum():
+            out[c] = compare_samples(ib[c].to_numpy(), ia[c].to_numpy())
+    return out
+
+
+# -------------------------------------------------------------------- paragraph --
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f} %"
+
+
+def _p(shift: Shift) -> str:
+    if shift.p is None:
+        return "one instance a side: noise cannot be judged" if \
+            max(shift.n_before, shift.n_after) <= 1 else \
+            f"{shift.n_before}/{shift.n_after} instances: too few to judge noise"
+    p = "p < 0.001" if shift.p < 0.001 else f"p = {shift.p:.3f}"
+    return f"{p}, Mann-Whitney U, n = {shift.n_before}/{shift.n_after}"
+
+
+def explain(c: Comparison) -> str:
+    """One paragraph from the numbers: the verdict, then the categories and kernels that
+    moved most, and the idle cause that moved most."""
+    v = c.verdict
+    what = (f"'{c.iterations.name}' median" if c.iterations is not None else "elapsed time")
+    if v.p is None:
+        parts = [f"{what} {_pct(v.change)} ({_p(v)})."]
+    else:
+        parts = [f"{what} {_pct(v.change)} ({_p(v)}): {v.verdict}."]
+    cat = c.categories.group_by("category").agg(pl.col("total_before").sum(),
+                                                 pl.col("total_after").sum())
+    moves = []
+    for row in cat.sort((pl.col("total_after") - pl.col("total_before")).abs(),
+                        descending=True).iter_rows(named=True):
+        b, a = row["total_before"], row["total_after"]
+        if b == a:
+            continue
+        moves.append(f"{row['category']} {_pct(a / b - 1) if b else 'new'}")
+    if moves:
+        parts.append("Time by category: " + ", ".join(moves[:4]) + ".")
+    k = c.kernels.filter(pl.col("delta") != 0).head(3)
+    if k.height:
+        ks = []
+        for row in k.iter_rows(named=True):
+            short = row["short"] or row["kernel"]
+            if row["total_before"] == 0:
+                ks.append(f"{short} added ({row['total_after'] / 1e6:.3f} ms)")
+            elif row["total_after"] == 0:
+                ks.append(f"{short} removed ({row['total_before'] / 1e6:.3f} ms)")
+            else:
+                ks.append(f"{short} {_pct(row['ratio'] - 1)} "
+                          f"({row['delta'] / 1e6:+.3f} ms)")
+        parts.append("Kernels that moved most: " + "; ".join(ks) + ".")
+    idle = c.models.filter(pl.col("metric").str.starts_with("idle.")
+                           & (pl.col("delta") != 0))
+    if idle.height:
+        top = idle.sort(pl.col("delta").abs(), descending=True).row(0, named=True)
+        parts.append(f"GPU idle cause that moved most: {top['metric'][5:]} "
+                     f"{top['delta'] / 1e6:+.3f} ms.")
+    if c.warnings:
+        parts.append("Note: " + " ".join(c.warnings))
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------- compare --
+
+def compare_sides(before: Side, after: Side, iterations: str | None = None,
+                  domain: str | None = None, auto_iterations: bool = True) -> Comparison:
+    """The comparison of two sides already read (`Side`): every table, the verdict and the
+    paragraph. `iterations` names the repeated range for the verdict (else, with
+    `auto_iterations`, the most repeated top-level range of BEFORE that AFTER has too)."""
+    b, a = before.acts, after.acts
+    warnings: list[str] = []
+    kernels = kernel_table(b, a)
+    if b.kernels.height and a.kernels.height and \
+            not kernels.filter(pl.col("matched_by") == "exact").height:
+        warnings.append("the two runs have no kernel name in common: the comparison is weak.")
+    devices = device_table(b, a, before.analysis, after.analysis)
+    nb = b.rows.filter(pl.col("kind") == "gpu").select("task_index", "device").unique().height
+    na = a.rows.filter(pl.col("kind") == "gpu").select("task_index", "device").unique().height
+    if nb != na:
+        warnings.append(f"the runs have different GPU counts ({nb} and {na}): no per-device "
+                        f"comparison.")
+    its = None
+    if iterations is not None or auto_iterations:
+        picked = iterations is None
+        spec = (iterations, domain) if iterations is not None else pick_range(b)
+        if spec is not None:
+            ib, ia = instances(b, *spec), instances(a, *spec)
+            if iterations is not None:
+                for side, i in ((before, ib), (after, ia)):
+                    if i.height == 0:
+                        from ..errors import InputError
+                        raise InputError(f"{side.label} side: no instance of the NVTX range "
+                                         f"'{iterations}" + (f"@{domain}" if domain else "")
+                                         + "'")
+            if ib.height and ia.height:
+                its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia))
+    if its is not None:
+        verdict = its.shifts["duration"]
+    else:
+        verdict = compare_samples(np.array([before.elapsed]), np.array([after.elapsed]))
+    comp = Comparison(before, after, kernels, nvtx_table(b, a),
+                      category_table(b, a, before.analysis, after.analysis), devices,
+                      model_table(before.analysis, after.analysis),
+                      rules_table(before.rules, after.rules), its, verdict, "", warnings)
+    comp.paragraph = explain(comp)
+    return comp
+
+
+def gate(c: Comparison, pct: float) -> tuple[bool, str]:
+    """Whether `--fail-if-slower PCT` fails: the iteration median (or, without iterations,
+    the elapsed time) got slower by more than PCT % and, where noise can be judged, beyond
+    noise. Returns (fails, why)."""
+    v = c.verdict
+    if v.change is None:
+        return False, "no time to compare"
+    slower = v.change * 100 > pct
+    if v.p is None:
+        return slower, (f"{_pct(v.change)} against a limit of +{pct:g} % ("
+                        f"{_p(v)}; the change alone decides)")
+    return slower and v.verdict == "slower", (
+        f"{_pct(v.change)} against a limit of +{pct:g} % ({v.verdict}, {_p(v)})")
+
+
+# ------------------------------------------------------------------------ sides --
+
+def _is_trace(path: str) -> bool:
+    return path.endswith(".prv") or path.endswith(".prv.gz")
+
+
+def is_nsys2prv_trace(path: Path) -> bool:
+    """A trace written by nsys2prv: its second header line says so."""
+    from ..paraver.read import open_text
+
+    try:
+        with open_text(path) as f:
+            first, second = f.readline(), f.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith("#Paraver") and second.startswith("# nsys2prv")
+
+
+def trace_window(path: Path, window) -> tuple[int, int | None]:
+    """[start, end) on a trace's own time of a window: a time window as given, an NVTX
+    range (`--filter-nvtx`) looked up among the trace's ranges."""
+    from ..errors import InputError
+    from ..pipeline.window import NvtxFilter, nearest_ranges, nvtx_instance
+
+    if not isinstance(window, NvtxFilter):
+        return window.start or 0, window.end
+    from .activities import range_instances
+
+    ranges = range_instances(read_activities(path))
+    hit = nvtx_instance(ranges, window)
+    if hit is None:
+        near = nearest_ranges([ranges], window.name)
+        raise InputError(f"no instance {window.index} of the NVTX range "
+                         f"'{window.describe()}' in {path}"
+                         + (f" (ranges: {', '.join(near)})" if near else ""))
+    return hit
+
+
+def read_side(inputs: list[str], label: str, workdir: Path, window=None,
+              models: bool = True, rules: bool = True, jobs: int = 1,
+              on_report=None, on_merge=None) -> Side:
+    """One side: its trace (translated from the reports into `workdir`, or the trace
+    given, cut to `window`), its activities, its models and, for exports, the rows nsys'
+    rules find. Errors name the side."""
+    from ..errors import InputError, UsageError
+    from ..report.inputs import expand_inputs
+
+    try:
+        paths = [str(p) for p in expand_inputs([Path(i) for i in inputs])]
+        if not paths:
+            raise UsageError("no input given")
+        traces = [p for p in paths if _is_trace(p)]
+        if traces and len(paths) > 1:
+            raise UsageError("give either one trace (.prv) or reports, not both")
+        out = workdir / f"{label}.prv"
+        exports: list[str] = []
+        if traces:
+            src = Path(traces[0])
+            if not src.exists():
+                raise InputError(f"{src}: no such file")
+            if not is_nsys2prv_trace(src):
+                raise InputError(f"{src}: not a trace written by nsys2prv (its header does "
+                                 f"not say so); translate the reports instead")
+            if window is None:
+                out = src
+            else:
+                from ..pipeline.window import cut_trace
+
+                lo, hi = trace_window(src, window)
+                cut_trace(src, out, lo, hi)
+        else:
+            from ..api import translate
+
+            translate(paths, out, window=window, jobs=jobs, on_report=on_report,
+                      on_merge=on_merge)
+            exports = paths
+        acts = read_activities(out)
+        analysis = None
+        if models:
+            from .model import analyze_path
+
+            analysis = analyze_path(out, True, 10)
+        found = _rules(exports) if rules and exports else None
+    except (InputError, UsageError) as e:
+        raise type(e)(f"{label} side: {e}") from None
+    return Side(label, " ".join(inputs), acts, analysis, found, exports)
+
+
+def _rules(exports: list[str]) -> dict[str, int]:
+    """Rows found by each of nsys' rules, summed over a side's exports."""
+    from ..rules import run_all
+
+    out: dict[str, int] = {}
+    for e in exports:
+        if not e.endswith(".sqlite"):
+            continue
+        for r in run_all(e):
+            out[r.rule] = out.get(r.rule, 0) + (0 if r.skipped else r.rows.height)
+    return out
+
+
+def compare(before: str | list[str], after: str | list[str], *, window=None,
+            iterations: str | None = None, models: bool = True, rules: bool = True,
+            workdir: str | Path | None = None, jobs: int = 1,
+            trace: str | Path | None = None) -> Comparison:
+    """Compare two runs, each one export, several rank exports (a directory, glob or
+    @LIST too), a report or a trace written by nsys2prv. `window` (a Filter, or nsys'
+    text: "1s/2s" or "RANGE[@DOMAIN][/INDEX]") is applied to each side on its own clock;
+    `iterations` ("RANGE[@DOMAIN]") names the repeated range the verdict is made on (else
+    the most repeated top-level range). Returns every table as polars frames
+    (`Comparison.tables()`), the verdict and a paragraph."""
+    import tempfile
+
+    from ..errors import UsageError
+    from ..pipeline.window import parse_window
+
+    if isinstance(window, str):
+        window = parse_window(window)
+    name, domain = _split_range(iterations) if iterations else (None, None)
+    sides = []
+    with tempfile.TemporaryDirectory(prefix="nsys2prv-diff-", dir=workdir) as tmp:
+        for label, inputs in (("before", before), ("after", after)):
+            inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+            sides.append(read_side([str(i) for i in inputs], label, Path(tmp), window,
+                                   models, rules, jobs))
+        result = compare_sides(sides[0], sides[1], name, domain)
+    if trace is not None:
+        if not sides[0].exports or not sides[1].exports:
+            raise UsageError("--trace needs the reports of each side (a side given as a "
+                             "trace cannot be translated again)")
+        from ..api import translate_applications
+
+        translate_applications([sides[0].exports, sides[1].exports], trace, window=window,
+                               jobs=jobs, labels=["before", "after"])
+    return result
+
+
+def _split_range(text: str) -> tuple[str, str | None]:
+    """RANGE[@DOMAIN] -> (range, domain or None)."""
+    name, at, domain = text.rpartition("@") if "@" in text else (text, "", "")
+    return name, (domain or None)

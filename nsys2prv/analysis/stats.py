@@ -1,0 +1,141 @@
+"""Summary statistics and the two-sample tests the comparison of runs uses.
+
+Statistics are those of Nsight Systems' summaries (`nsys stats`, `nsys recipe
+cuda_gpu_kern_sum`): count, total, mean, median (mean of the two middle values for an even
+count), min, max and the sample standard deviation (n - 1 in the denominator; 0 for one
+value).
+
+Noise: two sets of per-instance durations (the steps of a training loop, say) are compared
+with the two-sided Mann-Whitney U test (exact distribution without ties for up to 50 values a
+side, else the normal approximation with the tie correction) and a bootstrap percentile
+interval of the difference of the medians (seeded: the same inputs give the same interval).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+STAT_COLUMNS = ("count", "total", "mean", "median", "min", "max", "std")
+
+
+def summary(df: pl.DataFrame, by: list[str], column: str = "dur") -> pl.DataFrame:
+    """Per group of `by`: count, total, mean, median, min, max, std of `column` (ns)."""
+    c = pl.col(column)
+    return (df.group_by(by)
+            .agg(pl.len().cast(pl.Int64).alias("count"), c.sum().cast(pl.Int64).alias("total"),
+                 c.mean().alias("mean"), c.median().alias("median"),
+                 c.min().cast(pl.Int64).alias("min"), c.max().cast(pl.Int64).alias("max"),
+                 c.std(ddof=1).fill_null(0.0).fill_nan(0.0).alias("std")))
+
+
+def _exact_u_cdf(n1: int, n2: int) -> np.ndarray:
+    """P(U <= u) for u = 0..n1*n2 under the null, without ties (counts of arrangements by
+    the recurrence f(n1, n2, u) = f(n1-1, n2, u-n2) + f(n1, n2-1, u))."""
+    # table[j][u]: arrangements of i values of x and j of y with U = u, built up over i
+    table = [np.zeros(1, dtype=np.float64) for _ in range(n2 + 1)]
+    for j in range(n2 + 1):
+        table[j] = np.zeros(1)
+        table[j][0] = 1.0
+    for i in range(1, n1 + 1):
+        new = [np.array([1.0])]
+        for j in range(1, n2 + 1):
+            size = i * j + 1
+            cur = np.zeros(size)
+            a = new[j - 1]  # (i, j-1): the last value is a y: U unchanged
+            cur[: a.size] += a
+            b = table[j]  # (i-1, j): the last value is an x above j y's: U + j
+            cur[j: j + b.size] += b
+            new.append(cur)
+        table = new
+    counts = table[n2]
+    return np.cumsum(counts) / counts.sum()
+
+
+def mann_whitney(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(U of x, two-sided p) of the Mann-Whitney U test of x against y."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    n1, n2 = x.size, y.size
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan")
+    both = np.concatenate([x, y])
+    order = both.argsort(kind="stable")
+    ranks = np.empty(both.size)
+    sorted_vals = both[order]
+    # average ranks of ties
+    _, first, counts = np.unique(sorted_vals, return_index=True, return_counts=True)
+    avg = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(avg, counts)
+    u1 = ranks[:n1].sum() - n1 * (n1 + 1) / 2.0
+    ties = counts[counts > 1]
+    if not ties.size and n1 <= 50 and n2 <= 50:
+        cdf = _exact_u_cdf(n1, n2)
+        u_small = min(u1, n1 * n2 - u1)
+        p = min(1.0, 2.0 * cdf[int(math.floor(u_small))])
+        return float(u1), float(p)
+    n = n1 + n2
+    mu = n1 * n2 / 2.0
+    tie_term = float((ties ** 3 - ties).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - tie_term))
+    if sigma == 0:
+        return float(u1), 1.0
+    z = (abs(u1 - mu) - 0.5) / sigma
+    p = math.erfc(max(z, 0.0) / math.sqrt(2.0))
+    return float(u1), float(min(1.0, p))
+
+
+def bootstrap_median_difference(x: np.ndarray, y: np.ndarray, level: float = 0.95,
+                                samples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(y) - median(x) (resampling each side with
+    replacement; seeded, so deterministic)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    mx = np.median(x[rng.integers(0, x.size, (samples, x.size))], axis=1)
+    my = np.median(y[rng.integers(0, y.size, (samples, y.size))], axis=1)
+    d = my - mx
+    alpha = (1 - level) / 2
+    return float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))
+
+
+@dataclass
+class Shift:
+    """How a per-instance quantity moved between two runs."""
+
+    n_before: int
+    n_after: int
+    median_before: float
+    median_after: float
+    change: float | None  # median_after / median_before - 1
+    p: float | None  # two-sided Mann-Whitney p; None when noise cannot be judged
+    interval: tuple[float, float] | None  # 95 % bootstrap interval of the median difference
+    verdict: str  # 'faster', 'slower', 'no change beyond noise', 'noise cannot be judged'
+
+
+ALPHA = 0.05
+MIN_INSTANCES = 3  # fewer a side: the exact test cannot reach p < 0.05 (n=3/3: p >= 0.1)
+
+
+def compare_samples(x: np.ndarray, y: np.ndarray, alpha: float = ALPHA) -> Shift:
+    """The verdict on per-instance durations x (before) and y (after): 'slower'/'faster'
+    when the Mann-Whitney test rejects equal distributions at `alpha` and the bootstrap
+    interval of the median difference excludes 0; 'no change beyond noise' otherwise; with
+    fewer than MIN_INSTANCES a side, 'noise cannot be judged'."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    mx = float(np.median(x)) if x.size else float("nan")
+    my = float(np.median(y)) if y.size else float("nan")
+    change = (my / mx - 1.0) if x.size and y.size and mx > 0 else None
+    if x.size < MIN_INSTANCES or y.size < MIN_INSTANCES:
+        return Shift(x.size, y.size, mx, my, change, None, None, "noise cannot be judged")
+    _, p = mann_whitney(x, y)
+    lo, hi = bootstrap_median_difference(x, y)
+    if p < alpha and (lo > 0 or hi < 0):
+        verdict = "slower" if my > mx else "faster"
+    else:
+        verdict = "no change beyond noise"
+    return Shift(x.size, y.size, mx, my, change, p, (lo, hi), verdict)

@@ -1,0 +1,197 @@
+"""`nsys2prv diff BEFORE AFTER`: what changed between two runs, and whether beyond noise.
+
+Prints the verdict and a paragraph, then the tables of `analysis.diff` (categories, kernels,
+NVTX ranges, devices, models, rules); `--json` and `--csv` carry every number;
+`--fail-if-slower PCT` is a CI gate (exit 1). The numbers come from `analysis/diff.py`; this
+module only prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+
+import polars as pl
+
+from ..errors import UsageError
+from .common import Parser, add_window_arguments, window_of
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = Parser(prog="nsys2prv diff",
+               description="Compare two runs: per kernel, NVTX range, category and device, "
+                           "the efficiency models and the causes of GPU idle time side by "
+                           "side, and a noise-aware verdict on a repeated NVTX range.")
+    p.add_argument("before", metavar="BEFORE",
+                   help="one export or report, several rank exports (a directory, a quoted "
+                        "glob or @LIST), or a trace (.prv) written by nsys2prv")
+    p.add_argument("after", metavar="AFTER", help="the same for the other run")
+    p.add_argument("--iterations", metavar="RANGE[@DOMAIN]",
+                   help="the repeated NVTX range (a training step) whose instances the "
+                        "verdict compares (default: the most repeated top-level range among "
+                        "those that cover the run)")
+    p.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit 1 when the iteration median (else the elapsed time) got slower "
+                        "by more than PCT %% and, where noise can be judged, beyond noise")
+    p.add_argument("--json", action="store_true", help="print every number as JSON")
+    p.add_argument("--csv", action="store_true",
+                   help="print every number as CSV (table, key, metric, before, after)")
+    p.add_argument("--top", type=int, default=15, metavar="N",
+                   help="kernels and NVTX ranges listed, largest change first (default 15)")
+    p.add_argument("--trace", metavar="BOTH.prv",
+                   help="also write one trace holding both runs as two Paraver applications "
+                        "(1 = before, 2 = after) with one value numbering (needs reports)")
+    p.add_argument("--no-rules", action="store_true", help="skip nsys' rules on the exports")
+    p.add_argument("--no-models", action="store_true",
+                   help="skip the efficiency model and the causes of GPU idle time")
+    add_window_arguments(p)
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _ratio(r) -> str:
+    return "-" if r is None else f"{r:.3f}"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_text(c, top: int = 15) -> str:
+    """The comparison as text: verdict, paragraph, then one block per table."""
+    out = io.StringIO()
+    w = out.write
+    w(f"before: {c.before.source}  ({c.before.elapsed / 1e6:.3f} ms of trace)\n")
+    w(f"after:  {c.after.source}  ({c.after.elapsed / 1e6:.3f} ms of trace)\n")
+    for note in c.warnings:
+        w(f"warning: {note}\n")
+    it = c.iterations
+    if it is not None:
+        how = "picked: the most repeated top-level range" if it.picked else "--iterations"
+        w(f"\niterations: '{it.name}'" + (f"@{it.domain}" if it.domain else "")
+          + f" ({how}), {it.before.height} / {it.after.height} instances\n")
+        w(f"  {'':<18}{'median before':>15}{'median after':>15}{'change':>10}  verdict\n")
+        for key, s in it.shifts.items():
+            ch = "-" if s.change is None else f"{100 * s.change:+.1f}%"
+            p = "" if s.p is None else f" (p = {s.p:.3g})"
+            w(f"  {key:<18}{s.median_before / 1e6:>12.3f} ms{s.median_after / 1e6:>12.3f} ms"
+              f"{ch:>10}  {s.verdict}{p}\n")
+    w(f"\n{c.paragraph}\n")
+    w("\ncategory                          before ms     after ms     delta ms   ratio\n")
+    for r in c.categories.iter_rows(named=True):
+        name = r["category"] + (f" {r['detail']}" if r["detail"] else "")
+        w(f"{_short(name, 32):<32}{_ms(r['total_before']):>12}{_ms(r['total_after']):>13}"
+          f"{_ms(r['delta']):>13}{_ratio(r['ratio']):>8}\n")
+    k = c.kernels
+    w(f"\nkernels ({k.height}; {top} largest changes; totals in ms)\n")
+    w(f"{'kernel':<44}{'n before':>9}{'n after':>8}{'before':>11}{'after':>11}{'delta':>11}"
+      f"{'ratio':>7}  match\n")
+    for r in k.head(top).iter_rows(named=True):
+        name = r["short"] if r["matched_by"] != "normalised" else r["kernel"]
+        w(f"{_short(name or r['kernel'], 43):<44}{r['count_before']:>9}{r['count_after']:>8}"
+          f"{_ms(r['total_before']):>11}{_ms(r['total_after']):>11}{_ms(r['delta']):>11}"
+          f"{_ratio(r['ratio']):>7}  {r['matched_by']}\n")
+    tb, ta = int(k["total_before"].sum()), int(k["total_after"].sum())
+    w(f"{'all kernels':<44}{int(k['count_before'].sum()):>9}{int(k['count_after'].sum()):>8}"
+      f"{_ms(tb):>11}{_ms(ta):>11}{_ms(ta - tb):>11}\n")
+    norm = k.filter(pl.col("matched_by") == "normalised")
+    for r in norm.iter_rows(named=True):
+        w(f"  matched by normalised name: {_short(r['kernel'], 60)} <- "
+          f"{len(r['names'])} names\n")
+    n = c.nvtx
+    if n.height:
+        w(f"\nNVTX ranges ({n.height}; digits folded to #; {top} largest changes; ms)\n")
+        for r in n.head(top).iter_rows(named=True):
+            name = r["range"] + (f" @{r['domain']}" if r["domain"] else "")
+            w(f"{_short(name, 44):<44}{r['count_before']:>9}{r['count_after']:>8}"
+              f"{_ms(r['total_before']):>11}{_ms(r['total_after']):>11}{_ms(r['delta']):>11}"
+              f"{_ratio(r['ratio']):>7}\n")
+    if c.devices is not None:
+        w("\ndevices (ms; before -> after)\n")
+        cats = [col[: -len("_before")] for col in c.devices.columns
+                if col.endswith("_before") and col != "device_before"]
+        for r in c.devices.iter_rows(named=True):
+            w(f"  {r['device_before']}  |  {r['device_after']}\n")
+            w("    " + ", ".join(f"{cat} {_ms(r[cat + '_before'])} -> {_ms(r[cat + '_after'])}"
+                                 for cat in cats if r[cat + "_before"] or r[cat + "_after"])
+              + "\n")
+    if c.models.height and c.before.analysis is not None:
+        w("\nmodels                              before      after      delta\n")
+        for r in c.models.iter_rows(named=True):
+            idle = r["metric"].startswith("idle.")
+            fmt = (lambda v: "-" if v is None else f"{v / 1e6:.3f} ms") if idle else \
+                (lambda v: "-" if v is None else f"{v:.3f}")
+            w(f"  {r['metric']:<30}{fmt(r['before']):>11}{fmt(r['after']):>11}"
+              f"{fmt(r['delta']):>11}\n")
+    if c.rules is not None:
+        w("\nnsys rules (rows found)            before      after\n")
+        for r in c.rules.iter_rows(named=True):
+            w(f"  {r['rule']:<30}{'-' if r['before'] is None else r['before']:>11}"
+              f"{'-' if r['after'] is None else r['after']:>11}\n")
+    return out.getvalue()
+
+
+def format_csv(c) -> str:
+    """Every number of the comparison, one line each: table, key, metric, before, after
+    (tables with one column per side), or table, key, metric, value."""
+    out = io.StringIO()
+    wr = csv.writer(out, lineterminator="\n")
+    wr.writerow(["table", "key", "metric", "before", "after"])
+    for name, df in c.tables().items():
+        keys = [k for k in ("kernel", "range", "domain", "category", "detail", "index",
+                            "metric", "rule", "instance") if k in df.columns]
+        for row in df.iter_rows(named=True):
+            key = " | ".join(str(row[k]) for k in keys)
+            pairs: dict[str, list] = {}
+            for col, v in row.items():
+                if col in keys or isinstance(v, list):
+                    continue
+                for side in ("before", "after"):
+                    if col == side or col.endswith("_" + side):
+                        metric = col[: -len(side) - 1] if col != side else "value"
+                        pairs.setdefault(metric, [None, None])[side == "after"] = v
+                        break
+                else:
+                    pairs.setdefault(col, [v, None])
+            for metric, (b, a) in pairs.items():
+                wr.writerow([name, key, metric, "" if b is None else b,
+                             "" if a is None else a])
+    v = c.verdict
+    wr.writerow(["verdict", "", "verdict", v.verdict, ""])
+    wr.writerow(["verdict", "", "change", "" if v.change is None else v.change, ""])
+    wr.writerow(["verdict", "", "p", "" if v.p is None else v.p, ""])
+    return out.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.json and args.csv:
+        raise UsageError("give --json or --csv, not both")
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    window = window_of(args)
+    from ..analysis.diff import compare, gate
+
+    c = compare(args.before, args.after, window=window, iterations=args.iterations,
+                models=not args.no_models, rules=not args.no_rules, trace=args.trace)
+    if args.json:
+        json.dump(c.to_dict(), sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    elif args.csv:
+        sys.stdout.write(format_csv(c))
+    else:
+        sys.stdout.write(format_text(c, args.top))
+        if args.trace:
+            sys.stdout.write(f"\nwrote {args.trace}: application 1 = before, 2 = after\n")
+    if args.fail_if_slower is not None:
+        fails, why = gate(c, args.fail_if_slower)
+        print(f"nsys2prv diff: {'FAIL' if fails else 'pass'}: {why}", file=sys.stderr)
+        return 1 if fails else 0
+    return 0

@@ -1,0 +1,283 @@
+"""`nsys2prv diff`: the comparison of two runs, checked against the source databases.
+
+Per-kernel, per-category and per-NVTX numbers are computed here again from the exports with
+sqlite3 and Python's statistics module (independently of polars and of the trace); the tests
+themselves (Mann-Whitney U, bootstrap) against brute-force enumeration; the CLI for its
+outputs, gate and one-line errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from nsys2prv.analysis import diff as D
+from nsys2prv.analysis.activities import read_activities
+from nsys2prv.analysis.stats import bootstrap_median_difference, compare_samples, mann_whitney
+
+from conftest import CORPUS, ROOT
+
+SAMPLE = ROOT / "examples" / "sample.sqlite"
+BEFORE = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
+AFTER = CORPUS / "sqlite" / "nsysai_mfu2gpu_after.sqlite"
+
+
+def _need(*paths: Path) -> None:
+    for p in paths:
+        if not p.exists():
+            pytest.skip(f"corpus export {p.name} not found under {CORPUS} "
+                        f"(set NSYS2PRV_CORPUS)")
+
+
+@pytest.fixture(scope="module")
+def real_pair(tmp_path_factory):
+    _need(BEFORE, AFTER)
+    return D.compare(str(BEFORE), str(AFTER), workdir=tmp_path_factory.mktemp("diff"))
+
+
+def _kernels_sql(db: Path) -> dict[str, list[int]]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    out: dict[str, list[int]] = {}
+    for name, dur in con.execute(
+            "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds s ON s.id = k.demangledName"):
+        out.setdefault(name, []).append(dur)
+    con.close()
+    return out
+
+
+def test_kernel_table_equals_the_exports(real_pair):
+    """Every kernel (demangled name): count, total, mean, median, min, max and sample std of
+    each side equal the export's CUPTI_ACTIVITY_KIND_KERNEL rows."""
+    k = real_pair.kernels
+    for side, db in (("before", BEFORE), ("after", AFTER)):
+        want = _kernels_sql(db)
+        got = k.filter(pl.col(f"count_{side}") > 0)
+        assert got.height == len(want)
+        for row in got.iter_rows(named=True):
+            assert row["matched_by"] == "exact"  # the pair shares every kernel name
+            durs = want[row["kernel"]]
+            assert row[f"count_{side}"] == len(durs)
+            assert row[f"total_{side}"] == sum(durs)
+            assert row[f"min_{side}"] == min(durs) and row[f"max_{side}"] == max(durs)
+            assert row[f"median_{side}"] == pytest.approx(statistics.median(durs))
+            assert row[f"mean_{side}"] == pytest.approx(statistics.fmean(durs))
+            std = statistics.stdev(durs) if len(durs) > 1 else 0.0
+            assert row[f"std_{side}"] == pytest.approx(std, rel=1e-9, abs=1e-6)
+    assert (k["delta"] == k["total_after"] - k["total_before"]).all()
+    # sorted by the absolute change, largest first
+    assert k["delta"].abs().to_list() == sorted(k["delta"].abs().to_list(), reverse=True)
+
+
+def test_categories_add_up_and_equal_the_exports(real_pair):
+    c = real_pair.categories
+    for side, db in (("before", BEFORE), ("after", AFTER)):
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        kern = dict(con.execute(
+            "SELECT s.value LIKE 'nccl%', SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+            " JOIN StringIds s ON s.id = k.shortName GROUP BY 1").fetchall())
+        memcpy = dict(con.execute(
+            "SELECT e.label, SUM(m.end - m.start) FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
+            "JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind GROUP BY 1").fetchall())
+        memset = con.execute("SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_MEMSET") \
+            .fetchone()[0]
+        con.close()
+
+        def total(cat: str, detail: str = "") -> int:
+            return int(c.filter((pl.col("category") == cat) & (pl.col("detail") == detail))
+                       [f"total_{side}"].sum())
+        assert total("compute kernels") == kern[0]
+        assert total("NCCL kernels") == kern[1]
+        assert total("memset") == memset
+        assert sum(total("memcpy", d) for d in c.filter(pl.col("category") == "memcpy")
+                   ["detail"]) == sum(memcpy.values())
+        # the kernel table's totals add up to the two kernel categories
+        assert int(real_pair.kernels[f"total_{side}"].sum()) == kern[0] + kern[1]
+
+
+def test_nvtx_table_equals_the_exports(real_pair):
+    """Range counts and times per side equal NVTX_EVENTS' push/pop and start/end ranges."""
+    for side, db in (("before", BEFORE), ("after", AFTER)):
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        n, t = con.execute("SELECT COUNT(*), SUM(end - start) FROM NVTX_EVENTS WHERE "
+                           "end IS NOT NULL AND eventType IN (59, 60, 70, 71)").fetchone()
+        con.close()
+        assert int(real_pair.nvtx[f"count_{side}"].sum()) == n
+        assert int(real_pair.nvtx[f"total_{side}"].sum()) == t
+
+
+def test_real_pair_models_devices_rules(real_pair):
+    c = real_pair
+    assert c.devices is not None and c.devices.height == 2  # 2 GPUs a side
+    metrics = c.models["metric"].to_list()
+    assert "talp.parallel" in metrics and "nccl.orchestration" in metrics
+    assert "host.offload" in metrics
+    an = c.before.analysis
+    pe = c.models.filter(pl.col("metric") == "talp.parallel").row(0, named=True)
+    assert pe["before"] == pytest.approx(an.talp.parallel)
+    idle = c.categories.filter(pl.col("category") == "GPU idle")
+    assert int(idle["total_before"][0]) == sum(g.idle for g in an.devices)
+    assert c.rules is not None and set(c.rules["rule"]) >= {"gpu_gaps", "cuda_api_sync"}
+    # no step range in this pair (ranges carry ids, not a loop counter): one sample a side
+    assert c.iterations is None
+    assert c.verdict.verdict == "noise cannot be judged" and c.verdict.p is None
+    assert "noise cannot be judged" in c.paragraph
+    assert "flash_fwd_kernel" in c.paragraph  # the kernel whose time moved most
+
+
+# ------------------------------------------------------------------ the tests --
+
+def _brute_p(x, y) -> float:
+    """Two-sided exact p of U by enumerating every split of the pooled values."""
+    pooled = list(x) + list(y)
+    n1 = len(x)
+    u_obs, _ = mann_whitney(np.array(x), np.array(y))
+    mu = n1 * len(y) / 2
+    extreme = total = 0
+    for idx in itertools.combinations(range(len(pooled)), n1):
+        xs = [pooled[i] for i in idx]
+        ys = [pooled[i] for i in range(len(pooled)) if i not in idx]
+        u = sum((a > b) + 0.5 * (a == b) for a in xs for b in ys)
+        total += 1
+        extreme += abs(u - mu) >= abs(u_obs - mu) - 1e-9
+    return extreme / total
+
+
+@pytest.mark.parametrize("x,y", [([1, 2, 3], [4, 5, 6]), ([1, 5, 9, 13], [2, 3, 4, 20, 21]),
+                                 ([3.1, 0.2, 7.7, 5.5], [6.6, 9.9, 8.8, 1.1])])
+def test_mann_whitney_exact_equals_enumeration(x, y):
+    assert mann_whitney(np.array(x), np.array(y))[1] == pytest.approx(_brute_p(x, y))
+
+
+def test_mann_whitney_u_and_normal_approximation():
+    x = np.arange(60, dtype=float)
+    y = np.arange(60, dtype=float) + 0.5
+    u, p = mann_whitney(x, y)
+    assert u == sum((a > b) for a in x for b in y)
+    assert 0.5 < p <= 1.0  # shifted by half a step out of 60: no evidence
+    u, p = mann_whitney(x, x + 100)
+    assert u == 0 and p < 1e-12
+
+
+def test_verdicts():
+    rng = np.random.default_rng(3)
+    base = rng.normal(100, 2, 20)
+    assert compare_samples(base, base * 1.10).verdict == "slower"
+    assert compare_samples(base, base * 0.90).verdict == "faster"
+    same = compare_samples(base, rng.normal(100, 2, 20))
+    assert same.verdict == "no change beyond noise" and same.p > 0.05
+    one = compare_samples(np.array([100.0]), np.array([101.0]))
+    assert one.verdict == "noise cannot be judged" and one.change == pytest.approx(0.01)
+    lo, hi = bootstrap_median_difference(base, base + 10)
+    assert 0 < lo <= 10 <= hi  # each side resampled on its own: an interval around +10
+    assert bootstrap_median_difference(base, base * 1.1) == \
+        bootstrap_median_difference(base, base * 1.1)  # seeded
+
+
+@pytest.mark.parametrize("a,b", [
+    ("void gemm<float, 128>(float *, int)", "void gemm<float, 256>(float *, int)"),
+    ("triton_poi_fused_add_0", "triton_poi_fused_add_1"),
+    ("sm80_xmma_gemm_128x64x32_stage3", "sm80_xmma_gemm_64x64x32_stage3"),
+])
+def test_normalised_names_match(a, b):
+    assert D.normalise_kernel(a) == D.normalise_kernel(b)
+    m = D._match_names({a, "kept"}, {b, "kept"})
+    assert m["kept"] == ("kept", "exact")
+    assert m[a][1] == m[b][1] == "normalised" and m[a][0] == m[b][0]
+
+
+def test_different_kernels_stay_apart():
+    assert D.normalise_kernel("gemm_kernel") != D.normalise_kernel("gemv_kernel")
+    m = D._match_names({"conv2d_fwd"}, {"conv3d_fwd"})
+    assert m["conv2d_fwd"] == ("conv2d_fwd", "removed")
+    assert m["conv3d_fwd"] == ("conv3d_fwd", "added")
+
+
+# ------------------------------------------------------------------ the sample --
+
+@pytest.fixture(scope="module")
+def sample_trace(tmp_path_factory) -> Path:
+    import nsys2prv
+
+    out = tmp_path_factory.mktemp("sample") / "sample.prv"
+    nsys2prv.translate(SAMPLE, out)
+    return out
+
+
+def test_sample_iterations_and_identity(sample_trace, tmp_path):
+    """An export against its own trace: nothing changes, the loop 'iteration N' is found,
+    each instance's duration equals the export's range."""
+    c = D.compare(str(SAMPLE), str(sample_trace), workdir=tmp_path)
+    assert c.iterations is not None and c.iterations.picked
+    assert c.iterations.name == "iteration #"
+    con = sqlite3.connect(f"file:{SAMPLE}?mode=ro", uri=True)
+    durs = [d for (d,) in con.execute(
+        "SELECT n.end - n.start FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
+        "WHERE s.value LIKE 'iteration %' ORDER BY n.start")]
+    con.close()
+    assert c.iterations.before["duration"].to_list() == durs
+    assert c.verdict.verdict == "no change beyond noise"
+    assert (c.kernels["delta"] == 0).all() and (c.categories["delta"] == 0).all()
+    assert c.rules is not None and c.rules["after"].null_count() == c.rules.height
+
+
+def test_window_on_a_trace_side(sample_trace, tmp_path):
+    """--filter-nvtx on a .prv side: the range is looked up in the trace; the same window of
+    the export gives the same numbers."""
+    c = D.compare(str(SAMPLE), str(sample_trace), window="iteration 2", workdir=tmp_path,
+                  models=False, rules=False)
+    assert c.before.elapsed == c.after.elapsed
+    assert (c.kernels["delta"] == 0).all()
+    assert int(c.kernels["count_before"].sum()) > 0
+    acts = read_activities(sample_trace)
+    r = acts.ranges.filter(pl.col("name") == "iteration 2").row(0, named=True)
+    assert c.before.elapsed == r["dur"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nsys2prv", "diff", *args],
+                          capture_output=True, text=True)
+
+
+def test_cli_outputs_and_gate(sample_trace):
+    text = _cli(str(SAMPLE), str(sample_trace), "--no-rules")
+    assert text.returncode == 0, text.stderr
+    assert "iterations: 'iteration #'" in text.stdout and "gemm_kernel" in text.stdout
+    js = _cli(str(SAMPLE), str(sample_trace), "--json", "--no-rules")
+    d = json.loads(js.stdout)
+    assert d["verdict"]["verdict"] == "no change beyond noise"
+    assert {"kernels", "nvtx", "categories", "models"} <= set(d["tables"])
+    csv = _cli(str(SAMPLE), str(sample_trace), "--csv", "--no-rules")
+    lines = csv.stdout.splitlines()
+    assert lines[0] == "table,key,metric,before,after"
+    gemm = [r for r in d["tables"]["kernels"] if r["short"] == "gemm_kernel"][0]
+    import csv as csvmod
+    rows = list(csvmod.reader(lines))
+    assert ["kernels", gemm["kernel"], "total", str(gemm["total_before"]),
+            str(gemm["total_after"])] in rows
+    gate = _cli(str(SAMPLE), str(sample_trace), "--fail-if-slower", "5", "--no-rules")
+    assert gate.returncode == 0 and "pass" in gate.stderr
+
+
+def test_cli_errors(sample_trace, tmp_path):
+    missing = _cli(str(tmp_path / "nope.sqlite"), str(SAMPLE))
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1 and "before side" in missing.stderr
+    foreign = tmp_path / "other.prv"
+    foreign.write_text("#Paraver (01/01/2020 at 00:00):10_ns:1(1):1:1(1:1)\n")
+    bad = _cli(str(SAMPLE), str(foreign))
+    assert bad.returncode == 1 and "after side" in bad.stderr and "nsys2prv" in bad.stderr
+    no_range = _cli(str(SAMPLE), str(sample_trace), "--filter-nvtx", "nosuchrange")
+    assert no_range.returncode == 1 and "before side" in no_range.stderr
+    assert no_range.stderr.count("\n") == 1
+    no_it = _cli(str(SAMPLE), str(sample_trace), "--iterations", "nosuchrange", "--no-rules")
+    assert no_it.returncode == 1 and "before side" in no_it.stderr
