@@ -168,90 +168,113 @@ def _label(spans: pl.DataFrame, names: dict[int, str], column: str) -> pl.Expr:
                                          return_dtype=pl.Utf8)
 
 
+class ActivityCollector:
+    """Collects a trace's activities window by window: give it every window of
+    `windows(path, collector.types, state_rows="cpu")` in order (`add`), then `result`.
+    The analysis' own pass can feed it (`model.analyze_path(observers=...)`), so that the
+    comparison reads each trace once for both."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        pcf = companion(self.path, ".pcf")
+        self.names = _names(pcf)
+        self.labels = _type_labels(pcf)
+        self.layout = read_layout(self.path)
+        self.nvtx_types = [t for t in self.labels if t in PUSHPOP or t in STARTEND]
+        self.pushpop = [t for t in self.nvtx_types if t in PUSHPOP]
+        self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
+                                                     if t in STARTEND]
+        self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME})
+        self._pend_flat = _empty(_EVENTS)
+        self._pend_stack = _empty({**_EVENTS, "level": pl.Int64})
+        self._spans: list[pl.DataFrame] = []
+        self._stacked: list[pl.DataFrame] = []
+        self._fulls: list[pl.DataFrame] = []
+        self._sync: list[pl.DataFrame] = []
+        self._end = self.layout.end
+        self._cpu_rows = self.layout.rows.filter(pl.col("kind") == "cpu")["row"]
+
+    def add(self, w: Trace) -> None:
+        self._end = max(self._end, w.end)
+        ev = w.events.slice(w.carried).filter(pl.col("type").is_in(list(self.types)))
+        if ev.height:
+            done, self._pend_flat = pair_next(ev.filter(pl.col("type").is_in(self.flat)),
+                                              self._pend_flat)
+            self._spans.append(done)
+            if self.pushpop:
+                done, self._pend_stack = pair_stacked(
+                    ev.filter(pl.col("type").is_in(self.pushpop)), self._pend_stack)
+                self._stacked.append(done)
+            self._fulls.append(ev.filter((pl.col("type") == FULL_NAME)
+                                         & (pl.col("value") != 0))
+                               .select("row", "time", pl.col("value").alias("full")))
+        self._sync.append(_sync(w, self._cpu_rows))
+
+    def result(self, window: tuple[int, int] | None = None) -> Activities:
+        names, labels = self.names, self.labels
+        nvtx_types, pushpop = self.nvtx_types, self.pushpop
+        flat_spans = pl.concat(self._spans) if self._spans else _empty(_SPANS)
+        stack_spans = (pl.concat(self._stacked) if self._stacked
+                       else _empty({**_SPANS, "level": pl.Int64}))
+        if window is not None:
+            lo, hi = window
+            inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
+            flat_spans = flat_spans.filter(inside)
+            stack_spans = stack_spans.filter(inside)
+        kernel_names = names.get(KERNEL, {})
+        full = (pl.concat(self._fulls) if self._fulls
+                else _empty({"row": pl.Int32, "time": pl.Int64, "full": pl.Int64}))
+        kernels = (flat_spans.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL]))
+                   .join(full.rename({"time": "start"}), on=["row", "start"], how="left")
+                   .select("row", "start", "dur",
+                           _label(flat_spans, kernel_names, "value").alias("name"),
+                           pl.col("full").replace_strict(kernel_names, default=None,
+                                                         return_dtype=pl.Utf8).alias("full"),
+                           (pl.col("type") == NCCL_KERNEL).alias("nccl"))
+                   .with_columns(pl.col("full").fill_null(pl.col("name")))
+                   .sort("start", "row"))
+        memops = (flat_spans.filter(pl.col("type") == MEMOP)
+                  .select("row", "start", "dur",
+                          _label(flat_spans, names.get(MEMOP, {}), "value").alias("op"))
+                  .sort("start", "row"))
+        nvtx_names: dict[int, str] = {}
+        for t in nvtx_types:
+            nvtx_names.update(names.get(t, {}))
+        domains = {t: _domain_of(labels[t]) for t in pushpop}
+        ranges = pl.concat([
+            stack_spans.select("row", "type", "value", "start", "dur", "level"),
+            flat_spans.filter(pl.col("type").is_in([t for t in nvtx_types if t in STARTEND]))
+            .with_columns(pl.lit(0, pl.Int64).alias("level"))
+            .select("row", "type", "value", "start", "dur", "level")])
+        # top: not inside another range of the thread, whatever its domain or lane (a sweep:
+        # sorted by start, longer first, a range is inside when an earlier one ends after it)
+        ranges = (ranges.sort("row", "start", pl.col("dur"), descending=[False, False, True])
+                  .with_columns((pl.col("start") + pl.col("dur")).cum_max().shift(1)
+                                .over("row").alias("_cover"))
+                  .with_columns((pl.col("_cover").is_null()
+                                 | (pl.col("_cover") < pl.col("start") + pl.col("dur")))
+                                .alias("top")))
+        ranges = (ranges.select("row", "start", "dur",
+                                _label(ranges, nvtx_names, "value").alias("name"),
+                                pl.col("type").replace_strict(domains, default=None,
+                                                              return_dtype=pl.Utf8)
+                                .alias("domain"), "level", "top")
+                  .sort("start", "row"))
+        sync_rows = (pl.concat(self._sync).group_by("row").agg(pl.col("dur").sum()).sort("row")
+                     if self._sync else _empty({"row": pl.Int32, "dur": pl.Int64}))
+        return Activities(self.path, self._end, self.layout.rows, kernels, memops, ranges,
+                          sync_rows)
+
+
 def read_activities(path: str | Path, window: tuple[int, int] | None = None) -> Activities:
     """Every kernel, memory operation and NVTX range of the trace `path` with its duration,
-    and the synchronisation time of its CPU threads; with `window` (trace ns, [start, end)),
-    only activities starting inside it, ranges and kernels clipped to nothing: whole
-    activities are counted where they start (as nsys' statistics count them)."""
-    path = Path(path)
-    pcf = companion(path, ".pcf")
-    names = _names(pcf)
-    labels = _type_labels(pcf)
-    layout = read_layout(path)
-    nvtx_types = [t for t in labels if t in PUSHPOP or t in STARTEND]
-    pushpop = [t for t in nvtx_types if t in PUSHPOP]
-    flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in nvtx_types if t in STARTEND]
-    types = set(flat) | set(pushpop) | {FULL_NAME}
-    pend_flat = _empty(_EVENTS)
-    pend_stack = _empty({**_EVENTS, "level": pl.Int64})
-    spans: list[pl.DataFrame] = []
-    stacked: list[pl.DataFrame] = []
-    fulls: list[pl.DataFrame] = []
-    sync: list[pl.DataFrame] = []
-    end = layout.end
-    cpu_rows = layout.rows.filter(pl.col("kind") == "cpu")["row"]
-    for w in windows(path, types, state_rows="cpu"):
-        end = max(end, w.end)
-        ev = w.events.slice(w.carried)
-        if ev.height:
-            done, pend_flat = pair_next(ev.filter(pl.col("type").is_in(flat)), pend_flat)
-            spans.append(done)
-            if pushpop:
-                done, pend_stack = pair_stacked(ev.filter(pl.col("type").is_in(pushpop)),
-                                                pend_stack)
-                stacked.append(done)
-            fulls.append(ev.filter((pl.col("type") == FULL_NAME) & (pl.col("value") != 0))
-                         .select("row", "time", pl.col("value").alias("full")))
-        sync.append(_sync(w, cpu_rows))
-    flat_spans = pl.concat(spans) if spans else _empty(_SPANS)
-    stack_spans = pl.concat(stacked) if stacked else _empty({**_SPANS, "level": pl.Int64})
-    if window is not None:
-        lo, hi = window
-        inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
-        flat_spans = flat_spans.filter(inside)
-        stack_spans = stack_spans.filter(inside)
-    kernel_names = names.get(KERNEL, {})
-    full = (pl.concat(fulls) if fulls else _empty({"row": pl.Int32, "time": pl.Int64,
-                                                   "full": pl.Int64}))
-    kernels = (flat_spans.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL]))
-               .join(full.rename({"time": "start"}), on=["row", "start"], how="left")
-               .select("row", "start", "dur",
-                       _label(flat_spans, kernel_names, "value").alias("name"),
-                       pl.col("full").replace_strict(kernel_names, default=None,
-                                                     return_dtype=pl.Utf8).alias("full"),
-                       (pl.col("type") == NCCL_KERNEL).alias("nccl"))
-               .with_columns(pl.col("full").fill_null(pl.col("name")))
-               .sort("start", "row"))
-    memops = (flat_spans.filter(pl.col("type") == MEMOP)
-              .select("row", "start", "dur",
-                      _label(flat_spans, names.get(MEMOP, {}), "value").alias("op"))
-              .sort("start", "row"))
-    nvtx_names = {}
-    for t in nvtx_types:
-        nvtx_names.update(names.get(t, {}))
-    domains = {t: _domain_of(labels[t]) for t in pushpop}
-    ranges = pl.concat([
-        stack_spans.select("row", "type", "value", "start", "dur", "level"),
-        flat_spans.filter(pl.col("type").is_in([t for t in nvtx_types if t in STARTEND]))
-        .with_columns(pl.lit(0, pl.Int64).alias("level"))
-        .select("row", "type", "value", "start", "dur", "level")])
-    # top: not inside another range of the thread, whatever its domain or lane (a sweep:
-    # sorted by start, longer first, a range is inside when an earlier one ends after it)
-    ranges = (ranges.sort("row", "start", pl.col("dur"), descending=[False, False, True])
-              .with_columns((pl.col("start") + pl.col("dur")).cum_max().shift(1).over("row")
-                            .alias("_cover"))
-              .with_columns((pl.col("_cover").is_null()
-                             | (pl.col("_cover") < pl.col("start") + pl.col("dur")))
-                            .alias("top")))
-    ranges = (ranges.select("row", "start", "dur",
-                            _label(ranges, nvtx_names, "value").alias("name"),
-                            pl.col("type").replace_strict(domains, default=None,
-                                                          return_dtype=pl.Utf8)
-                            .alias("domain"), "level", "top")
-              .sort("start", "row"))
-    sync_rows = (pl.concat(sync).group_by("row").agg(pl.col("dur").sum()).sort("row")
-                 if sync else _empty({"row": pl.Int32, "dur": pl.Int64}))
-    return Activities(path, end, layout.rows, kernels, memops, ranges, sync_rows)
+    and the synchronisation time of its CPU threads (one pass); with `window` (trace ns,
+    [start, end)), only activities that start inside it (whole activities are counted where
+    they start, as nsys' statistics count them)."""
+    collector = ActivityCollector(path)
+    for w in windows(path, collector.types, state_rows="cpu"):
+        collector.add(w)
+    return collector.result(window)
 
 
 def _sync(w: Trace, cpu_rows: pl.Series) -> pl.DataFrame:

@@ -561,7 +561,7 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
 
 def read_side(inputs: list[str], label: str, workdir: Path, window=None,
               models: bool = True, rules: bool = True, jobs: int = 1,
-              on_report=None, on_merge=None) -> Side:
+              on_report=None, on_merge=None, idle: bool = True) -> Side:
     """One side: its trace (translated from the reports into `workdir`, or the trace
     given, cut to `window`), its activities, its models and, for exports, the rows nsys'
     rules find. Errors name the side."""
@@ -597,16 +597,24 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             translate(paths, out, window=window, jobs=jobs, on_report=on_report,
                       on_merge=on_merge)
             exports = paths
-        acts = read_activities(out)
         analysis = None
-        if models:
+        if models:  # one pass for the model and the activities, one for the idle causes
+            from .activities import ActivityCollector
             from .model import analyze_path
 
-            analysis = analyze_path(out, True, 10)
+            collector = ActivityCollector(out)
+            analysis = analyze_path(out, idle, 10, observers=[collector])
+            acts = collector.result()
+        else:
+            acts = read_activities(out)
         found = _rules(exports) if rules and exports else None
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
     return Side(label, " ".join(inputs), acts, analysis, found, exports)
+
+
+def _read_side_args(args: tuple) -> Side:
+    return read_side(*args)
 
 
 def _rules(exports: list[str]) -> dict[str, int]:
@@ -624,13 +632,14 @@ def _rules(exports: list[str]) -> dict[str, int]:
 
 def compare(before: str | list[str], after: str | list[str], *, window=None,
             iterations: str | None = None, models: bool = True, rules: bool = True,
-            workdir: str | Path | None = None, jobs: int = 1,
-            trace: str | Path | None = None) -> Comparison:
+            idle: bool = True, workdir: str | Path | None = None, jobs: int = 1,
+            parallel: bool = True, trace: str | Path | None = None) -> Comparison:
     """Compare two runs, each one export, several rank exports (a directory, glob or
     @LIST too), a report or a trace written by nsys2prv. `window` (a Filter, or nsys'
     text: "1s/2s" or "RANGE[@DOMAIN][/INDEX]") is applied to each side on its own clock;
     `iterations` ("RANGE[@DOMAIN]") names the repeated range the verdict is made on (else
-    the most repeated top-level range). Returns every table as polars frames
+    the most repeated top-level range). `idle` adds the causes of GPU idle time (a second
+    pass over each trace); `parallel` reads the two sides in two processes. Returns every table as polars frames
     (`Comparison.tables()`), the verdict and a paragraph."""
     import tempfile
 
@@ -640,12 +649,24 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
     if isinstance(window, str):
         window = parse_window(window)
     name, domain = _split_range(iterations) if iterations else (None, None)
-    sides = []
+    args = []
     with tempfile.TemporaryDirectory(prefix="nsys2prv-diff-", dir=workdir) as tmp:
         for label, inputs in (("before", before), ("after", after)):
             inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-            sides.append(read_side([str(i) for i in inputs], label, Path(tmp), window,
-                                   models, rules, jobs))
+            args.append(([str(i) for i in inputs], label, Path(tmp), window, models, rules,
+                         jobs, None, None, idle))
+        if parallel:
+            # each side is one process's work (translate, then scan): two at once
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            from ..pipeline.budget import worker_environment
+
+            with worker_environment(), ProcessPoolExecutor(
+                    max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+                sides = list(pool.map(_read_side_args, args))
+        else:
+            sides = [read_side(*a) for a in args]
         result = compare_sides(sides[0], sides[1], name, domain)
     if trace is not None:
         if not sides[0].exports or not sides[1].exports:

@@ -19,8 +19,8 @@ label), which is exact also when one process drives several GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -368,13 +368,21 @@ PROCESS_GROUP = pl.col("task_index")
 
 
 def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
-             pcf: Path | None) -> Analysis:
+             pcf: Path | None, observers: Sequence = ()) -> Analysis:
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
-    (`idle.explain`)."""
+    (`idle.explain`). `observers` (objects with `types` and `add(window)`) see every window
+    of the first pass too, read with their types added: one pass serves them all."""
     model = ModelSums()
     finder = launches = None
-    for window in source(types=TYPES, comms=explain):
+    types = frozenset(TYPES.union(*(o.types for o in observers)))
+    for window in source(types=types, comms=explain):
+        for o in observers:
+            o.add(window)
+        if types != TYPES:  # the model sees what it would have read alone
+            keep = window.events["type"].is_in(list(TYPES))
+            window = replace(window, events=window.events.filter(keep),
+                             carried=int(keep.head(window.carried).sum()))
         device_segments = model.add(window)
         if explain:
             if finder is None:
@@ -404,8 +412,10 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
                     companion(trace.path, ".pcf"))
 
 
-def analyze_path(path: str | Path, explain: bool = True, top: int = 10) -> Analysis:
+def analyze_path(path: str | Path, explain: bool = True, top: int = 10,
+                 observers: Sequence = ()) -> Analysis:
     """The analysis of a trace file, read window by window (memory of one window): the
-    model, and with `explain` why the GPUs wait (a second pass)."""
+    model, and with `explain` why the GPUs wait (a second pass). `observers` see the
+    windows of the first pass (see `_analyze`)."""
     return _analyze(lambda **kw: windows(path, **kw), explain, top,
-                    companion(Path(path), ".pcf"))
+                    companion(Path(path), ".pcf"), observers)

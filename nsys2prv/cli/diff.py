@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-rules", action="store_true", help="skip nsys' rules on the exports")
     p.add_argument("--no-models", action="store_true",
                    help="skip the efficiency model and the causes of GPU idle time")
+    p.add_argument("--no-idle", action="store_true",
+                   help="skip the causes of GPU idle time (a second pass over each trace)")
     add_window_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -180,7 +182,8 @@ def main(argv: list[str]) -> int:
     from ..analysis.diff import compare, gate
 
     c = compare(args.before, args.after, window=window, iterations=args.iterations,
-                models=not args.no_models, rules=not args.no_rules, trace=args.trace)
+                models=not args.no_models, rules=not args.no_rules, idle=not args.no_idle,
+                trace=args.trace)
     if args.json:
         json.dump(c.to_dict(), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
