@@ -68,6 +68,12 @@ def main(export: str, work: str) -> dict:
     results["check_window"] = run(["check", "-q", str(w / "win.prv")])
     results["analyze_window"] = run(["analyze", "--allow-empty", f"--filter-time={window}",
                                      export])
+    # the export against its own translation: every difference must be zero
+    results["diff"] = run(["diff", export, str(trace), "--json"])
+    # a time window is on each side's own clock (nsys' for an export, the trace's for a
+    # trace): the same window of the export on both sides
+    results["diff_window"] = run(["diff", export, export, "--json", "--no-rules",
+                                  "--no-idle", f"--filter-time={window}"])
     results["prepare"] = run(["prepare", "-q", export, str(part)])
     results["merge"] = run(["merge", "-q", str(part), str(merged)])
     checks = {}
@@ -79,6 +85,13 @@ def main(export: str, work: str) -> dict:
         checks["scaling_columns"] = len(json.loads(results["analyze_scaling"]["stdout"]))
     except ValueError as e:
         checks["scaling_columns"] = f"bad JSON: {e}"
+    try:
+        for name in ("diff", "diff_window"):
+            d = json.loads(results[name]["stdout"])["tables"]
+            checks[f"{name}_nonzero"] = [k for k in ("kernels", "nvtx", "categories")
+                                         for r in d[k] if r["delta"] != 0]
+    except (ValueError, KeyError) as e:
+        checks["diff_nonzero"] = checks["diff_window_nonzero"] = f"bad JSON: {e}"
     checks["merge_same_bytes"] = (merged.exists() and trace.exists()
                                   and merged.read_bytes() == trace.read_bytes())
     checks["plot_written"] = (w / "eff.png").exists()

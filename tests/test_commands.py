@@ -77,4 +77,7 @@ def test_every_command_on_the_export(export, driven):
     assert checks["scaling_columns"] == 1
     assert checks["plot_written"]
     assert checks["views_asking"] == []
+    # an export against its own translation (whole, and a window of each): no difference
+    assert checks["diff_nonzero"] == [], checks["diff_nonzero"]
+    assert checks["diff_window_nonzero"] == [], checks["diff_window_nonzero"]
     assert peak <= PEAK_RSS, f"peak RSS {peak / 2**20:.0f} MiB over {PEAK_RSS >> 20} MiB"

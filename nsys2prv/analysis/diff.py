@@ -613,6 +613,22 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     return Side(label, " ".join(inputs), acts, analysis, found, exports)
 
 
+PARALLEL_BYTES = 32 << 20
+
+
+def _size(inputs: list[str]) -> int:
+    """Bytes of the files a side names (0 for what is not a file yet: a glob, @LIST)."""
+    total = 0
+    for i in inputs:
+        try:
+            p = Path(i)
+            total += sum(f.stat().st_size for f in p.iterdir()) if p.is_dir() \
+                else p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
 def _read_side_args(args: tuple) -> Side:
     return read_side(*args)
 
@@ -633,13 +649,15 @@ def _rules(exports: list[str]) -> dict[str, int]:
 def compare(before: str | list[str], after: str | list[str], *, window=None,
             iterations: str | None = None, models: bool = True, rules: bool = True,
             idle: bool = True, workdir: str | Path | None = None, jobs: int = 1,
-            parallel: bool = True, trace: str | Path | None = None) -> Comparison:
+            parallel: bool | None = None, trace: str | Path | None = None) -> Comparison:
     """Compare two runs, each one export, several rank exports (a directory, glob or
     @LIST too), a report or a trace written by nsys2prv. `window` (a Filter, or nsys'
     text: "1s/2s" or "RANGE[@DOMAIN][/INDEX]") is applied to each side on its own clock;
     `iterations` ("RANGE[@DOMAIN]") names the repeated range the verdict is made on (else
     the most repeated top-level range). `idle` adds the causes of GPU idle time (a second
-    pass over each trace); `parallel` reads the two sides in two processes. Returns every table as polars frames
+    pass over each trace); `parallel` reads the two sides in two processes (default: when
+    each side's files hold more than PARALLEL_BYTES, where that pays for two interpreter
+    starts). Returns every table as polars frames
     (`Comparison.tables()`), the verdict and a paragraph."""
     import tempfile
 
@@ -655,6 +673,8 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
             inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
             args.append(([str(i) for i in inputs], label, Path(tmp), window, models, rules,
                          jobs, None, None, idle))
+        if parallel is None:
+            parallel = min(_size(a[0]) for a in args) > PARALLEL_BYTES
         if parallel:
             # each side is one process's work (translate, then scan): two at once
             import multiprocessing
