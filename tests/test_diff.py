@@ -239,7 +239,7 @@ def test_window_on_a_trace_side(sample_trace, tmp_path):
     assert (c.kernels["delta"] == 0).all()
     assert int(c.kernels["count_before"].sum()) > 0
     acts = read_activities(sample_trace)
-    r = acts.ranges.filter(pl.col("name") == "iteration 2").row(0, named=True)
+    r = acts.named_ranges().filter(pl.col("name") == "iteration 2").row(0, named=True)
     assert c.before.elapsed == r["dur"]
 
 

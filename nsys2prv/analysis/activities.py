@@ -38,13 +38,17 @@ _SPANS = {"row": pl.Int32, "type": pl.Int64, "value": pl.Int64, "start": pl.Int6
 
 @dataclass
 class Activities:
-    """One trace's activities (times in the trace's ns, rows as in `rows`).
+    """One trace's activities (times in the trace's ns, rows as in `rows`). Names are the
+    trace's value ids (a few bytes an activity, whatever the length of a kernel signature);
+    the `*_names` tables give their text.
 
-    kernels: row, start, dur, name (short), full (demangled), nccl (bool)
-    memops: row, start, dur, op ('memcpy Host-to-Device', 'memset', ...)
-    ranges: row, start, dur, name, domain (null: default domain or a start/end range), level
+    kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool)
+    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...)
+    ranges: row, start, dur, name (text id), type (event type: its domain or lane), level
         (nesting depth in its domain), top (inside no other range of its thread)
     sync: row, dur (time in the Synchronization state of CPU threads, one line per row)
+    kernel_names / memop_names / range_names: id, name; domains: type, domain (null: the
+    default domain, or a start/end range, whose domain the trace does not keep)
     """
 
     path: Path
@@ -54,6 +58,34 @@ class Activities:
     memops: pl.DataFrame
     ranges: pl.DataFrame
     sync: pl.DataFrame
+    kernel_names: pl.DataFrame
+    memop_names: pl.DataFrame
+    range_names: pl.DataFrame
+    domains: pl.DataFrame
+
+    def named_ranges(self) -> pl.DataFrame:
+        """`ranges` with the text of their name and their domain (row, start, dur, name,
+        domain, level, top)."""
+        return (self.ranges.join(self.range_names.rename({"id": "name", "name": "text"}),
+                                 on="name", how="left")
+                .join(self.domains, on="type", how="left")
+                .select("row", "start", "dur", pl.col("text").alias("name"), "domain",
+                        "level", "top"))
+
+    def named_kernels(self) -> pl.DataFrame:
+        """`kernels` with the text of their short and full names."""
+        names = self.kernel_names
+        return (self.kernels
+                .join(names.rename({"id": "name", "name": "short"}), on="name", how="left")
+                .join(names.rename({"id": "full", "name": "full_name"}), on="full",
+                      how="left")
+                .select("row", "start", "dur", pl.col("short").alias("name"),
+                        pl.col("full_name").fill_null(pl.col("short")).alias("full"), "nccl"))
+
+
+def _table(names: dict[int, str]) -> pl.DataFrame:
+    return pl.DataFrame({"id": list(names), "name": list(names.values())},
+                        schema={"id": pl.Int64, "name": pl.Utf8})
 
 
 def _empty(schema: dict) -> pl.DataFrame:
@@ -163,11 +195,6 @@ def _domain_of(label: str) -> str | None:
     return None if name == "default domain" else name
 
 
-def _label(spans: pl.DataFrame, names: dict[int, str], column: str) -> pl.Expr:
-    return pl.col(column).replace_strict(names, default=pl.col(column).cast(pl.Utf8),
-                                         return_dtype=pl.Utf8)
-
-
 class ActivityCollector:
     """Collects a trace's activities window by window: give it every window of
     `windows(path, collector.types, state_rows="cpu")` in order (`add`), then `result`.
@@ -212,7 +239,7 @@ class ActivityCollector:
 
     def result(self, window: tuple[int, int] | None = None) -> Activities:
         names, labels = self.names, self.labels
-        nvtx_types, pushpop = self.nvtx_types, self.pushpop
+        nvtx_types = self.nvtx_types
         flat_spans = pl.concat(self._spans) if self._spans else _empty(_SPANS)
         stack_spans = (pl.concat(self._stacked) if self._stacked
                        else _empty({**_SPANS, "level": pl.Int64}))
@@ -221,29 +248,24 @@ class ActivityCollector:
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
             flat_spans = flat_spans.filter(inside)
             stack_spans = stack_spans.filter(inside)
-        kernel_names = names.get(KERNEL, {})
         full = (pl.concat(self._fulls) if self._fulls
                 else _empty({"row": pl.Int32, "time": pl.Int64, "full": pl.Int64}))
         kernels = (flat_spans.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL]))
                    .join(full.rename({"time": "start"}), on=["row", "start"], how="left")
-                   .select("row", "start", "dur",
-                           _label(flat_spans, kernel_names, "value").alias("name"),
-                           pl.col("full").replace_strict(kernel_names, default=None,
-                                                         return_dtype=pl.Utf8).alias("full"),
+                   .select("row", "start", "dur", pl.col("value").alias("name"),
+                           pl.col("full").fill_null(pl.col("value")),
                            (pl.col("type") == NCCL_KERNEL).alias("nccl"))
-                   .with_columns(pl.col("full").fill_null(pl.col("name")))
                    .sort("start", "row"))
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
-                  .select("row", "start", "dur",
-                          _label(flat_spans, names.get(MEMOP, {}), "value").alias("op"))
+                  .select("row", "start", "dur", pl.col("value").alias("op"))
                   .sort("start", "row"))
         nvtx_names: dict[int, str] = {}
         for t in nvtx_types:
             nvtx_names.update(names.get(t, {}))
-        domains = {t: _domain_of(labels[t]) for t in pushpop}
+        startend = [t for t in nvtx_types if t in STARTEND]
         ranges = pl.concat([
             stack_spans.select("row", "type", "value", "start", "dur", "level"),
-            flat_spans.filter(pl.col("type").is_in([t for t in nvtx_types if t in STARTEND]))
+            flat_spans.filter(pl.col("type").is_in(startend))
             .with_columns(pl.lit(0, pl.Int64).alias("level"))
             .select("row", "type", "value", "start", "dur", "level")])
         # top: not inside another range of the thread, whatever its domain or lane (a sweep:
@@ -253,17 +275,19 @@ class ActivityCollector:
                                 .over("row").alias("_cover"))
                   .with_columns((pl.col("_cover").is_null()
                                  | (pl.col("_cover") < pl.col("start") + pl.col("dur")))
-                                .alias("top")))
-        ranges = (ranges.select("row", "start", "dur",
-                                _label(ranges, nvtx_names, "value").alias("name"),
-                                pl.col("type").replace_strict(domains, default=None,
-                                                              return_dtype=pl.Utf8)
-                                .alias("domain"), "level", "top")
+                                .alias("top"))
+                  .select("row", "start", "dur", pl.col("value").alias("name"), "type",
+                          "level", "top")
                   .sort("start", "row"))
         sync_rows = (pl.concat(self._sync).group_by("row").agg(pl.col("dur").sum()).sort("row")
                      if self._sync else _empty({"row": pl.Int32, "dur": pl.Int64}))
+        domains = pl.DataFrame({"type": list(nvtx_types),
+                                "domain": [_domain_of(labels[t]) if t in PUSHPOP else None
+                                           for t in nvtx_types]},
+                               schema={"type": pl.Int64, "domain": pl.Utf8})
         return Activities(self.path, self._end, self.layout.rows, kernels, memops, ranges,
-                          sync_rows)
+                          sync_rows, _table(names.get(KERNEL, {})),
+                          _table(names.get(MEMOP, {})), _table(nvtx_names), domains)
 
 
 def read_activities(path: str | Path, window: tuple[int, int] | None = None) -> Activities:
@@ -285,5 +309,5 @@ def _sync(w: Trace, cpu_rows: pl.Series) -> pl.DataFrame:
 def range_instances(acts: Activities) -> pl.DataFrame:
     """NVTX ranges as `pipeline.window.nvtx_instance` takes them: name, domain, start, end
     (trace ns), to find `--filter-nvtx RANGE[@DOMAIN][/INDEX]` on a trace."""
-    return acts.ranges.select("name", "domain", "start",
-                              (pl.col("start") + pl.col("dur")).alias("end"))
+    return acts.named_ranges().select("name", "domain", "start",
+                                      (pl.col("start") + pl.col("dur")).alias("end"))

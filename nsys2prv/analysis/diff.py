@@ -166,29 +166,37 @@ def _joined(b: pl.DataFrame, a: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
-    """Per kernel: stats of each side, delta, ratio, how it was matched."""
-    names_b = set(b.kernels["full"].unique().to_list())
-    names_a = set(a.kernels["full"].unique().to_list())
-    match = _match_names(names_b, names_a)
-    key = {n: k for n, (k, _) in match.items()}
-    how = {k: m for k, m in match.values()}
+    """Per kernel: stats of each side, delta, ratio, how it was matched. Kernels are
+    grouped by their value ids first (the long names are looked at once per name)."""
+    def names_of(acts: Activities) -> pl.DataFrame:
+        ids = acts.kernels.group_by("full").agg(pl.col("name").min(), pl.col("nccl").first())
+        return (ids.join(acts.kernel_names.rename({"id": "full", "name": "text"}),
+                         on="full", how="left")
+                .join(acts.kernel_names.rename({"id": "name", "name": "short"}), on="name",
+                      how="left")
+                .with_columns(pl.col("text").fill_null(pl.col("short")).fill_null(""),
+                              pl.col("short").fill_null(""))
+                .select("full", "text", "short", "nccl"))
 
-    def keyed(acts: Activities) -> pl.DataFrame:
-        return acts.kernels.with_columns(
-            pl.col("full").replace_strict(key, return_dtype=pl.Utf8).alias("kernel"))
+    nb, na = names_of(b), names_of(a)
+    match = _match_names(set(nb["text"].to_list()), set(na["text"].to_list()))
+    keys = pl.DataFrame({"text": list(match), "kernel": [k for k, _ in match.values()],
+                         "matched_by": [m for _, m in match.values()]},
+                        schema={"text": pl.Utf8, "kernel": pl.Utf8, "matched_by": pl.Utf8})
 
-    kb, ka = keyed(b), keyed(a)
-    pb, pa = summary(kb, ["kernel"]), summary(ka, ["kernel"])
-    meta = (pl.concat([kb.select("kernel", "name", "nccl", "full"),
-                       ka.select("kernel", "name", "nccl", "full")])
-            .group_by("kernel").agg(pl.col("name").min().alias("short"),
-                                    pl.col("nccl").first(),
-                                    pl.col("full").unique().sort().alias("names")))
-    j = _joined(pb, pa, ["kernel"])
-    return (j.join(meta, on="kernel", how="left")
-            .with_columns(pl.col("kernel").replace_strict(how, default="exact",
-                                                          return_dtype=pl.Utf8)
-                          .alias("matched_by")))
+    def per(acts: Activities, names: pl.DataFrame) -> pl.DataFrame:
+        ids = names.join(keys, on="text").with_columns(
+            pl.col("kernel").rank("dense").cast(pl.Int64).alias("key"))
+        s = summary(acts.kernels.join(ids.select("full", "key"), on="full"), ["key"])
+        return s.join(ids.group_by("key").agg(pl.col("kernel").first()), on="key") \
+            .drop("key")
+
+    pb, pa = per(b, nb), per(a, na)
+    meta = (pl.concat([nb, na]).join(keys, on="text")
+            .group_by("kernel").agg(pl.col("short").min(), pl.col("nccl").first(),
+                                    pl.col("matched_by").first(),
+                                    pl.col("text").unique().sort().alias("names")))
+    return _joined(pb, pa, ["kernel"]).join(meta, on="kernel", how="left")
 
 
 def _family(column: str) -> pl.Expr:
@@ -196,12 +204,19 @@ def _family(column: str) -> pl.Expr:
     return pl.col(column).fill_null("").str.replace_all(_DIGITS, "${1}#")
 
 
+def _range_families(acts: Activities) -> pl.DataFrame:
+    """name id -> text, family (computed once per distinct name)."""
+    return acts.range_names.with_columns(_family("name").alias("family"))
+
+
 def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
     """Per NVTX range (name with digit runs folded to '#', domain): stats of both sides."""
     def per(acts: Activities) -> pl.DataFrame:
-        r = acts.ranges.with_columns(
-            _family("name").alias("range"),
-            pl.col("domain").fill_null(""))
+        fam = _range_families(acts).select(pl.col("id").alias("name"),
+                                           pl.col("family").alias("range"))
+        r = (acts.ranges.join(fam, on="name", how="left")
+             .join(acts.domains, on="type", how="left")
+             .with_columns(pl.col("range").fill_null(""), pl.col("domain").fill_null("")))
         return summary(r, ["range", "domain"])
     return _joined(per(b), per(a), ["range", "domain"])
 
@@ -212,11 +227,14 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
     k = acts.kernels.join(rows, on="row").with_columns(
         pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
         .otherwise(pl.lit("compute kernels")).alias("category"), pl.lit("").alias("detail"))
-    m = acts.memops.join(rows, on="row").with_columns(
-        pl.when(pl.col("op").str.starts_with("memcpy")).then(pl.lit("memcpy"))
+    ops = acts.memop_names.with_columns(
+        pl.when(pl.col("name").str.starts_with("memcpy")).then(pl.lit("memcpy"))
         .otherwise(pl.lit("memset")).alias("category"),
-        pl.when(pl.col("op").str.starts_with("memcpy"))
-        .then(pl.col("op").str.strip_prefix("memcpy ")).otherwise(pl.lit("")).alias("detail"))
+        pl.when(pl.col("name").str.starts_with("memcpy"))
+        .then(pl.col("name").str.strip_prefix("memcpy ")).otherwise(pl.lit(""))
+        .alias("detail")).select(pl.col("id").alias("op"), "category", "detail")
+    m = acts.memops.join(rows, on="row").join(ops, on="op", how="left").with_columns(
+        pl.col("category").fill_null("memcpy"), pl.col("detail").fill_null(""))
     s = acts.sync.join(rows, on="row").with_columns(
         pl.lit("CUDA synchronisation").alias("category"), pl.lit("").alias("detail"))
     cols = ["category", "detail", "task_index", "device", "dur"]
@@ -327,22 +345,21 @@ def pick_range(acts: Activities) -> tuple[str, str | None] | None:
     are not a loop. Of the candidates whose instances cover at least half the time of the one
     that covers most, the most repeated wins (then the longer in total, then the name): a
     short per-call range loses to the step that holds it."""
-    top = acts.ranges.filter(pl.col("top"))
+    top = acts.ranges.filter(pl.col("top")).join(acts.domains, on="type", how="left")
     if top.height == 0:
         return None
-    exact = (top.group_by("name", "domain").agg(pl.len().alias("n"), pl.col("dur").sum())
-             .filter(pl.col("n") > 1))
-    fam = (top.with_columns(_family("name").alias("family"),
-                            pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64,
-                                                                         strict=False)
-                            .alias("k"))
-           .filter(pl.col("family").str.count_matches("#", literal=True) == 1)
+    fams = _range_families(acts).with_columns(
+        pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64, strict=False).alias("k"))
+    top = top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
+    exact = (top.group_by("text", "domain").agg(pl.len().alias("n"), pl.col("dur").sum())
+             .filter(pl.col("n") > 1).rename({"text": "name"}))
+    fam = (top.filter(pl.col("family").str.count_matches("#", literal=True) == 1)
            .sort("row", "start")
            .with_columns((pl.col("k").diff().over("row", "family", "domain") == 1)
                          .fill_null(True).alias("step")))
     loops = (fam.group_by("family", "domain")
              .agg(pl.len().alias("n"), pl.col("dur").sum(), pl.col("step").all(),
-                  pl.col("name").n_unique().alias("texts"))
+                  pl.col("text").n_unique().alias("texts"))
              .filter(pl.col("step") & (pl.col("n") > 1) & (pl.col("texts") > 1))
              .select(pl.col("family").alias("name"), "domain", "n", "dur"))
     c = pl.concat([exact.select("name", "domain", "n", "dur"), loops])
@@ -357,14 +374,19 @@ def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
     """Per instance k of the range (k-th by start on each process; step k of a job spans
     from the earliest start to the latest end over its processes): start, end, duration
     and the category times of the activities that start inside it (ns, summed over
-    devices)."""
+    devices). `name` is a range's text, or a family ('step #'; also 'step 3' when no range
+    is named so: every 'step N')."""
     rows = acts.rows.select("row", "task_index")
-    dom = pl.col("domain").is_null() if domain is None else pl.col("domain") == domain
-    exact = acts.ranges.filter((pl.col("name") == name) & dom)
-    if exact.height == 0:  # 'step #', or 'step 3' for every 'step N'
+    fams = _range_families(acts)
+    ids = fams.filter(pl.col("name") == name)
+    if ids.height == 0:
         folded = _DIGITS_RE.sub(lambda m: m.group(1) + "#", name)
-        exact = acts.ranges.filter((_family("name") == folded) & dom)
-    r = (exact.join(rows, on="row")
+        ids = fams.filter(pl.col("family") == folded)
+    types = acts.domains.filter(pl.col("domain").is_null() if domain is None
+                                else pl.col("domain") == domain)["type"].to_list()
+    r = (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
+                            & pl.col("type").is_in(types))
+         .join(rows, on="row")
          .sort("task_index", "start")
          .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance")))
     steps = (r.group_by("instance").agg(pl.col("start").min(),
@@ -372,13 +394,15 @@ def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
              .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
     if steps.height == 0:
         return steps
+    memcat = acts.memop_names.select(
+        pl.col("id").alias("op"), pl.when(pl.col("name").str.starts_with("memcpy"))
+        .then(pl.lit("memcpy")).otherwise(pl.lit("memset")).alias("category"))
     starts = pl.concat([
-        acts.kernels.join(rows, on="row").select(
+        acts.kernels.select(
             "start", pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
             .otherwise(pl.lit("compute kernels")).alias("category"), "dur"),
-        acts.memops.select("start", pl.when(pl.col("op").str.starts_with("memcpy"))
-                           .then(pl.lit("memcpy")).otherwise(pl.lit("memset")).alias("category"),
-                           "dur")]).sort("start")
+        acts.memops.join(memcat, on="op", how="left").select(
+            "start", pl.col("category").fill_null("memcpy"), "dur")]).sort("start")
     # each activity to the step it starts in (steps sorted, non-overlapping by instance)
     tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
                               on="start", strategy="backward")
