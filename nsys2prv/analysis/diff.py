@@ -469,6 +469,14 @@ def explain(c: Comparison) -> str:
                 ks.append(f"{short} added ({row['total_after'] / 1e6:.3f} ms)")
             elif row["total_after"] == 0:
                 ks.append(f"{short} removed ({row['total_before'] / 1e6:.3f} ms)")
+            elif row["count_before"] != row["count_after"]:
+                # a different number of launches (a capture of fixed length holds more or
+                # less work): the time per launch says whether the kernel itself changed
+                mean = row["mean_after"] / row["mean_before"] - 1 if row["mean_before"] \
+                    else None
+                ks.append(f"{short} {_pct(row['ratio'] - 1)} ({row['delta'] / 1e6:+.3f} ms; "
+                          f"{row['count_before']} -> {row['count_after']} launches, "
+                          f"{_pct(mean)} per launch)")
             else:
                 ks.append(f"{short} {_pct(row['ratio'] - 1)} "
                           f"({row['delta'] / 1e6:+.3f} ms)")
