@@ -21,14 +21,10 @@ KERNELS = """SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
              k.deviceId"""
 
 
-def _dbs(e: sp.Expected) -> list[Path]:
-    return e.paths
-
-
 def db_kernels(e: sp.Expected) -> dict[str, np.ndarray]:
     """name -> durations in the databases (rank, then time order)."""
     out: dict[str, list[int]] = {}
-    for db in _dbs(e):
+    for db in e.paths:
         for name, d in sql(db, KERNELS):
             out.setdefault(name, []).append(d)
     return {n: np.array(v) for n, v in out.items()}
@@ -37,7 +33,7 @@ def db_kernels(e: sp.Expected) -> dict[str, np.ndarray]:
 def db_steps(e: sp.Expected) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of the step range per rank, (ranks, steps)."""
     starts, ends = [], []
-    for db in _dbs(e):
+    for db in e.paths:
         rows = sql(db, f"""SELECT n.start, n.end FROM NVTX_EVENTS n
                            JOIN StringIds s ON s.id = n.textId
                            WHERE n.eventType = 59 AND s.value = '{e.step_range}'
@@ -51,7 +47,7 @@ def db_busy(e: sp.Expected) -> np.ndarray:
     """GPU activity time per rank and step (kernels and copies starting in the step)."""
     s, t = db_steps(e)
     out = np.zeros_like(s)
-    for r, db in enumerate(_dbs(e)):
+    for r, db in enumerate(e.paths):
         acts = sql(db, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL")
         if "CUPTI_ACTIVITY_KIND_MEMCPY" in {x[0] for x in sql(
                 db, "SELECT name FROM sqlite_master")}:
@@ -79,7 +75,7 @@ def assert_matches(e: sp.Expected) -> None:
     assert (s == e.step_start).all() and (t == e.step_end).all()
     assert (db_busy(e) == e.gpu_busy_ns).all()
     # correlation: every kernel has its launch call on the same process
-    for db in _dbs(e):
+    for db in e.paths:
         lone = sql(db, """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
                           LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
                           ON r.correlationId = k.correlationId WHERE r.start IS NULL""")
@@ -192,6 +188,13 @@ def test_full_run(tmp_path):
     st = e.stats("gemm_kernel")
     assert st["count"] == 64 and st["min"] <= st["median"] <= st["max"] and st["std"] > 0
     assert (e.gpu_idle_ns > 0).all()
+    # the all-reduce ends together everywhere, so the ranks' steps coincide
+    assert (e.step_start[0] == e.step_start[1]).all() and (e.step_end[0] == e.step_end[1]).all()
+    assert (e.job_step_duration == e.step_duration[0]).all()
+    ends = {r for db in e.paths for r in sql(db, """SELECT k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'ncclDevKernel%'""")}
+    assert len(ends) == e.steps
+    assert (e.kernel_durations[e.nccl_name] >= 30_000 - 5 * 1_000).all()
     out = tmp_path / "job.prv"
     assert cli(["-q", str(e.path), str(out)]) == 0
     validate(out)
@@ -207,3 +210,15 @@ def test_translates_checks_and_analyzes(pairs, tmp_path):
     assert check.returncode == 0 and "OK" in check.stdout, check.stdout + check.stderr
     validate(out)
     assert cli(["analyze", str(a)]) == 0
+
+
+def test_pair_of_jobs(tmp_path):
+    """ranks > 1: each side is a directory of rank exports; the change holds on every rank."""
+    b, a, eb, ea = sp.pair(tmp_path, "gap_removed", ranks=2, steps=4, nccl_ns=40_000,
+                           devices_per_rank=2)
+    assert b.is_dir() and a.is_dir() and sorted(p.name for p in b.iterdir()) == [
+        "rank0.sqlite", "rank1.sqlite"]
+    assert_matches(eb)
+    assert_matches(ea)
+    drop = 2 * eb.gaps_per_step * sp.GAP_NS  # two devices per rank
+    assert (eb.gpu_idle_ns - ea.gpu_idle_ns == drop).all()

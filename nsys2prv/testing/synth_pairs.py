@@ -10,7 +10,9 @@ of the rank, the host issues one GPU activity after the other on stream 7:
 then waits in cudaStreamSynchronize. The GPU runs them back to back with exactly `gap_ns` of
 idle time between two consecutive activities (the host's time between launches); each launch
 call ends DELAY ns before its activity starts. Kernel durations get N(0, noise_sd_ns) noise
-from a seeded generator (rounded to ns, at least 1). Step timeline (ns after the step start):
+from a seeded generator (rounded to ns, at least 1). The NCCL kernel is an all-reduce over
+every GPU of the job: step k's all end together (the slower GPUs' wait is in the faster ones'
+NCCL time), so with NCCL the ranks' steps coincide. Step timeline (ns after the step start):
 
     HOST0 + LAUNCH + DELAY   first activity starts
     + sum(dur) + (m-1) gap   last activity ends (m activities per device)
@@ -83,7 +85,8 @@ def short_name(name: str) -> str:
 @dataclass
 class Expected:
     """The exact contents of one run (ns). Arrays of steps are (ranks, steps); durations
-    of a name are flat, ordered by rank, step, device, launch."""
+    of a name are flat, ordered by rank, step, device, launch. NCCL kernels include their
+    wait for the slowest GPU (with noise or several GPUs they exceed nccl_ns)."""
 
     paths: list[Path]
     steps: int
@@ -116,6 +119,11 @@ class Expected:
         return self.devices_per_rank * self.step_duration - self.gpu_busy_ns
 
     @property
+    def job_step_duration(self) -> np.ndarray:
+        """Step k of the job: from the earliest push to the latest pop over the ranks."""
+        return self.step_end.max(axis=0) - self.step_start.min(axis=0)
+
+    @property
     def trace_gpu_idle_ns(self) -> np.ndarray:
         """Per rank: device time with nothing running from the first step's push to the last
         step's pop (the report's span), summed over the rank's devices."""
@@ -144,21 +152,41 @@ def _excl_cumsum(a: np.ndarray, axis: int) -> np.ndarray:
     return c - a
 
 
-def _rank(rank: int, ranks: int, steps: int, devs: int, names: list[str], base: np.ndarray,
-          scale: np.ndarray, is_kernel: np.ndarray, gap_ns: int, noise_sd_ns: float, seed: int,
-          step_range: str, domain: str | None, memcpy_bytes: int
-          ) -> tuple[Spec, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Spec of one rank and its (durations (steps, devs, m), step start, step end, busy)."""
+def _durations(ranks: int, steps: int, devs: int, base: np.ndarray, scale: np.ndarray,
+               is_kernel: np.ndarray, noise_sd_ns: float, seed: int) -> np.ndarray:
+    """(ranks, steps, devs, m) activity durations: base + seeded noise on kernels, rounded,
+    at least 1, then scaled (so a scaled run's kernels are exactly factor x its twin's)."""
     m = base.size
-    rng = np.random.default_rng([seed, rank])
-    noise = rng.normal(0.0, noise_sd_ns, size=(steps, devs, m)) if noise_sd_ns else 0.0
-    dur = np.maximum(1, np.rint(base + noise * is_kernel)).astype(np.int64)
-    dur = np.broadcast_to(np.maximum(1, np.rint(dur * scale)).astype(np.int64),
-                          (steps, devs, m))
-    rel = HOST0 + LAUNCH + DELAY + _excl_cumsum(dur + gap_ns, axis=2)  # activity starts
-    sync_end = rel[..., -1] + dur[..., -1] + SYNC_RET  # (steps, devs)
-    length = sync_end.max(axis=1) + TAIL
-    s0 = T0 + _excl_cumsum(length + STEP_GAP, axis=0)
+    out = np.empty((ranks, steps, devs, m), dtype=np.int64)
+    for r in range(ranks):  # one generator per rank: a rank's draws do not depend on `ranks`
+        rng = np.random.default_rng([seed, r])
+        noise = rng.normal(0.0, noise_sd_ns, size=(steps, devs, m)) if noise_sd_ns else 0.0
+        d = np.maximum(1, np.rint(base + noise * is_kernel))
+        out[r] = np.maximum(1, np.rint(d * scale))
+    return out
+
+
+def _timeline(dur: np.ndarray, gap_ns: int, nccl: bool) -> tuple[np.ndarray, ...]:
+    """(durations, activity starts relative to the step, sync returns relative to the step,
+    step starts, step ends) for (ranks, steps, devs, m) durations. With `nccl` the last
+    activity is an all-reduce over every GPU of the job: all of step k's end together, at
+    the latest over the GPUs (its duration includes the wait), so steps start together."""
+    rel = HOST0 + LAUNCH + DELAY + _excl_cumsum(dur + gap_ns, axis=3)
+    if nccl:
+        dur = dur.copy()
+        done = (rel[..., -1] + dur[..., -1]).max(axis=(0, 2))  # (steps,)
+        dur[..., -1] = done[None, :, None] - rel[..., -1]
+    sync_end = rel[..., -1] + dur[..., -1] + SYNC_RET  # (ranks, steps, devs)
+    length = sync_end.max(axis=2) + TAIL
+    s0 = T0 + _excl_cumsum(length + STEP_GAP, axis=1)
+    return dur, rel, sync_end, s0, s0 + length
+
+
+def _rank_spec(rank: int, ranks: int, names: list[str | None], dur: np.ndarray,
+               rel: np.ndarray, sync_end: np.ndarray, s0: np.ndarray, s1: np.ndarray,
+               step_range: str, domain: str | None, memcpy_bytes: int) -> Spec:
+    """The spec of one rank from its (steps, devs, m) slice of the timeline."""
+    steps, devs, m = dur.shape
     start = s0[:, None, None] + rel
     end = start + dur
     step = np.diff(start, axis=2, prepend=start[..., :1] - LAUNCH)
@@ -196,9 +224,9 @@ def _rank(rank: int, ranks: int, steps: int, devs: int, names: list[str], base: 
     for ss, se, t, d, c in sync_rows:
         spec.api.append(ApiCall(ss, se, pid, t, SYNC_CALL, c))
         spec.sync.append(Sync(ss, se, pid, d, STREAM, c, sync_type=3))
-    spec.nvtx = [Nvtx(a, a + n, pid, pid, "pushpop", step_range, domain)
-                 for a, n in zip(s0.tolist(), length.tolist())]
-    return spec, dur, s0, s0 + length, dur.sum(axis=(1, 2))
+    spec.nvtx = [Nvtx(a, e, pid, pid, "pushpop", step_range, domain)
+                 for a, e in zip(s0.tolist(), s1.tolist())]
+    return spec
 
 
 def iterations_run(path: str | os.PathLike[str], *, steps: int = 20, ranks: int = 1,
@@ -228,29 +256,23 @@ def iterations_run(path: str | os.PathLike[str], *, steps: int = 20, ranks: int 
     path = Path(path)
     if ranks > 1:
         path.mkdir(parents=True, exist_ok=True)
+    dur = _durations(ranks, steps, devices_per_rank, base, sc, is_kernel, noise_sd_ns, seed)
+    dur, rel, sync_end, s0, s1 = _timeline(dur, gap_ns, bool(nccl_ns))
     out = []
-    per: dict[str, list[np.ndarray]] = {n: [] for n in names if n is not None}
-    cols = {n: np.array([j for j, x in enumerate(names) if x == n]) for n in per}
-    mem, starts, ends, busy = [], [], [], []
     for r in range(ranks):
-        spec, dur, s, e, b = _rank(r, ranks, steps, devices_per_rank, names, base, sc,
-                                   is_kernel, gap_ns, noise_sd_ns, seed, step_range, domain,
-                                   memcpy_bytes)
-        target = path if ranks == 1 else path / f"rank{r}.sqlite"
-        out.append(write_export(target, spec, layout))
-        for n, j in cols.items():
-            per[n].append(dur[..., j].ravel())
-        mem.append(dur[..., 0].ravel() if memcpy_ns else np.zeros(0, np.int64))
-        starts.append(s)
-        ends.append(e)
-        busy.append(b)
+        spec = _rank_spec(r, ranks, names, dur[r], rel[r], sync_end[r], s0[r], s1[r],
+                          step_range, domain, memcpy_bytes)
+        out.append(write_export(path if ranks == 1 else path / f"rank{r}.sqlite", spec,
+                                layout))
+    per = {n: dur[..., [j for j, x in enumerate(names) if x == n]].ravel()
+           for n in dict.fromkeys(names) if n is not None}
     return Expected(paths=out, steps=steps, ranks=ranks, devices_per_rank=devices_per_rank,
                     step_range=step_range, domain=domain, gap_ns=gap_ns,
-                    noise_sd_ns=noise_sd_ns, seed=seed,
-                    kernel_durations={n: np.concatenate(v) for n, v in per.items()},
-                    memcpy_durations=np.concatenate(mem), memcpy_bytes=memcpy_bytes,
-                    step_start=np.stack(starts), step_end=np.stack(ends),
-                    gpu_busy_ns=np.stack(busy), gaps_per_step=len(names) - 1,
+                    noise_sd_ns=noise_sd_ns, seed=seed, kernel_durations=per,
+                    memcpy_durations=dur[..., 0].ravel() if memcpy_ns
+                    else np.zeros(0, np.int64), memcpy_bytes=memcpy_bytes,
+                    step_start=s0, step_end=s1, gpu_busy_ns=dur.sum(axis=(2, 3)),
+                    gaps_per_step=len(names) - 1,
                     nccl_name=NCCL_NAME if nccl_ns else None)
 
 
