@@ -32,6 +32,9 @@ STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
 
 _EVENTS = {"row": pl.Int32, "time": pl.Int64, "type": pl.Int64, "value": pl.Int64,
            "seq": pl.Int64}
+_KERNELS = {"row": pl.Int32, "start": pl.Int64, "dur": pl.Int64, "name": pl.Int32,
+            "nccl": pl.Boolean}
+_KERNEL_COLUMNS = ("row", "start", "dur", "name", "full", "nccl")
 _SPANS = {"row": pl.Int32, "type": pl.Int64, "value": pl.Int64, "start": pl.Int64,
           "dur": pl.Int64}
 
@@ -216,7 +219,10 @@ class ActivityCollector:
         self._pend_stack = _empty({**_EVENTS, "level": pl.Int64})
         self._spans: list[pl.DataFrame] = []
         self._stacked: list[pl.DataFrame] = []
-        self._fulls: list[pl.DataFrame] = []
+        self._kernels: list[pl.DataFrame] = []
+        self._has_full = FULL_NAME in self.labels
+        self._pend_kernels = _empty(_KERNELS)
+        self._pend_full = _empty({"row": pl.Int32, "start": pl.Int64, "full": pl.Int64})
         self._sync: list[pl.DataFrame] = []
         self._end = self.layout.end
         self._cpu_rows = self.layout.rows.filter(pl.col("kind") == "cpu")["row"]
@@ -227,15 +233,36 @@ class ActivityCollector:
         if ev.height:
             done, self._pend_flat = pair_next(ev.filter(pl.col("type").is_in(self.flat)),
                                               self._pend_flat)
-            self._spans.append(done)
+            kinds = pl.col("type").is_in([KERNEL, NCCL_KERNEL])
+            self._add_kernels(done.filter(kinds), ev)
+            self._spans.append(done.filter(~kinds))
             if self.pushpop:
                 done, self._pend_stack = pair_stacked(
                     ev.filter(pl.col("type").is_in(self.pushpop)), self._pend_stack)
                 self._stacked.append(done)
-            self._fulls.append(ev.filter((pl.col("type") == FULL_NAME)
-                                         & (pl.col("value") != 0))
-                               .select("row", "time", pl.col("value").alias("full")))
         self._sync.append(_sync(w, self._cpu_rows))
+
+    def _add_kernels(self, done: pl.DataFrame, ev: pl.DataFrame) -> None:
+        """Closed kernels with their demangled name, kept compact (the full-name event is at
+        the kernel's start: it is held until the kernel closes; a start and its full name
+        that a window edge separates meet in the next window)."""
+        spans = pl.concat([self._pend_kernels, done.select(
+            "row", "start", "dur", pl.col("value").cast(pl.Int32).alias("name"),
+            (pl.col("type") == NCCL_KERNEL).alias("nccl"))])
+        if not self._has_full:
+            self._kernels.append(spans.with_columns(pl.col("name").alias("full"))
+                                 .select(list(_KERNEL_COLUMNS)))
+            return
+        fulls = pl.concat([self._pend_full, ev.filter(
+            (pl.col("type") == FULL_NAME) & (pl.col("value") != 0))
+            .select("row", pl.col("time").alias("start"), pl.col("value").alias("full"))])
+        j = spans.join(fulls, on=["row", "start"], how="left")
+        self._kernels.append(j.filter(pl.col("full").is_not_null())
+                             .with_columns(pl.col("full").cast(pl.Int32))
+                             .select(list(_KERNEL_COLUMNS)))
+        self._pend_kernels = j.filter(pl.col("full").is_null()).select(list(_KERNELS))
+        self._pend_full = fulls.join(spans.select("row", "start"), on=["row", "start"],
+                                     how="anti")
 
     def result(self, window: tuple[int, int] | None = None) -> Activities:
         names, labels = self.names, self.labels
@@ -248,14 +275,15 @@ class ActivityCollector:
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
             flat_spans = flat_spans.filter(inside)
             stack_spans = stack_spans.filter(inside)
-        full = (pl.concat(self._fulls) if self._fulls
-                else _empty({"row": pl.Int32, "time": pl.Int64, "full": pl.Int64}))
-        kernels = (flat_spans.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL]))
-                   .join(full.rename({"time": "start"}), on=["row", "start"], how="left")
-                   .select("row", "start", "dur", pl.col("value").alias("name"),
-                           pl.col("full").fill_null(pl.col("value")),
-                           (pl.col("type") == NCCL_KERNEL).alias("nccl"))
-                   .sort("start", "row"))
+        # kernels whose full name never came (a trace without it for some): the short one
+        rest = self._pend_kernels.with_columns(pl.col("name").alias("full")) \
+            .select(list(_KERNEL_COLUMNS))
+        kernels = pl.concat(self._kernels + [rest])
+        self._kernels = []
+        if window is not None:
+            kernels = kernels.filter((pl.col("start") >= window[0])
+                                     & (pl.col("start") < window[1]))
+        kernels = kernels.sort("start", "row")
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
                   .sort("start", "row"))
