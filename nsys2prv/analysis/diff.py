@@ -337,17 +337,12 @@ def rules_table(rb: dict[str, int] | None, ra: dict[str, int] | None) -> pl.Data
 
 # ------------------------------------------------------------------- iterations --
 
-def pick_range(acts: Activities) -> tuple[str, str | None] | None:
-    """The range a training loop repeats, or None. Candidates are top-level NVTX ranges
-    (inside no other range of their thread, any domain) that look like a loop: one text
-    repeated ('train_step'), or texts that differ by one counter that goes up by one on each
-    thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
-    are not a loop. Of the candidates whose instances cover at least half the time of the one
-    that covers most, the most repeated wins (then the longer in total, then the name): a
-    short per-call range loses to the step that holds it."""
+def _loop_candidates(acts: Activities) -> pl.DataFrame:
+    """name, domain, n, dur of the top-level ranges of one side that look like a loop."""
     top = acts.ranges.filter(pl.col("top")).join(acts.domains, on="type", how="left")
+    schema = {"name": pl.Utf8, "domain": pl.Utf8, "n": pl.UInt32, "dur": pl.Int64}
     if top.height == 0:
-        return None
+        return pl.DataFrame(schema=schema)
     fams = _range_families(acts).with_columns(
         pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64, strict=False).alias("k"))
     top = top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
@@ -362,7 +357,29 @@ def pick_range(acts: Activities) -> tuple[str, str | None] | None:
                   pl.col("text").n_unique().alias("texts"))
              .filter(pl.col("step") & (pl.col("n") > 1) & (pl.col("texts") > 1))
              .select(pl.col("family").alias("name"), "domain", "n", "dur"))
-    c = pl.concat([exact.select("name", "domain", "n", "dur"), loops])
+    return pl.concat([exact.select("name", "domain", "n", "dur"), loops]).cast(schema)
+
+
+def pick_range(before: Activities, after: Activities | None = None
+               ) -> tuple[str, str | None] | None:
+    """The range a training loop repeats, or None. Candidates are top-level NVTX ranges
+    (inside no other range of their thread, any domain) that look like a loop: one text
+    repeated ('train_step'), or texts that differ by one counter that goes up by one on each
+    thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
+    are not a loop. A loop covers the run: its instances must hold a tenth of the trace's
+    time at least and, with `after`, be found there too with no more than twice or half as
+    many instances (a step count that changes tenfold is not the program's loop). Of the
+    candidates whose instances cover at least half the time of the one that covers most, the
+    most repeated wins (then the longer in total, then the name): a short per-call range
+    loses to the step that holds it."""
+    c = _loop_candidates(before).filter(pl.col("dur") * 10 >= before.end)
+    if after is not None:
+        other = _loop_candidates(after).filter(pl.col("dur") * 10 >= after.end)
+        c = (c.join(other.select("name", "domain", pl.col("n").alias("n_after")),
+                    on=["name", "domain"], nulls_equal=True)
+             .filter((pl.col("n_after") * 2 >= pl.col("n")) & (pl.col("n") * 2
+                                                                 >= pl.col("n_after")))
+             .drop("n_after"))
     if c.height == 0:
         return None
     c = (c.filter(pl.col("dur") * 2 >= pl.col("dur").max())
@@ -514,7 +531,7 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     its = None
     if iterations is not None or auto_iterations:
         picked = iterations is None
-        spec = (iterations, domain) if iterations is not None else pick_range(b)
+        spec = (iterations, domain) if iterations is not None else pick_range(b, a)
         if spec is not None:
             ib, ia = instances(b, *spec), instances(a, *spec)
             if iterations is not None:
