@@ -19,6 +19,7 @@ from typing import Any
 from .errors import InputError, OutputError, UsageError
 from .paraver.kinds import KINDS
 from .paraver.output import trace_paths
+from .paraver.values import ValuesLike, read_values_like
 from .pipeline.align import align
 from .pipeline.budget import plan as budget_plan
 from .pipeline.budget import worker_environment
@@ -91,22 +92,39 @@ def merge_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.
                    sync_by_task: bool = False, hosts: Sequence[str | None] | None = None,
                    jobs: int = 1, memory: int | None = None, window: Filter | str | None = None,
                    facts: list[Facts] | None = None, allow_empty: bool = False,
-                   on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
+                   on_merge: Callable[[int, int], None] | None = None,
+                   values_like: str | os.PathLike[str] | ValuesLike | None = None
+                   ) -> MergeResult:
     """The merge stage alone: partial trace directories (in input order) -> one trace.
 
     `jobs` > 1 merges time windows of a large trace in that many processes (same bytes);
     `memory` (bytes, default 2 GiB) bounds them together. `window` (as for `translate`)
-    writes that window of the run only."""
+    writes that window of the run only; `values_like` (as for `translate`) numbers names as
+    that trace did."""
     output = _check_output(Path(output), [], compress)
-    if isinstance(window, str):
-        window = parse_filter(time=window) if "/" in window and _looks_like_time(window) \
-            else parse_filter(nvtx=window)
+    like = _values_like(values_like)
+    window = _window_filter(window)
     return merge([Path(p) for p in partials], output,
                  MergeOptions(hosts=list(hosts) if hosts else None, compress=compress,
                               sync=sync, sync_by_task=sync_by_task, jobs=max(1, jobs),
                               memory=memory, filter=window, facts=facts,
-                              allow_empty=allow_empty),
+                              allow_empty=allow_empty, values_like=like),
                  progress=on_merge)
+
+
+def _window_filter(window: Filter | str | None) -> Filter | None:
+    """A window given as nsys' text parsed (see `translate`)."""
+    if isinstance(window, str):
+        return parse_filter(time=window) if "/" in window and _looks_like_time(window) \
+            else parse_filter(nvtx=window)
+    return window
+
+
+def _values_like(path: str | os.PathLike[str] | ValuesLike | None) -> ValuesLike | None:
+    """The numbering of the trace `path` (read before anything is prepared or written)."""
+    if path is None or isinstance(path, ValuesLike):
+        return path
+    return read_values_like(path)
 
 
 def _check_output(output: Path, inputs: list[Path], compress: bool) -> Path:
@@ -150,7 +168,8 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
               sync_by_task: bool = False, dask: Any = None, memory: int | None = None,
               window: Filter | str | None = None, allow_empty: bool = False,
               on_report: Callable[[int, int], None] | None = None,
-              on_merge: Callable[[int, int], None] | None = None) -> MergeResult:
+              on_merge: Callable[[int, int], None] | None = None,
+              values_like: str | os.PathLike[str] | None = None) -> MergeResult:
     """Translate one or more exports into the Paraver trace `output` (.prv or .prv.gz).
 
     An input may also be a directory (its reports), a glob pattern or "@LIST" (a file naming
@@ -165,19 +184,21 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     `NvtxFilter` (`pipeline.window`), or nsys' text for them ("1s/2s" for a time window,
     else an NVTX range "NAME[@DOMAIN][/INDEX]"); only what overlaps it is read, the trace
     starts at 0 at its start (see docs/usage.md); `allow_empty` writes an empty trace for a
-    window outside the run instead of failing. Returns what was written and a summary
-    (counts, warnings, clock offsets and residual skew).
+    window outside the run instead of failing. `values_like` names an existing nsys2prv
+    trace (.prv): names it has (kernels, NVTX ranges, calls, ...) keep its values, the others
+    are numbered after its largest, so that both traces show the same value and colour for
+    the same name. Returns what was written and a summary (counts, warnings, clock offsets
+    and residual skew).
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [Path(p) for p in expand_inputs(inputs)]
     if not inputs:
         raise UsageError("no input given")
-    if isinstance(window, str):
-        window = parse_filter(time=window) if "/" in window and _looks_like_time(window) \
-            else parse_filter(nvtx=window)
+    window = _window_filter(window)
     _refuse_duplicate_inputs(inputs)
     output = _check_output(Path(output), inputs, compress)
+    like = _values_like(values_like)
     out_dir = output.parent if str(output.parent) else Path(".")
     options = PrepareOptions(kinds=resolve_kinds(only, exclude), sync_nvtx=sync_nvtx)
     if sync_nvtx:
@@ -195,7 +216,8 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     try:
         dirs = [work / f"report-{i:05d}" for i in range(len(sqlite_paths))]
         merge_args = dict(compress=compress, sync=sync, sync_by_task=sync_by_task,
-                          hosts=hosts, jobs=jobs, memory=memory, on_merge=on_merge)
+                          hosts=hosts, jobs=jobs, memory=memory, on_merge=on_merge,
+                          values_like=like)
         if window is None:
             _run_prepare([(str(sp), name, d, options) for sp, name, d in
                           zip(sqlite_paths, names, dirs)], budget.workers, dask, on_report)

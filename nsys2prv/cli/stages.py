@@ -51,6 +51,9 @@ def _merge_parser() -> argparse.ArgumentParser:
                         "(default: the number of cores)")
     p.add_argument("--memory", type=memory_size, metavar="SIZE",
                    help="memory for all merging processes together, e.g. 4G (default 2G)")
+    p.add_argument("--values-like", metavar="OTHER.prv",
+                   help="number names as the nsys2prv trace OTHER.prv did (names it lacks "
+                        "after its largest value)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true")
     add_window_arguments(p)
@@ -103,7 +106,8 @@ def main(command: str, argv: list[str]) -> int:
     window = window_of(args)
     result = merge_partials(find_partials(dirs), output, compress=args.compress, sync=sync,
                             sync_by_task=args.sync_by_task, jobs=args.jobs,
-                            memory=args.memory, window=window, allow_empty=args.allow_empty)
+                            memory=args.memory, window=window, allow_empty=args.allow_empty,
+                            values_like=args.values_like)
     if not args.quiet:
         print_summary(result, 0.0)
     return 0

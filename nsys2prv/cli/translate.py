@@ -52,6 +52,11 @@ def translate_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-by-task", action="store_true",
                    help="correct every report on its own (default: one correction per host)")
     add_window_arguments(p)
+    p.add_argument("--values-like", metavar="OTHER.prv",
+                   help="number kernel names, NVTX ranges, calls and every other named value "
+                        "as the nsys2prv trace OTHER.prv did (names it lacks after its "
+                        "largest value), so that both traces show the same value and colour "
+                        "for the same name side by side")
     p.add_argument("--no-sync", action="store_true",
                    help="align reports on their recorded session start times only")
     p.add_argument("--workdir", help="directory for temporary files (default: next to OUTPUT)")
@@ -113,7 +118,8 @@ def run_translate(argv: list[str]) -> int:
                        sync_nvtx=args.sync_nvtx, sync_by_task=args.sync_by_task,
                        dask=args.dask, chunk_rows=args.chunk_rows, spill_rows=args.spill_rows,
                        memory=args.memory, window=window, allow_empty=args.allow_empty,
-                       on_report=bars.report, on_merge=bars.merge)
+                       on_report=bars.report, on_merge=bars.merge,
+                       values_like=args.values_like)
     bars.close()
     if not args.quiet:
         print_summary(result, time.time() - t0)

@@ -5,16 +5,24 @@ all reports are known, each value family numbers its names once: the family's fi
 (e.g. Extrae's CUDA call numbers) first, then every other name in name order from
 `first_free`. So the same name gets the same value in every rank, and the same inputs give
 the same numbers.
+
+With the numbering of another trace (`values_like`, read from its `.pcf` by
+`read_values_like`), a name that trace has keeps its value there and the others follow its
+largest value, in name order: two runs opened side by side show the same colour for the same
+kernel.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
 from ..sources.cuda_api import normalise_name
+from ..errors import InputError
 from . import registry as reg
 
 INLINE_ID_BASE = 1 << 40  # ids of interned inline strings (above any StringIds id)
@@ -112,8 +120,10 @@ class LocalNames:
             table, on="local_id", how="left", maintain_order="left")["name"]
 
 
-def global_numbering(family: str, names: Iterable[str]) -> dict[str, int]:
-    """name -> value for one family across the whole trace (see module docstring)."""
+def global_numbering(family: str, names: Iterable[str],
+                     like: Mapping[str, int] | None = None) -> dict[str, int]:
+    """name -> value for one family across the whole trace (see module docstring); `like`
+    (label -> value of another trace's table) gives the values of the names it has."""
     spec = reg.VALUE_FAMILIES[family]
     norm = NORMALISERS.get(family, lambda s: s)
     out: dict[str, int] = {}
@@ -127,6 +137,14 @@ def global_numbering(family: str, names: Iterable[str]) -> dict[str, int]:
             free.append(name)
     by_key: dict[str, int] = {}
     nxt = spec.first_free
+    if like:
+        for name in free:  # a value of the other trace, unless fixed here or taken
+            key = norm(name)
+            value = like.get(clean_label(key))
+            if key not in by_key and value is not None and value not in used_values:
+                by_key[key] = value
+                used_values.add(value)
+        nxt = max(nxt, max(like.values()) + 1)
     for name in free:
         key = norm(name)
         if key not in by_key:
@@ -145,4 +163,83 @@ def labels_of(family: str, numbering: dict[str, int]) -> dict[int, str]:
     out: dict[int, str] = {}
     for name, value in sorted(numbering.items(), key=lambda kv: (kv[1], kv[0])):
         out.setdefault(value, clean_label(norm(name)))
+    return out
+
+
+REPORT_INFO_LABEL = "nsys2prv input report (clock offsets)"  # the .pcf type only we write
+
+
+@dataclass(frozen=True)
+class ValuesLike:
+    """The numbering of an existing nsys2prv trace, from its `.pcf`: per value family,
+    label -> value; per type range numbered by key (NVTX domains, GPU metrics), type label
+    -> type."""
+
+    path: str
+    values: dict[str, dict[str, int]] = field(default_factory=dict)
+    types: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def read_values_like(path: str | Path) -> ValuesLike:
+    """The numbering of the trace `path` (.prv, .prv.gz or its .pcf); `InputError` when it
+    is missing or its .pcf was not written by nsys2prv (a foreign numbering could not be
+    mapped back to names)."""
+    from .check import pcf_type_labels
+
+    path = Path(path)
+    name = path.name
+    base = next((name[: -len(s)] for s in (".prv.gz", ".prv", ".pcf") if name.endswith(s)),
+                None)
+    if base is None:
+        raise InputError(f"{path}: --values-like needs a trace (.prv, .prv.gz or its .pcf)")
+    pcf = path.with_name(base + ".pcf")
+    if not path.exists() or not pcf.is_file():
+        raise InputError(f"{path}: no such trace (or no {pcf.name} beside it) to take the "
+                         "values from")
+    text = pcf.read_text(encoding="utf-8", errors="replace")
+    type_labels = pcf_type_labels(text)
+    if type_labels.get(reg.REPORT_INFO) != REPORT_INFO_LABEL:
+        raise InputError(f"{pcf}: not the .pcf of a trace written by nsys2prv: its values "
+                         "cannot be matched to names")
+    tables = _pcf_values(text)
+    values: dict[str, dict[str, int]] = {}
+    types: dict[str, dict[str, int]] = {}
+    for t in sorted(tables):
+        r = reg.type_range_of(t)
+        family = reg.EVENT_TYPE_BY_NUMBER[t].values if t in reg.EVENT_TYPE_BY_NUMBER else \
+            r.values if r is not None else None
+        if family in reg.VALUE_FAMILIES and family not in values:
+            table: dict[str, int] = {}
+            for v, label in sorted(tables[t].items()):
+                if v != 0:
+                    table.setdefault(label, v)
+            values[family] = table
+        if r is not None and not r.numeric_keys and t in type_labels:
+            types.setdefault(r.name, {}).setdefault(type_labels[t], t)
+    return ValuesLike(str(path), values, types)
+
+
+def _pcf_values(text: str) -> dict[int, dict[int, str]]:
+    """type -> {value: whole label} of every EVENT_TYPE section of a .pcf."""
+    out: dict[int, dict[int, str]] = {}
+    group: list[int] = []
+    section, in_values = None, False
+    for raw in text.splitlines():
+        line = raw.replace("\t", " ").strip()
+        if not line:
+            continue
+        if line.isupper() and " " not in line:  # a section name, or VALUES
+            in_values = line == "VALUES"
+            if not in_values:
+                section, group = line, []
+            continue
+        if section != "EVENT_TYPE" or line.startswith("PRECISION"):
+            continue
+        parts = line.split(None, 1 if in_values else 2)
+        if in_values and parts[0].lstrip("-").isdigit():
+            for t in group:
+                out[t][int(parts[0])] = parts[1] if len(parts) > 1 else ""
+        elif not in_values and len(parts) == 3 and parts[1].isdigit():
+            group.append(int(parts[1]))
+            out.setdefault(group[-1], {})
     return out

@@ -30,7 +30,7 @@ from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter, output_error
-from ..paraver.values import clean_label, global_numbering, labels_of
+from ..paraver.values import ValuesLike, clean_label, global_numbering, labels_of
 from ..supervise import register_temp
 from .align import Alignment, align
 from .budget import worker_environment
@@ -63,6 +63,8 @@ class MergeOptions:
     filter: Filter | None = None
     facts: list[Facts] | None = None
     allow_empty: bool = False
+    # number names as this trace did (`--values-like`; values.read_values_like)
+    values_like: ValuesLike | None = None
 
 
 @dataclass
@@ -111,19 +113,21 @@ def _family_of_types(dynamic_types: set[int]) -> dict[int, int]:
 
 class Dictionary:
     """Trace-wide numbering of names and of per-trace types (NVTX domains, lanes, ...), and
-    each report's renumbering."""
+    each report's renumbering; `like` reuses another trace's numbers (values.ValuesLike)."""
 
-    def __init__(self, metas: list[dict]) -> None:
+    def __init__(self, metas: list[dict], like: ValuesLike | None = None) -> None:
         names: dict[str, set[str]] = {}
         for m in metas:
             for fam, table in m["names"].items():
                 names.setdefault(fam, set()).update(table.values())
-        self.numbering = {fam: global_numbering(fam, ns) for fam, ns in names.items()}
+        self.numbering = {fam: global_numbering(fam, ns, like.values.get(fam) if like else None)
+                          for fam, ns in names.items()}
         keys: dict[str, set[str]] = {}
         for m in metas:
             for r, table in m["type_keys"].items():
                 keys.setdefault(r, set()).update(table.values())
-        self.type_numbering = {r: _number_keys(reg.TYPE_RANGE_BY_NAME[r], ks)
+        self.type_numbering = {r: _number_keys(reg.TYPE_RANGE_BY_NAME[r], ks,
+                                               like.types.get(r) if like else None)
                                for r, ks in keys.items()}
 
     def value_map(self, meta: dict) -> pl.DataFrame:
@@ -169,14 +173,24 @@ class Dictionary:
         return out
 
 
-def _number_keys(r: reg.TypeRange, keys: set[str]) -> dict[str, int]:
-    """key -> trace type of one type range (see registry.core.TypeRange)."""
+def _number_keys(r: reg.TypeRange, keys: set[str], like: dict[str, int] | None = None
+                 ) -> dict[str, int]:
+    """key -> trace type of one type range (see registry.core.TypeRange); `like` (type label
+    -> type of another trace) gives the types of the keys it has."""
     out = {k: r.type_of(off) for k, off in r.fixed.items() if k in keys}
     if r.numeric_keys:
         out.update({k: r.type_of(int(k)) for k in keys if k not in out})
         return out
     used = set(r.fixed.values())
     offset = r.first_free
+    if like:
+        for k in sorted(keys - set(out)):
+            off = like.get(clean_label(r.label.format(key=k or "default domain")), -1) - r.base
+            if 0 <= off < r.size and off not in used:
+                out[k] = r.type_of(off)
+                used.add(off)
+        offset = max([offset, *(t - r.base + 1 for t in like.values()
+                                if 0 <= t - r.base < r.size)])
     for k in sorted(keys - set(out)):
         while offset in used:
             offset += 1
@@ -318,7 +332,7 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
     alignment = options.alignment or align(
         metas, model.report_hosts, options.sync, options.sync_by_task,
         reference=model.tasks[0].report if model.tasks else 0)
-    dictionary = Dictionary(metas)
+    dictionary = Dictionary(metas, options.values_like)
     end_time = 0
     for m, s in zip(metas, alignment.shifts):
         if m["rows"]:
