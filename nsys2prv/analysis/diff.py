@@ -610,10 +610,12 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
 
 def read_side(inputs: list[str], label: str, workdir: Path, window=None,
               models: bool = True, rules: bool = True, jobs: int = 1,
-              on_report=None, on_merge=None, idle: bool = True) -> Side:
+              on_report=None, on_merge=None, idle: bool = True, isolate: bool = False
+              ) -> Side:
     """One side: its trace (translated from the reports into `workdir`, or the trace
     given, cut to `window`), its activities, its models and, for exports, the rows nsys'
-    rules find. Errors name the side."""
+    rules find. Errors name the side. `isolate` translates in a process of its own, so that
+    the peak of the translation and that of the analysis do not add up in one process."""
     from ..errors import InputError, UsageError
     from ..report.inputs import expand_inputs
 
@@ -643,8 +645,16 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
         else:
             from ..api import translate
 
-            translate(paths, out, window=window, jobs=jobs, on_report=on_report,
-                      on_merge=on_merge)
+            if isolate:  # its memory is given back before the analysis starts
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                with ProcessPoolExecutor(
+                        max_workers=1, mp_context=multiprocessing.get_context("spawn")) as p:
+                    p.submit(_translate, paths, out, window, jobs).result()
+            else:
+                translate(paths, out, window=window, jobs=jobs, on_report=on_report,
+                          on_merge=on_merge)
             exports = paths
         analysis = None
         if models:  # one pass for the model and the activities, one for the idle causes
@@ -679,7 +689,13 @@ def _size(inputs: list[str]) -> int:
 
 
 def _read_side_args(args: tuple) -> Side:
-    return read_side(*args)
+    return read_side(*args, isolate=True)
+
+
+def _translate(paths: list[str], out: Path, window, jobs: int) -> None:
+    from ..api import translate
+
+    translate(paths, out, window=window, jobs=jobs)
 
 
 def _rules(exports: list[str]) -> dict[str, int]:
