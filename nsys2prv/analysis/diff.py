@@ -222,22 +222,28 @@ def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
 
 
 def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
-    """category, detail, device row group -> count, total (ns) of one side."""
+    """category, detail, task_index, device -> count, dur (ns) of one side: activities are
+    summed per row first (a few lines a row, whatever their number)."""
     rows = acts.rows.select("row", "task_index", "device")
-    k = acts.kernels.join(rows, on="row").with_columns(
-        pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
-        .otherwise(pl.lit("compute kernels")).alias("category"), pl.lit("").alias("detail"))
+    k = (acts.kernels.group_by("row", "nccl")
+         .agg(pl.len().alias("count"), pl.col("dur").sum())
+         .join(rows, on="row")
+         .with_columns(pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
+                       .otherwise(pl.lit("compute kernels")).alias("category"),
+                       pl.lit("").alias("detail")))
     ops = acts.memop_names.with_columns(
         pl.when(pl.col("name").str.starts_with("memcpy")).then(pl.lit("memcpy"))
         .otherwise(pl.lit("memset")).alias("category"),
         pl.when(pl.col("name").str.starts_with("memcpy"))
         .then(pl.col("name").str.strip_prefix("memcpy ")).otherwise(pl.lit(""))
         .alias("detail")).select(pl.col("id").alias("op"), "category", "detail")
-    m = acts.memops.join(rows, on="row").join(ops, on="op", how="left").with_columns(
-        pl.col("category").fill_null("memcpy"), pl.col("detail").fill_null(""))
+    m = (acts.memops.group_by("row", "op").agg(pl.len().alias("count"), pl.col("dur").sum())
+         .join(rows, on="row").join(ops, on="op", how="left")
+         .with_columns(pl.col("category").fill_null("memcpy"), pl.col("detail").fill_null("")))
     s = acts.sync.join(rows, on="row").with_columns(
-        pl.lit("CUDA synchronisation").alias("category"), pl.lit("").alias("detail"))
-    cols = ["category", "detail", "task_index", "device", "dur"]
+        pl.lit(1).alias("count"), pl.lit("CUDA synchronisation").alias("category"),
+        pl.lit("").alias("detail"))
+    cols = ["category", "detail", "task_index", "device", "count", "dur"]
     parts = [k.select(cols), m.select(cols), s.select(cols)]
     if analysis is not None:
         idle = [(g.task - 1, g.device, g.idle) for g in analysis.devices]
@@ -245,11 +251,12 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
             parts.append(pl.DataFrame(
                 {"category": ["GPU idle"] * len(idle), "detail": [""] * len(idle),
                  "task_index": [t for t, _, _ in idle], "device": [d for _, d, _ in idle],
-                 "dur": [i for _, _, i in idle]},
+                 "count": [1] * len(idle), "dur": [i for _, _, i in idle]},
                 schema={"category": pl.Utf8, "detail": pl.Utf8, "task_index": pl.Int64,
-                        "device": pl.Int64, "dur": pl.Int64}))
+                        "device": pl.Int64, "count": pl.Int64, "dur": pl.Int64}))
     return pl.concat([p.with_columns(pl.col("task_index").cast(pl.Int64),
                                      pl.col("device").cast(pl.Int64),
+                                     pl.col("count").cast(pl.Int64),
                                      pl.col("dur").cast(pl.Int64)) for p in parts])
 
 
@@ -259,7 +266,7 @@ def category_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame:
     def per(acts, an):
         f = _category_frame(acts, an)
         return f.group_by("category", "detail").agg(
-            pl.len().cast(pl.Int64).alias("count"), pl.col("dur").sum().alias("total"))
+            pl.col("count").sum().cast(pl.Int64), pl.col("dur").sum().alias("total"))
     j = per(b, an_b).rename({"count": "count_before", "total": "total_before"}).join(
         per(a, an_a).rename({"count": "count_after", "total": "total_after"}),
         on=["category", "detail"], how="full", coalesce=True).fill_null(0)
@@ -411,21 +418,23 @@ def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
              .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
     if steps.height == 0:
         return steps
+    # category codes (0 compute, 1 NCCL, 2 memcpy, 3 memset): no string per activity
     memcat = acts.memop_names.select(
         pl.col("id").alias("op"), pl.when(pl.col("name").str.starts_with("memcpy"))
-        .then(pl.lit("memcpy")).otherwise(pl.lit("memset")).alias("category"))
+        .then(2).otherwise(3).cast(pl.Int8).alias("cat"))
     starts = pl.concat([
-        acts.kernels.select(
-            "start", pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
-            .otherwise(pl.lit("compute kernels")).alias("category"), "dur"),
+        acts.kernels.select("start", pl.col("nccl").cast(pl.Int8).alias("cat"), "dur"),
         acts.memops.join(memcat, on="op", how="left").select(
-            "start", pl.col("category").fill_null("memcpy"), "dur")]).sort("start")
+            "start", pl.col("cat").fill_null(2), "dur")]).sort("start")
     # each activity to the step it starts in (steps sorted, non-overlapping by instance)
     tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
                               on="start", strategy="backward")
-    tagged = tagged.filter(pl.col("start") < pl.col("end"))
-    per = (tagged.group_by("instance", "category").agg(pl.col("dur").sum())
-           .pivot(on="category", index="instance", values="dur"))
+    tagged = (tagged.filter(pl.col("start") < pl.col("end"))
+              .group_by("instance", "cat").agg(pl.col("dur").sum())
+              .with_columns(pl.col("cat").replace_strict(
+                  {0: "compute kernels", 1: "NCCL kernels", 2: "memcpy", 3: "memset"},
+                  return_dtype=pl.Utf8).alias("category")))
+    per = tagged.pivot(on="category", index="instance", values="dur")
     out = steps.join(per, on="instance", how="left")
     for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
         if c not in out.columns:
