@@ -35,7 +35,8 @@ def run(argv: list[str]) -> dict:
 
 
 def _middle(export: str) -> str:
-    """--filter-time for the middle tenth of the export's records (ns since session start)."""
+    """--filter-time for the middle tenth of the export's records after the session start
+    (ns since it)."""
     from nsys2prv.pipeline.facts import report_facts
     from nsys2prv.report.report import Report
 
@@ -44,8 +45,11 @@ def _middle(export: str) -> str:
         facts = report_facts(report)
     finally:
         report.close()
-    span = facts.last - facts.first
-    return f"{facts.first + span * 45 // 100}/{facts.first + span * 55 // 100}"
+    # the trace starts at the session start: records before it (scheduling, on some
+    # exports) are not translated, so the window is a tenth of the part from 0 on
+    first = max(facts.first, 0)
+    span = facts.last - first
+    return f"{first + span * 45 // 100}/{first + span * 55 // 100}"
 
 
 def main(export: str, work: str) -> dict:

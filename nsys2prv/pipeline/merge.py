@@ -38,7 +38,7 @@ from .descriptors import run_pool_size
 from .budget import plan as budget_plan
 from .facts import Facts, nvtx_ranges
 from .prepare import META_FILE, PARTIAL_FORMAT
-from .window import CutStream, Filter, NvtxFilter, WindowMoved, resolve
+from .window import CutStream, Filter, NvtxFilter, TimeFilter, WindowMoved, resolve
 
 # = (time, order, kind, phase, sub, src, rep, ord), packed into four integer columns
 MERGE_KEYS = ["time", "ok", "sub", "rso"]
@@ -457,9 +457,11 @@ def _resolve_window(plan: _Plan, options: MergeOptions) -> tuple[tuple[int, int 
     if (res.start >= plan.end_time or (res.end is not None and res.end <= res.start)) \
             and not options.allow_empty:
         end = "the end" if res.end is None else f"{res.end / 1e9:.9f} s"
-        raise InputError(f"the window from {res.start / 1e9:.9f} s to {end} lies outside the "
-                         f"run (0 to {plan.end_time / 1e9:.9f} s of the trace's time); "
-                         "--allow-empty writes an empty trace for it")
+        asked = (f" (--filter-time {options.filter.describe()}, since the session start)"
+                 if isinstance(options.filter, TimeFilter) else "")
+        raise InputError(f"the window from {res.start / 1e9:.9f} s to {end}{asked} lies "
+                         f"outside the run (0 to {plan.end_time / 1e9:.9f} s of the trace's "
+                         "time); --allow-empty writes an empty trace for it")
     return (res.start, res.end), res.notes
 
 

@@ -33,6 +33,11 @@ class TimeFilter:
     start: int | None
     end: int | None
 
+    def describe(self) -> str:
+        """The window as asked, in seconds ('-0.5 s/1.25 s', an open side empty)."""
+        side = lambda t: "" if t is None else f"{t / 1e9:.9g} s"  # noqa: E731
+        return f"{side(self.start)}/{side(self.end)}"
+
 
 @dataclass(frozen=True)
 class NvtxFilter:
