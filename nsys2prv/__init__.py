@@ -27,10 +27,11 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import Nsys2PrvError  # noqa: E402
 
-__all__ = ["translate", "open_report", "prepare_report", "merge_partials", "tables",
-           "Nsys2PrvError", "__version__"]
+__all__ = ["translate", "translate_applications", "open_report", "prepare_report",
+           "merge_partials", "tables", "Nsys2PrvError", "__version__"]
 
-_FROM_API = ("translate", "open_report", "prepare_report", "merge_partials")
+_FROM_API = ("translate", "translate_applications", "open_report", "prepare_report",
+             "merge_partials")
 
 
 def __getattr__(name: str):

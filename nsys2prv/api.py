@@ -24,7 +24,8 @@ from .pipeline.align import align
 from .pipeline.budget import plan as budget_plan
 from .pipeline.budget import worker_environment
 from .pipeline.facts import Facts, nvtx_ranges, report_facts
-from .pipeline.merge import MergeOptions, MergeResult, merge
+from .pipeline.merge import (Application, ApplicationWindowMoved, MergeOptions, MergeResult,
+                             merge, merge_applications)
 from .pipeline.prepare import PrepareOptions, prepare
 from .pipeline.window import Filter, NvtxFilter, WindowMoved, parse_filter, resolve
 from .report.export import export_report, is_report
@@ -238,6 +239,99 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         raise InputError("the window's place on the trace did not settle")  # pragma: no cover
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def translate_applications(sides: Sequence[Inputs], output: str | os.PathLike[str], *,
+                           window: Filter | str | None = None,
+                           values_like: str | os.PathLike[str] | None = None, jobs: int = 1,
+                           memory: int | None = None,
+                           on_report: Callable[[int, int], None] | None = None,
+                           on_merge: Callable[[int, int], None] | None = None,
+                           labels: Sequence[str] | None = None) -> MergeResult:
+    """Translate several runs into ONE trace, one Paraver application per run (application 1
+    = side 1, e.g. before a change, application 2 = side 2, after it), to compare them in
+    one window of wxparaver or one paramedir histogram.
+
+    Each side is what `translate` takes (one export, the exports of the ranks of one job, a
+    directory, a glob or @LIST) and is aligned on its own clocks exactly as `translate`
+    aligns it alone; its rows start at 0 at its own start, or at its own `window` (resolved
+    on every side separately: "iteration 10" of each run). One numbering for all sides: the
+    same kernel name has the same value (and colour) in every application; `values_like`
+    takes it from another trace as for `translate`. Labels of the applications, tasks and
+    rows start with the side's label (`labels`; default 'before'/'after' for two sides,
+    'run K' otherwise). The trace ends where the longest side ends. `jobs` reports are
+    prepared in parallel, within `memory` bytes (default 2 GiB)."""
+    if len(sides) < 1:
+        raise UsageError("no side given")
+    names = _side_labels(len(sides), labels)
+    side_inputs: list[list[Path]] = []
+    for label, side in zip(names, sides):
+        given = [side] if isinstance(side, (str, os.PathLike)) else list(side)
+        paths = [Path(p) for p in expand_inputs(given)]
+        if not paths:
+            raise UsageError(f"{label}: no input given")
+        for p in paths:
+            if p.name.endswith((".prv", ".prv.gz")):
+                raise UsageError(f"{p}: a trace of several applications is made from the "
+                                 f"reports of each side (.sqlite, .nsys-rep), not from a .prv")
+        _refuse_duplicate_inputs(paths)
+        side_inputs.append(paths)
+    window = _window_filter(window)
+    output = _check_output(Path(output), [p for ps in side_inputs for p in ps], False)
+    like = _values_like(values_like)
+    out_dir = output.parent if str(output.parent) else Path(".")
+    budget = budget_plan(memory, jobs, sum(len(ps) for ps in side_inputs))
+    options = PrepareOptions(chunk_rows=budget.chunk_rows, spill_bytes=budget.spill_bytes)
+    sqlite = [[_sqlite_of(p, out_dir) for p in ps] for ps in side_inputs]
+    reports = [_report_names(ps) for ps in side_inputs]
+    work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=out_dir))
+    register_temp(work)
+    try:
+        dirs = [[work / f"run-{k}" / f"report-{i:05d}" for i in range(len(ps))]
+                for k, ps in enumerate(sqlite)]
+        merge_options = MergeOptions(memory=memory, filter=window, values_like=like)
+        facts: list[list[Facts] | None] = [None] * len(sides)
+        local: list[list[tuple[int, int]] | None] = [None] * len(sides)
+        if window is not None:
+            for k, (ps, rs) in enumerate(zip(sqlite, reports)):
+                facts[k], local[k] = _window_estimate(ps, rs, options, window, None, "auto",
+                                                      False)
+        todo = list(range(len(sides)))
+        for _ in range(2 * len(sides) + 1):
+            jobs_args = []
+            for k in todo:
+                for i, (sp, name, d) in enumerate(zip(sqlite[k], reports[k], dirs[k])):
+                    side_facts, side_local = facts[k], local[k]
+                    opts = options if side_facts is None or side_local is None else replace(
+                        options, window=side_local[i], present=side_facts[i].present)
+                    jobs_args.append((str(sp), name, d, opts))
+            _run_prepare(jobs_args, budget.workers, None, on_report)
+            try:
+                return merge_applications(
+                    [Application(d, label, f) for d, label, f in zip(dirs, names, facts)],
+                    output, merge_options, progress=on_merge)
+            except ApplicationWindowMoved as moved:  # read that side's window again
+                k = moved.application
+                local[k] = moved.local
+                shutil.rmtree(work / f"run-{k}", ignore_errors=True)
+                todo = [k]
+        raise InputError("the window's place on the trace did not settle")  # pragma: no cover
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _side_labels(n: int, labels: Sequence[str] | None) -> list[str]:
+    """The label of every side: given (one each, distinct, not empty), else before/after."""
+    if labels is None:
+        return ["before", "after"] if n == 2 else [f"run {k}" for k in range(1, n + 1)]
+    out = [str(x).strip() for x in labels]
+    if len(out) != n or not all(out) or len(set(out)) != n or any(": " in x for x in out):
+        raise UsageError(f"give one distinct, non-empty label per side ({n}) without ': ' "
+                         f"(it ends the label in the row names), got {list(labels)}")
+    return out
 
 
 def _looks_like_time(text: str) -> bool:

@@ -281,3 +281,27 @@ def test_cli_errors(sample_trace, tmp_path):
     assert no_range.stderr.count("\n") == 1
     no_it = _cli(str(SAMPLE), str(sample_trace), "--iterations", "nosuchrange", "--no-rules")
     assert no_it.returncode == 1 and "before side" in no_it.stderr
+
+
+def test_cli_trace_of_both_runs(sample_trace, tmp_path):
+    """`diff --trace both.prv`: one trace of two applications, each the run's window (here
+    'iteration 2' of the sample on both sides), valid for `nsys2prv check`; a side given as
+    a trace cannot be translated again (one-line error, nothing written)."""
+    from nsys2prv.paraver.check import check_trace
+    from nsys2prv.paraver.read import read_layout
+
+    both = tmp_path / "both.prv"
+    r = _cli(str(SAMPLE), str(SAMPLE), "--no-rules", "--no-idle", "--filter-nvtx",
+             "iteration 2", "--trace", str(both))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {both}: application 1 = before, 2 = after" in r.stdout
+    assert check_trace(both).ok
+    rows = read_layout(both).rows
+    assert rows["appl"].unique().sort().to_list() == [1, 2]
+    acts = read_activities(sample_trace)
+    it2 = acts.named_ranges().filter(pl.col("name") == "iteration 2").row(0, named=True)
+    assert read_layout(both).end == it2["dur"]  # both windows start at 0, same length
+    bad = tmp_path / "bad.prv"
+    r = _cli(str(SAMPLE), str(sample_trace), "--no-rules", "--trace", str(bad))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--trace needs" in r.stderr
+    assert not bad.exists()

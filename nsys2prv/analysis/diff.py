@@ -741,6 +741,14 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
     if isinstance(window, str):
         window = parse_window(window)
     name, domain = _split_range(iterations) if iterations else (None, None)
+    if trace is not None:  # before any work
+        from ..report.inputs import expand_inputs
+
+        for side in (before, after):
+            given = [side] if isinstance(side, (str, Path)) else list(side)
+            if any(_is_trace(str(p)) for p in expand_inputs([Path(i) for i in given])):
+                raise UsageError("--trace needs the reports of each side (a side given as a "
+                                 "trace cannot be translated again)")
     args = []
     with tempfile.TemporaryDirectory(prefix="nsys2prv-diff-", dir=workdir) as tmp:
         for label, inputs in (("before", before), ("after", after)):
@@ -763,9 +771,6 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
             sides = [read_side(*a) for a in args]
         result = compare_sides(sides[0], sides[1], name, domain)
     if trace is not None:
-        if not sides[0].exports or not sides[1].exports:
-            raise UsageError("--trace needs the reports of each side (a side given as a "
-                             "trace cannot be translated again)")
         from ..api import translate_applications
 
         translate_applications([sides[0].exports, sides[1].exports], trace, window=window,

@@ -1493,6 +1493,14 @@ static void group_sort(Merger *m, size_t lo, size_t hi) {
     memcpy(a + lo, t + lo, n * sizeof *a);
 }
 
+/* "appl:task" of a task id: the id carries its application in its high 32 bits (0 for
+ * application 1, so a trace of one application has plain task numbers) */
+static inline char *fmt_appl_task(char *o, int64_t task) {
+    o = fmt_i64(o, (task >> 32) + 1);
+    *o++ = ':';
+    return fmt_i64(o, task & 0xffffffff);
+}
+
 /* Append the formatted records of the current group to out. */
 static int format_group(Merger *m, Buf *out) {
     for (size_t gi = 0; gi < m->gn; gi++) {
@@ -1511,8 +1519,8 @@ static int format_group(Merger *m, Buf *out) {
             *o++ = (char)('0' + f->kind);
             *o++ = ':';
             o = fmt_i64(o, f->cpu);
-            *o++ = ':'; *o++ = '1'; *o++ = ':';
-            o = fmt_i64(o, f->task);
+            *o++ = ':';
+            o = fmt_appl_task(o, f->task);
             *o++ = ':';
             o = fmt_i64(o, f->thread);
             *o++ = ':';
@@ -1524,8 +1532,8 @@ static int format_group(Merger *m, Buf *out) {
         if (f->kind == KIND_COMM) {
             *o++ = ':';
             o = fmt_i64(o, f->rcpu);
-            *o++ = ':'; *o++ = '1'; *o++ = ':';
-            o = fmt_i64(o, f->rtask);
+            *o++ = ':';
+            o = fmt_appl_task(o, f->rtask);
             *o++ = ':';
             o = fmt_i64(o, f->rthread);
         } else {

@@ -61,6 +61,7 @@ typedef struct {
 
 typedef struct {
     int64_t from, to; /* [from, to) in trace time; output time = time - from */
+    int64_t *appl_to; /* per application, its own end (<= to), or NULL: `to` for all */
     int64_t *stacked; /* sorted types whose values nest (0 ends the innermost) */
     Py_ssize_t nstacked;
     int64_t *attributes; /* sorted types that describe what starts with them (bytes, ids,
@@ -129,6 +130,7 @@ static void Scanner_dealloc(Scanner *s) {
         free(s->cut->slots);
         free(s->cut->stacked);
         free(s->cut->attributes);
+        free(s->cut->appl_to);
         free(s->cut->st_end);
         free(s->cut->st_state);
         free(s->cut->st_cpu);
@@ -225,7 +227,8 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
     }
     if (cut != Py_None) {
         long long from, to;
-        if (!PyArg_ParseTuple(cut, "LL", &from, &to)) return -1;
+        PyObject *ends = Py_None;
+        if (!PyArg_ParseTuple(cut, "LL|O", &from, &to, &ends)) return -1;
         Cut *c = calloc(1, sizeof(Cut));
         if (!c) {
             PyErr_NoMemory();
@@ -234,6 +237,17 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
         s->cut = c;
         c->from = from;
         c->to = to;
+        if (ends != Py_None) { /* (from, to, ends): application a ends at ends[a-1] */
+            Py_ssize_t nends;
+            c->appl_to = ints_of(ends, &nends);
+            if (!c->appl_to) return -1;
+            if (nends != s->nappl) {
+                PyErr_SetString(PyExc_ValueError, "cut: one end per application");
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < nends; i++)
+                if (c->appl_to[i] > c->to) c->appl_to[i] = c->to;
+        }
         if (stacked != Py_None) {
             c->stacked = ints_of(stacked, &c->nstacked);
             if (!c->stacked) return -1;
@@ -518,6 +532,12 @@ static int cmp_out(const void *a, const void *b) {
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* the end of the window of application `appl` */
+static inline int64_t cut_to(const Scanner *s, int64_t appl) {
+    const Cut *c = s->cut;
+    return c->appl_to && appl >= 1 && appl <= s->nappl ? c->appl_to[appl - 1] : c->to;
+}
+
 /* row -> appl, task, thread (1-based) */
 static void ids_of_row(const Scanner *s, int64_t row, int64_t *appl, int64_t *task,
                        int64_t *thread) {
@@ -596,7 +616,8 @@ static int cut_flush(Scanner *s) {
         if (!has_state && (j >= k || out[j].row != row)) continue;
         ids_of_row(s, row, &appl, &task, &thread);
         if (has_state) {
-            int64_t end = c->st_end[row] < c->to ? c->st_end[row] : c->to;
+            int64_t to = cut_to(s, appl);
+            int64_t end = c->st_end[row] < to ? c->st_end[row] : to;
             if (put_text(s, "1:%d:%lld:%lld:%lld:0:%lld:%d\n", c->st_cpu[row], (long long)appl,
                          (long long)task, (long long)thread, (long long)(end - c->from),
                          c->st_state[row]) < 0) {
@@ -668,6 +689,8 @@ static int cut_line(Scanner *s, const char *p, const char *end, const char *nl) 
      * the window, released before any line past its start */
     if (t >= c->from && cut_flush(s) < 0) return -2;
     if (t > c->from && c->holding && release_held(s) < 0) return -2;
+    int64_t to = cut_to(s, appl); /* an application may end before the others */
+    if (t >= to) return 0;
     if (kind == '1') {
         int64_t stop, state;
         if (field(&q, end, &stop) || field(&q, end, &state)) return -1;
@@ -680,7 +703,7 @@ static int cut_line(Scanner *s, const char *p, const char *end, const char *nl) 
             return 0;
         }
         if (cut_flush(s) < 0) return -2;
-        int64_t e = stop < c->to ? stop : c->to;
+        int64_t e = stop < to ? stop : to;
         return put_text(s, "1:%lld:%lld:%lld:%lld:%lld:%lld:%lld\n", (long long)cpu,
                         (long long)appl, (long long)task, (long long)thread,
                         (long long)(t - c->from), (long long)(e - c->from), (long long)state);
@@ -714,7 +737,7 @@ static int cut_line(Scanner *s, const char *p, const char *end, const char *nl) 
         field(&q, end, &precv))
         return -1;
     int64_t lo = t < psend ? t : psend, hi = lrecv > precv ? lrecv : precv;
-    if (lo < c->from || hi > c->to) return 0;
+    if (lo < c->from || hi > to) return 0;
     if (cut_flush(s) < 0) return -2;
     return put_text(s, "3:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld",
                     (long long)cpu, (long long)appl, (long long)task, (long long)thread,

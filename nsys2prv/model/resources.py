@@ -10,13 +10,17 @@
 
 Rows are keyed by (report, local row), so equal pids or stream ids in different reports, or
 equal stream ids on different devices, never collide.
+
+A trace of several runs (`combine_models`, e.g. before and after a change) has one Paraver
+application per run, each with the nodes, tasks and rows its run alone would have; the
+engine's task ids then carry the application in their high bits (`Task.engine_id`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -39,6 +43,9 @@ class Row:
     cpu: int = 0  # 1-based global virtual CPU
 
 
+APPL_SHIFT = 32  # an engine task id: (application - 1) << APPL_SHIFT | task number
+
+
 @dataclass
 class Task:
     report: int
@@ -47,7 +54,13 @@ class Task:
     name: str | None
     node: int = 0  # 1-based
     rows: list[Row] = field(default_factory=list)
-    number: int = 0  # 1-based
+    number: int = 0  # 1-based, within its application
+    appl: int = 1  # 1-based Paraver application (the run, in a trace of several)
+
+    @property
+    def engine_id(self) -> int:
+        """The task as the engine writes it: 'appl:task' from one integer (see _engine.c)."""
+        return (self.appl - 1) << APPL_SHIFT | self.number
 
     @property
     def tag(self) -> str:
@@ -64,9 +77,12 @@ class Task:
 @dataclass
 class ResourceModel:
     nodes: list[str]
-    tasks: list[Task]
+    tasks: list[Task]  # application by application
     reports: int
     report_hosts: list[str] = field(default_factory=list)  # node name of each report
+    # a trace of several runs: the label of each application (empty: one application)
+    applications: list[str] = field(default_factory=list)
+    application_names: list[str] = field(default_factory=list)  # what each one ran
 
     @property
     def rows(self) -> list[Row]:
@@ -93,10 +109,22 @@ class ResourceModel:
         return {"order": order, "cpu": cpu, "task": task, "thread": thread}
 
     def __post_init__(self) -> None:
-        self._task_of = {(r.report, r.local): t.number for t in self.tasks for r in t.rows}
+        self._task_of = {(r.report, r.local): t.engine_id for t in self.tasks for r in t.rows}
 
     def task_of(self, row: Row) -> int:
+        """The engine task id of a row's task (Task.engine_id)."""
         return self._task_of[(row.report, row.local)]
+
+    def application_tasks(self) -> list[list[Task]]:
+        """The tasks of each application, in order."""
+        out: list[list[Task]] = [[] for _ in range(max(1, len(self.applications)))]
+        for t in self.tasks:
+            out[t.appl - 1].append(t)
+        return out
+
+    def prefix(self, appl: int) -> str:
+        """What the labels of an application's tasks and rows start with ('before: ')."""
+        return f"{self.applications[appl - 1]}: " if self.applications else ""
 
 
 def _row_label(row: Row, task: Task, thread_names: dict[str, str], gpus: dict[str, str]) -> str:
@@ -175,3 +203,25 @@ def build_model(metas: list[dict], hosts: list[str | None] | None = None) -> Res
                     r.cpu = next_cpu
                     next_cpu += 1
     return ResourceModel(nodes, tasks, len(metas), node_of_report)
+
+
+def combine_models(models: list[ResourceModel], labels: list[str], names: list[str]
+                   ) -> ResourceModel:
+    """One model of several runs, application k = run k: each run keeps the nodes, tasks,
+    rows and CPUs (in that order) that its own trace has, its reports, nodes and CPUs
+    numbered after those of the runs before it; nodes are named 'LABEL: host' (two runs on
+    one host stay apart)."""
+    nodes: list[str] = []
+    tasks: list[Task] = []
+    hosts: list[str] = []
+    reports = cpus = 0
+    for appl, (m, label) in enumerate(zip(models, labels), start=1):
+        for t in m.tasks:
+            rows = [replace(r, report=r.report + reports, cpu=r.cpu + cpus) for r in t.rows]
+            tasks.append(replace(t, report=t.report + reports, node=t.node + len(nodes),
+                                 rows=rows, appl=appl))
+        nodes += [f"{label}: {n}" for n in m.nodes]
+        hosts += m.report_hosts
+        reports += m.reports
+        cpus += sum(m.cpus_per_node())
+    return ResourceModel(nodes, tasks, reports, hosts, list(labels), list(names))

@@ -33,12 +33,20 @@ MAX_MESSAGES = 50
 class Header:
     end_time: int
     cpus_per_node: list[int]
-    tasks: list[tuple[int, int]]  # per task of appl 1: (threads, node)
+    tasks: list[tuple[int, int]]  # per task of every application, in order: (threads, node)
     applications: list[list[tuple[int, int]]]
 
     @property
     def total_cpus(self) -> int:
         return sum(self.cpus_per_node)
+
+    @property
+    def appl_offsets(self) -> list[int]:
+        """Index in `tasks` of each application's first task, then the task count."""
+        out = [0]
+        for a in self.applications:
+            out.append(out[-1] + len(a))
+        return out
 
 
 @dataclass
@@ -115,7 +123,7 @@ def parse_header(line: str) -> Header:
         raise ValueError(f"unexpected text after the applications: {tail[:40]!r}")
     if tail and int(tail):
         raise ValueError("communicator lines are not supported by this checker")
-    return Header(int(m.group("end")), cpus, apps[0], apps)
+    return Header(int(m.group("end")), cpus, [t for a in apps for t in a], apps)
 
 
 def parse_pcf(text: str) -> tuple[dict[int, dict[int, str]], list[str]]:
@@ -254,12 +262,15 @@ class _BodyState:
             self.thread_base[i] = acc
             acc += th
         self.n_threads = acc
+        self.thread_base[len(header.tasks) + 1] = acc  # the end of the last task
         self.threads_of_task = np.array([0] + [t for t, _ in header.tasks], dtype=np.int64)
         self.node_of_task = np.array([0] + [n for _, n in header.tasks], dtype=np.int64)
         cpu_node = [0]
         for node, n in enumerate(header.cpus_per_node, start=1):
             cpu_node += [node] * n
         self.node_of_cpu = np.array(cpu_node, dtype=np.int64)
+        # first global task (1-based) of each application (1-based), the task count after
+        self.appl_first = np.array([0, *(o + 1 for o in header.appl_offsets)], dtype=np.int64)
         self.last_time = -1
         self.last_state_end = np.full(acc + 1, -1, dtype=np.int64)
         self.covered = np.zeros(acc + 1, dtype=np.int64)
@@ -287,9 +298,25 @@ def _check_body(rep: CheckReport, header: Header, fh, pcf_types) -> None:
         rep.error(f"type {t}: values without a .pcf label: {sorted(vals)[:10]}")
     rep.counts = counts
     rep.event_counts = event_counts
-    gaps = int(np.sum(st.covered[1:] != header.end_time))
+    extent = np.full(st.n_threads, header.end_time, dtype=np.int64)
+    if len(header.applications) > 1:  # runs of different lengths: each to its own end
+        for a in range(len(header.applications)):
+            lo, hi = (int(st.thread_base[st.appl_first[a + k]]) for k in (1, 2))
+            extent[lo:hi] = max(0, int(st.last_state_end[1 + lo:1 + hi].max(initial=0)))
+    gaps = int(np.sum(st.covered[1:] != extent))
     if counts["states"] and gaps:
         rep.warnings.append(f"{gaps} of {st.n_threads} rows are not fully covered by states")
+
+
+def _global_task(st: _BodyState, appl: np.ndarray, task: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(global 1-based task, whether the (appl, task) pair is in the header)."""
+    n_appl = len(st.appl_first) - 2
+    ok = (appl >= 1) & (appl <= n_appl)
+    a = np.where(ok, appl, 1)
+    first, after = st.appl_first[a], st.appl_first[a + 1]
+    ok &= (task >= 1) & (task <= after - first)
+    return np.where(ok, first + task - 1, 0), ok
 
 
 def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, event_counts,
@@ -330,9 +357,9 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
     thread = df["thread"].to_numpy()
     cpu = df["cpu"].to_numpy()
     appl = df["appl"].to_numpy()
-    ok_obj = (appl == 1) & (task >= 1) & (task <= n_tasks)
+    gtask, ok_obj = _global_task(st, appl, task)
     ok_obj &= thread >= 1
-    safe_task = np.where(ok_obj, task, 0)
+    safe_task = np.where(ok_obj, gtask, 0)
     ok_obj &= thread <= tt[safe_task]
     ok_cpu = (cpu >= 0) & (cpu <= header.total_cpus)
     safe_cpu = np.where(ok_cpu, cpu, 0)
@@ -422,8 +449,7 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
             "n", *[pl.col("f").list.get(i).cast(pl.Int64).alias(n) for i, n in
                    [(6, "ps"), (7, "rcpu"), (8, "rappl"), (9, "rtask"), (10, "rthread"),
                     (11, "lr"), (12, "pr")]])
-        rt = cdf["rtask"].to_numpy()
-        ok = (cdf["rappl"].to_numpy() == 1) & (rt >= 1) & (rt <= n_tasks)
+        rt, ok = _global_task(st, cdf["rappl"].to_numpy(), cdf["rtask"].to_numpy())
         srt = np.where(ok, rt, 0)
         ok &= (cdf["rthread"].to_numpy() >= 1) & (cdf["rthread"].to_numpy() <= tt[srt])
         rc = cdf["rcpu"].to_numpy()

@@ -22,9 +22,10 @@ def header(model: ResourceModel, end_time: int, start_epoch_ns: int | None) -> s
     else:
         date = "01/01/1970 at 00:00"
     cpus = ",".join(str(c) for c in model.cpus_per_node())
-    tasks = ",".join(f"{len(t.rows)}:{t.node}" for t in model.tasks)
-    return (f"#Paraver ({date}):{end_time}_ns:{len(model.nodes)}({cpus}):1:"
-            f"{len(model.tasks)}({tasks})\n")
+    apps = model.application_tasks()
+    tasks = ":".join(f"{len(ts)}(" + ",".join(f"{len(t.rows)}:{t.node}" for t in ts) + ")"
+                     for ts in apps)
+    return f"#Paraver ({date}):{end_time}_ns:{len(model.nodes)}({cpus}):{len(apps)}:{tasks}\n"
 
 
 def format_block(df: pl.DataFrame) -> pl.Series:

@@ -74,11 +74,11 @@ def _parse_header(line: str) -> tuple[int, list[tuple[int, int, int, int]]]:
     return end, tasks
 
 
-def _row_labels(path: Path) -> tuple[list[str], list[str]]:
-    """THREAD and TASK labels of the .row file (empty lists if absent)."""
+def _row_labels(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """THREAD, TASK and APPL labels of the .row file (empty lists if absent)."""
     levels: dict[str, list[str]] = {}
     if not path.exists():
-        return [], []
+        return [], [], []
     current: list[str] | None = None
     remaining = 0
     for line in path.read_text().splitlines():
@@ -90,11 +90,11 @@ def _row_labels(path: Path) -> tuple[list[str], list[str]]:
         if m:
             current = levels.setdefault(m[1], [])
             remaining = int(m[2])
-    return levels.get("THREAD", []), levels.get("TASK", [])
+    return levels.get("THREAD", []), levels.get("TASK", []), levels.get("APPL", [])
 
 
 def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
-          task_labels: list[str]) -> pl.DataFrame:
+          task_labels: list[str], appl_labels: list[str] = ()) -> pl.DataFrame:
     recs = []
     for t_index, (appl, task, threads, node) in enumerate(tasks):
         for thread in range(1, threads + 1):
@@ -108,14 +108,22 @@ def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
             for i in range(len(tasks))]
     df = df.with_columns(pl.Series("label", lab),
                          pl.int_range(pl.len(), dtype=pl.Int32).alias("row"))
-    # "GPU d ...", or "rank r: GPU d ..." in a trace of several tasks
-    gpu = pl.col("label").str.extract(f"{ROW_PREFIX}GPU (\\d+) ", 1).cast(pl.Int64)
-    kind = (pl.when(pl.col("label").str.contains(f"{ROW_PREFIX}GPU \\d+ metrics"))
+    # "GPU d ...", or "rank r: GPU d ..." in a trace of several tasks; in a trace of several
+    # runs each row starts with its run's label ("before: "), the APPL label's first part
+    own = pl.col("label")
+    napps = max((t[0] for t in tasks), default=1)
+    if napps > 1 and len(appl_labels) >= napps:
+        prefix = [a.split(": ", 1)[0] + ": " for a in appl_labels[:napps]]
+        df = df.with_columns(pl.Series("_prefix", prefix).gather(df["appl"] - 1))
+        own = pl.col("label").str.strip_prefix(pl.col("_prefix"))
+    gpu = own.str.extract(f"{ROW_PREFIX}GPU (\\d+) ", 1).cast(pl.Int64)
+    kind = (pl.when(own.str.contains(f"{ROW_PREFIX}GPU \\d+ metrics"))
             .then(pl.lit("metrics"))
-            .when(pl.col("label").str.contains(f"{ROW_PREFIX}GPU \\d+ ctx \\d+ stream \\d+"))
+            .when(own.str.contains(f"{ROW_PREFIX}GPU \\d+ ctx \\d+ stream \\d+"))
             .then(pl.lit("gpu")).otherwise(pl.lit("cpu")))
     return df.with_columns(gpu.alias("device"), kind.alias("kind"),
-                           pl.Series("task_label", tlab).gather(df["task_index"]))
+                           pl.Series("task_label", tlab).gather(df["task_index"])
+                           ).drop("_prefix", strict=False)
 
 
 BLOCK = 32 << 20  # bytes of trace text scanned at a time (one window of `windows`)
@@ -136,8 +144,8 @@ def read_layout(path: str | Path) -> Layout:
     with open_text(path) as f:
         header = f.readline()
     end, tasks = _parse_header(header)
-    labels, task_labels = _row_labels(companion(path, ".row"))
-    return Layout(path, end, tasks, _rows(tasks, labels, task_labels))
+    labels, task_labels, appl_labels = _row_labels(companion(path, ".row"))
+    return Layout(path, end, tasks, _rows(tasks, labels, task_labels, appl_labels))
 
 
 def make_scanner(layout: Layout, **options):

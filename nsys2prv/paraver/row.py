@@ -7,6 +7,8 @@ from .values import clean_label
 
 
 def render(model: ResourceModel, application: str) -> str:
+    """The .row of `model`; `application` names its one application (a trace of several
+    names each 'LABEL: what it ran', and its tasks and threads start with 'LABEL: ')."""
     out = []
     cpus = []
     for node_index, node in enumerate(model.nodes, start=1):
@@ -17,10 +19,12 @@ def render(model: ResourceModel, application: str) -> str:
     out += [clean_label(c) for c in cpus]
     out += ["", f"LEVEL NODE SIZE {len(model.nodes)}"]
     out += [clean_label(n) for n in model.nodes]
-    out += ["", "LEVEL APPL SIZE 1", clean_label(application)]
+    apps = [f"{a}: {n}" for a, n in zip(model.applications, model.application_names)] \
+        if model.applications else [application]
+    out += ["", f"LEVEL APPL SIZE {len(apps)}"]
+    out += [clean_label(a) for a in apps]
     out += ["", f"LEVEL TASK SIZE {len(model.tasks)}"]
-    out += [clean_label(t.label) for t in model.tasks]
-    rows = model.rows
-    out += ["", f"LEVEL THREAD SIZE {len(rows)}"]
-    out += [clean_label(r.label) for r in rows]
+    out += [clean_label(model.prefix(t.appl) + t.label) for t in model.tasks]
+    out += ["", f"LEVEL THREAD SIZE {len(model.rows)}"]
+    out += [clean_label(model.prefix(t.appl) + r.label) for t in model.tasks for r in t.rows]
     return "\n".join(out) + "\n"

@@ -14,7 +14,7 @@ import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ import polars as pl
 
 from .. import engine
 from ..errors import InputError
-from ..model.resources import ResourceModel, build_model
+from ..model.resources import ResourceModel, build_model, combine_models
 from ..paraver import pcf as pcf_mod
 from ..paraver import prv as prv_mod
 from ..paraver import records as R
@@ -30,7 +30,8 @@ from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter, output_error
-from ..paraver.values import ValuesLike, clean_label, global_numbering, labels_of
+from ..paraver.values import (REPORT_INFO_LABEL, ValuesLike, clean_label, global_numbering,
+                               labels_of)
 from ..supervise import register_temp
 from .align import Alignment, align
 from .budget import worker_environment
@@ -38,7 +39,8 @@ from .descriptors import run_pool_size
 from .budget import plan as budget_plan
 from .facts import Facts, nvtx_ranges
 from .prepare import META_FILE, PARTIAL_FORMAT
-from .window import CutStream, Filter, NvtxFilter, TimeFilter, WindowMoved, resolve
+from .window import (CutStream, Filter, NvtxFilter, TimeFilter, WindowMoved, attribute_types,
+                     resolve, stacked_types)
 
 # = (time, order, kind, phase, sub, src, rep, ord), packed into four integer columns
 MERGE_KEYS = ["time", "ok", "sub", "rso"]
@@ -77,6 +79,7 @@ class MergeResult:
     counts: dict = field(default_factory=dict)
     warnings: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the summary should say (windows)
+    alignments: list[Alignment] = field(default_factory=list)  # of each run (applications)
 
 
 def load_partial(directory: str | Path) -> dict:
@@ -318,9 +321,11 @@ class _Plan:
     hooks: list[Iterator[pl.DataFrame]]
 
 
-def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False) -> _Plan:
+def _load(partials: list[str | Path], facts: list[Facts] | None) -> list[dict]:
+    """The partials' metadata, with the sync points of the whole reports when a window was
+    read; a report with nothing to translate is an error."""
     metas = [load_partial(p) for p in partials]
-    for m, f in zip(metas, options.facts or []):
+    for m, f in zip(metas, facts or []):
         m.setdefault("extra", {})["sync_points"] = dict(f.sync_points)
     empty = [m for m in metas if not m["rows"]]
     if empty:
@@ -328,11 +333,15 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
         found = ", ".join(m["kinds"]) or "none"
         raise InputError(f"{m['report']['path']}: the export has no data nsys2prv can "
                          f"translate (kinds found: {found})")
-    model = build_model(metas, options.hosts)
+    return metas
+
+
+def _clocks(metas: list[dict], model: ResourceModel, options: MergeOptions,
+            quiet: bool = False, stacklevel: int = 4) -> tuple[Alignment, int]:
+    """The reports' clock alignment and the end of their trace."""
     alignment = options.alignment or align(
         metas, model.report_hosts, options.sync, options.sync_by_task,
         reference=model.tasks[0].report if model.tasks else 0)
-    dictionary = Dictionary(metas, options.values_like)
     end_time = 0
     for m, s in zip(metas, alignment.shifts):
         if m["rows"]:
@@ -340,13 +349,28 @@ def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False
     if end_time >= 2**53 and not quiet:
         warnings.warn(f"the trace spans {end_time} ns (more than 2^53, about 104 days): "
                       "Paraver stores times as doubles and will round them; check the "
-                      "timestamps of the inputs", stacklevel=3)
-    views = [ReportView(i, m, model, s, dictionary) for i, (m, s) in
-             enumerate(zip(metas, alignment.shifts))]
-    mctx = MergeContext(metas, model, alignment.shifts, views)
+                      "timestamps of the inputs", stacklevel=stacklevel)
+    return alignment, end_time
+
+
+def _hooks(metas: list[dict], model: ResourceModel, shifts: list[int],
+           views: list[ReportView]) -> tuple[MergeContext, list[Iterator[pl.DataFrame]]]:
+    """The merge records of the kinds that need every report at once (MPI messages)."""
+    mctx = MergeContext(metas, model, shifts, views)
     kinds = {k for m in metas for k in m["kinds"]}
     translators = [TRANSLATORS[name] for name in TRANSLATORS if name in kinds]
-    hooks = [iter(t.merge_records(mctx)) for t in translators if t.merge_records is not None]
+    return mctx, [iter(t.merge_records(mctx)) for t in translators
+                  if t.merge_records is not None]
+
+
+def _plan(partials: list[str | Path], options: MergeOptions, quiet: bool = False) -> _Plan:
+    metas = _load(partials, options.facts)
+    model = build_model(metas, options.hosts)
+    alignment, end_time = _clocks(metas, model, options, quiet)
+    dictionary = Dictionary(metas, options.values_like)
+    views = [ReportView(i, m, model, s, dictionary) for i, (m, s) in
+             enumerate(zip(metas, alignment.shifts))]
+    mctx, hooks = _hooks(metas, model, alignment.shifts, views)
     return _Plan(metas, model, alignment, dictionary, views, end_time, mctx, hooks)
 
 
@@ -399,13 +423,12 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     end_time, epoch = plan.end_time, alignment.epoch_of_zero
     notes: list[str] = []
     if options.filter is not None:
-        options.window, notes = _resolve_window(plan, options)
+        options.window, notes = _resolve_window(metas, alignment, plan.end_time, options)
         # what a window's reading cannot match (the launching call or the NCCL call before the
         # window) says nothing about the data: left out of the summary
         counts = {k: v for k, v in counts.items() if "without a matching" not in k
                   and "without a CUDA call" not in k}
-        notes.append("counts are of the records read for the window: those that overlap it, "
-                     "and every row's first and last")
+        notes.append(WINDOW_COUNTS_NOTE)
     if options.window is not None:
         lo, hi = options.window
         hi = plan.end_time if hi is None else min(hi, plan.end_time)
@@ -439,29 +462,204 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
                        counts, warns, notes)
 
 
-def _resolve_window(plan: _Plan, options: MergeOptions) -> tuple[tuple[int, int | None],
-                                                                  list[str]]:
+# -- a trace of several runs ------------------------------------------------------------------
+
+@dataclass
+class Application:
+    """One run of a trace of several (`merge_applications`): its partials (in rank/input
+    order), its label ('before') and, for a window, the facts of its whole reports."""
+
+    partials: list[str | Path]
+    label: str
+    facts: list[Facts] | None = None
+
+
+class ApplicationWindowMoved(WindowMoved):
+    """`WindowMoved` for the reports of one application (index into the applications)."""
+
+    def __init__(self, application: int, local: list[tuple[int, int] | None]) -> None:
+        super().__init__(local)
+        self.application = application
+
+
+@dataclass
+class _Run:
+    """One application's reports: what its own trace would be, and where it goes."""
+
+    metas: list[dict]
+    model: ResourceModel
+    alignment: Alignment
+    end_time: int
+    window: tuple[int, int] | None = None  # [lo, hi) of its own trace's time
+    notes: list[str] = field(default_factory=list)
+    mctx: MergeContext | None = None  # what its merge hooks counted
+
+    @property
+    def length(self) -> int:
+        """Its time in the trace: its window, or its whole run."""
+        if self.window is None:
+            return self.end_time
+        lo, hi = self.window
+        return max(0, min(hi, self.end_time) - lo)
+
+
+def merge_applications(applications: list[Application], output: str | Path,
+                       options: MergeOptions | None = None, progress=None) -> MergeResult:
+    """Write ONE trace of several runs, application k = run k: each run's rows exactly as its
+    own trace (`merge` of its partials alone: its clocks, its window resolved on it, starting
+    at 0 at its window's start), all numbered by one dictionary (the same name has the same
+    value in every application). The trace ends where the longest run ends. A window of the
+    options (`filter`) is resolved on every run separately (`ApplicationWindowMoved` when a
+    run's reports must be read again for it)."""
+    options = replace(options or MergeOptions(), alignment=None)  # each run has its own
+    runs: list[_Run] = []
+    for k, app in enumerate(applications):
+        metas = _load(app.partials, app.facts)
+        model = build_model(metas)
+        run = _Run(metas, model, *_clocks(metas, model, options))
+        if options.filter is not None:
+            try:
+                (lo, hi), run.notes = _resolve_window(metas, run.alignment, run.end_time,
+                                                      replace(options, facts=app.facts))
+            except WindowMoved as moved:
+                raise ApplicationWindowMoved(k, moved.local) from None
+            except InputError as e:
+                raise InputError(f"{app.label}: {e}") from None
+            run.window = (lo, run.end_time if hi is None else hi)
+        runs.append(run)
+    labels = [a.label for a in applications]
+    names = [r.metas[0]["report"]["name"] if len(r.metas) == 1 else f"{len(r.metas)} reports"
+             for r in runs]
+    model = combine_models([r.model for r in runs], labels, names)
+    all_metas = [m for r in runs for m in r.metas]
+    dictionary = Dictionary(all_metas, options.values_like)
+    # every run's window starts at `origin` on the merged clock (no time is negative)
+    origin = max((r.window[0] for r in runs if r.window is not None), default=0)
+    shifts: list[int] = []
+    ends: list[int] = []
+    views: list[ReportView] = []
+    hooks: list[Iterator[pl.DataFrame]] = []
+    counts: dict[str, int] = {}
+    warns: dict[str, int] = {}
+    for r in runs:
+        move = origin - r.window[0] if r.window is not None else 0
+        first = len(shifts)
+        run_views = [ReportView(first + i, m, model, s + move, dictionary)
+                     for i, (m, s) in enumerate(zip(r.metas, r.alignment.shifts))]
+        shifts += [s + move for s in r.alignment.shifts]
+        ends += [r.end_time + move] * len(r.metas)
+        mctx, run_hooks = _hooks(r.metas, model, shifts[first:], run_views)
+        views += run_views
+        hooks += run_hooks
+        r.mctx = mctx
+    end_time = max(r.length for r in runs)
+    windowed = options.filter is not None
+    with TraceWriter(output, options.compress) as writer:
+        first_epoch = runs[0].alignment.epoch_of_zero
+        if first_epoch is not None and runs[0].window is not None:
+            first_epoch += runs[0].window[0]
+        writer.write(prv_mod.header(model, end_time, first_epoch))
+        writer.write("".join(f"# {clean_label(c)}\n" for c in
+                             _applications_comments(runs, labels)))
+        memory = [m for m in (_memory_source(src) for src in
+                              [_edge_states(model, shifts, max(ends), ends), *hooks])
+                  if m is not None]
+        runs_files = [f for v in views for f in v.runs()]
+        merger = engine.Merger(runs_files, [v.engine_map() for v in views], memory, -_FAR,
+                               _FAR, run_pool_size(len(runs_files)))
+        if windowed:
+            cut = _ApplicationsCut(model, origin, [origin + r.length for r in runs],
+                                   writer.write_bytes)
+            _write_records(merger, cut.feed, warns, progress, origin + end_time)
+            cut.close()
+        else:
+            _write_records(merger, writer.write_bytes, warns, progress, end_time)
+        reports = pcf_mod.PcfType(reg.REPORT_INFO, REPORT_INFO_LABEL, {
+            i: f"{label}: {text}" for i, (label, text) in enumerate(
+                ((a.label, t) for a, r in zip(applications, runs)
+                 for t in _reports_type(r.alignment).values.values()), start=1)})
+        writer.commit(pcf_mod.render(dictionary.pcf_types(all_metas) + [reports]),
+                      row_mod.render(model, ""))
+    notes: list[str] = []
+    for r in runs:
+        assert r.mctx is not None
+        for part_counts, part_warns in [(m["counts"], m["warnings"]) for m in r.metas] + [
+                (r.mctx.counts, r.mctx.warnings)]:
+            for k, v in part_counts.items():
+                counts[k] = counts.get(k, 0) + v
+            for k, v in part_warns.items():
+                warns[k] = warns.get(k, 0) + v
+        notes += [n for n in r.notes if n not in notes]
+    if windowed:
+        counts = {k: v for k, v in counts.items() if "without a matching" not in k
+                  and "without a CUDA call" not in k}
+        notes.append(WINDOW_COUNTS_NOTE)
+    return MergeResult(writer.prv, model, runs[0].alignment, end_time, writer.bytes_written,
+                       counts, warns, notes, [r.alignment for r in runs])
+
+
+def _applications_comments(runs: list[_Run], labels: list[str]) -> list[str]:
+    """The header comments of a trace of several runs: each run's own, prefixed by its
+    application, and where its window lies on its own trace."""
+    out = [f"nsys2prv trace of {len(runs)} runs, one Paraver application each: "
+           + ", ".join(f"{k} = {label}" for k, label in enumerate(labels, start=1))]
+    for k, (r, label) in enumerate(zip(runs, labels), start=1):
+        head = f"application {k} ({label}): "
+        lo = r.window[0] if r.window is not None else 0
+        for c in alignment_comments(r.alignment, len(r.metas)):
+            if c.startswith("time 0 = UTC epoch") and r.alignment.epoch_of_zero is not None:
+                c = f"time 0 = UTC epoch {r.alignment.epoch_of_zero + lo} ns"
+            out.append(head + c)
+        if r.window is not None:
+            out.append(head + f"window: [{lo}, {lo + r.length}) ns of its own trace's time; "
+                       f"add {lo} ns to a time of this application to get its own trace's")
+        out.append(head + f"ends at {r.length} ns")
+    return out
+
+
+class _ApplicationsCut(CutStream):
+    """The cut of a trace of several runs whose windows all start at `origin`: each
+    application ends at its own end (the engine's cut with one end per application)."""
+
+    def __init__(self, model: ResourceModel, origin: int, ends: list[int], write) -> None:
+        from ..engine._engine import PrvScanner
+
+        task_rows, offsets = [0], []
+        for i, t in enumerate(model.tasks):
+            if len(offsets) < t.appl:
+                offsets.append(i)
+            task_rows.append(task_rows[-1] + len(t.rows))
+        self._scanner = PrvScanner(task_rows, offsets, cut=(origin, max(ends), ends),
+                                   stacked=stacked_types(), attributes=attribute_types())
+        self._write = write
+
+
+WINDOW_COUNTS_NOTE = ("counts are of the records read for the window: those that overlap it, "
+                      "and every row's first and last")
+
+
+def _resolve_window(metas: list[dict], alignment: Alignment, end_time: int,
+                    options: MergeOptions) -> tuple[tuple[int, int | None], list[str]]:
     """The asked window on the trace's clock; the reports must have been read for it
     (`WindowMoved` if not), and it must meet the run (unless `allow_empty`)."""
-    metas = plan.metas
     ranges = None
     if isinstance(options.filter, NvtxFilter):
         ranges = [f.nvtx for f in options.facts] if options.facts else \
             [_nvtx_ranges_of(m) for m in metas]
-    res = resolve(options.filter, plan.alignment.shifts, [m["time"]["first"] for m in metas],
+    res = resolve(options.filter, alignment.shifts, [m["time"]["first"] for m in metas],
                   ranges, [m["report"]["name"] for m in metas])
     for m, (lo, hi) in zip(metas, res.local):
         read = m.get("window")
         if read is not None and not (read[0] <= lo and hi <= read[1]):
             raise WindowMoved(res.local)
-    if (res.start >= plan.end_time or (res.end is not None and res.end <= res.start)) \
+    if (res.start >= end_time or (res.end is not None and res.end <= res.start)) \
             and not options.allow_empty:
         end = "the end" if res.end is None else f"{res.end / 1e9:.9f} s"
         asked = (f" (--filter-time {options.filter.describe()}, since the session start)"
                  if isinstance(options.filter, TimeFilter) else "")
         raise InputError(f"the window from {res.start / 1e9:.9f} s to {end}{asked} lies "
-                         f"outside the run (0 to {plan.end_time / 1e9:.9f} s of the trace's "
-                         "time); --allow-empty writes an empty trace for it")
+                         f"outside the run (0 to {end_time / 1e9:.9f} s of the trace's time); "
+                         "--allow-empty writes an empty trace for it")
     return (res.start, res.end), res.notes
 
 
@@ -590,16 +788,19 @@ def _reports_type(alignment: Alignment) -> pcf_mod.PcfType:
     for i, d in enumerate(alignment.details, start=1):
         labels[i] = (f"{d['report']} on {d['host']}: offset {d['offset_ns']} ns, sync "
                      f"correction {d['sync_correction_ns']} ns ({alignment.method})")
-    return pcf_mod.PcfType(reg.REPORT_INFO, "nsys2prv input report (clock offsets)", labels)
+    return pcf_mod.PcfType(reg.REPORT_INFO, REPORT_INFO_LABEL, labels)
 
 
-def _edge_states(model: ResourceModel, shifts: list[int], end_time: int
-                 ) -> Iterator[pl.DataFrame]:
-    """Head and tail states of every row: Not created (CPU) / Idle (GPU) to the trace ends."""
+def _edge_states(model: ResourceModel, shifts: list[int], end_time: int,
+                 ends: list[int] | None = None) -> Iterator[pl.DataFrame]:
+    """Head and tail states of every row: Not created (CPU) / Idle (GPU) to the trace ends
+    (to each report's own end with `ends`: the runs of a trace of several end apart)."""
     rows = []
     for order, r in enumerate(model.rows):
         state = reg.STATE_NOT_CREATED if r.kind == "cpu" else reg.STATE_IDLE
         first, last = r.first + shifts[r.report], r.last + shifts[r.report]
+        if ends is not None:
+            end_time = ends[r.report]
         common = {"order": order, "cpu": r.cpu, "task": model.task_of(r), "thread": r.thread,
                   "rep": r.report, "b": state}
         if first > 0:

@@ -282,6 +282,18 @@ VIEWS = [
          derived("Message size", "product", "Message size (last)", "Collective running")),
         _profile("Message size per collective [bytes]", "NCCL collective", "Message size",
                  "Average value")),
+    Cfg("views/compare_kernels.cfg", "Kernels of the runs compared, one application each",
+        "For a trace of several runs (nsys2prv.translate_applications: application 1 = "
+        "before, 2 = after, each starting at 0 at its own start or window): the kernels "
+        "(compute and NCCL) of every run on its stream rows. The runs share one numbering "
+        "of the names, so a kernel has the same colour in both; row labels start with the "
+        "run ('before: ', 'after: '). On an ordinary trace it is the kernel timeline.",
+        (last_value("GPU kernels", KERNELS), kernels_present(),
+         # what paramedir prints (its last window): the kernels again, as a derived window
+         # (not part of the GUI's load check, which ends on the presence window)
+         replace(derived("GPU kernels (printed)", "add", "GPU kernels",
+                         "GPU kernels present (load check)", factors=(1.0, 0.0)),
+                 hidden=True))),
     Cfg("views/mpi_messages.cfg", "MPI calls with their messages",
         "MPI call per thread (Extrae types) with the communication lines of the messages; "
         "the histogram gives bytes sent per MPI call per thread.",
@@ -391,6 +403,16 @@ ANALYSIS = [
         "in ns. Avg/Max = load balance of the useful (compute) time across ranks.",
         (on_task("Useful (device)", (KERNEL,)),),
         Histogram("Useful time (ns)", "Useful (device)", "Useful (device)", "Time", 1, 1, 1)),
+    Cfg("analysis/compare_kernel_time.cfg",
+        "Time per kernel name per stream row, the runs' rows one above the other",
+        "Columns = kernel names (compute and NCCL), rows = GPU stream rows, cells = total time "
+        "of the kernel on the row in ns. On a trace of several runs (one application each, "
+        "one numbering of the names) a kernel is one column for every run and the rows come "
+        "application by application, labelled 'before: ...' then 'after: ...': the two "
+        "runs' numbers of a kernel sit in one column. On an ordinary trace it is the kernel "
+        "time profile with the NCCL kernels.",
+        (last_value("GPU kernels", KERNELS), kernels_present()),
+        _profile("Kernel time per run [ns]", "GPU kernels", "GPU kernels")),
     Cfg("analysis/kernel_duration_histogram.cfg",
         "Kernel duration histograms per kernel name (bimodal GEMMs)",
         "3D histogram: columns = kernel duration bins (us, range computed from the trace), "

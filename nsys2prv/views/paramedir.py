@@ -10,6 +10,7 @@ counts as good only when stderr is empty, the output file exists and the cfg was
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -212,10 +213,45 @@ def scaling_jobs(tmp: Path) -> list[Job]:
     return jobs
 
 
+# a trace of the corpus' before/after runs, one Paraver application each, and each run
+# translated alone numbered like it: every histogram cfg on the three (tests/test_applications)
+APPLICATIONS_DIR = "applications"
+APPLICATION_RUNS = {"before": "sqlite/nsysai_mfu2gpu_before.sqlite",
+                    "after": "sqlite/nsysai_mfu2gpu_after.sqlite"}
+
+
+def trace_end(trace: Path) -> int:
+    """The end time (ns) in a trace's header."""
+    from ..paraver.read import open_text
+
+    with open_text(trace) as f:
+        return int(f.readline().split("):", 1)[1].split("_ns", 1)[0])
+
+
+def applications_jobs(tmp: Path, corpus: Path | None) -> list[Job]:
+    """Translate the before/after pair into one trace of two applications and each run
+    alone (`values_like` the pair), as jobs of `refresh` (histograms only; the traces are
+    made again by the tests, not stored). None without the corpus."""
+    from ..api import translate, translate_applications
+
+    if corpus is None or not all((corpus / r).exists() for r in APPLICATION_RUNS.values()):
+        return []
+    both = tmp / "both.prv"
+    translate_applications([str(corpus / r) for r in APPLICATION_RUNS.values()], both,
+                           labels=list(APPLICATION_RUNS))
+    jobs: list[Job] = [(f"{APPLICATIONS_DIR}/both", both, True, None)]
+    for label, rel in APPLICATION_RUNS.items():
+        trace = tmp / f"{label}.prv"
+        translate([str(corpus / rel)], str(trace), values_like=both)
+        jobs.append((f"{APPLICATIONS_DIR}/{label}", trace, True, None))
+    return jobs
+
+
 def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
     """Regenerate tests/data/paramedir: the sample (every cfg), small corpus traces
-    (histograms only: their timelines are large), the hand-made families trace and the
-    synthetic scaling runs (SCALING_CFGS only)."""
+    (histograms only: their timelines are large), the hand-made families trace, the
+    synthetic scaling runs (SCALING_CFGS only) and the corpus before/after pair as one
+    trace of two applications and as two traces (histograms only)."""
     from ..testing.samples import sample_spec
     from ..testing.synth import write_export
     from ..api import translate
@@ -239,6 +275,11 @@ def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
         fam = families_trace(data / FAMILIES_DIR / "trace")
         jobs.append((FAMILIES_DIR, fam, False, None))
         jobs += scaling_jobs(Path(tmp))
+        jobs += applications_jobs(Path(tmp), corpus)
+        ends = {name.split("/")[1]: trace_end(trace) for name, trace, _, _ in jobs
+                if name.startswith(APPLICATIONS_DIR + "/")}
+        if ends:  # what the '% Time' cells of each trace are a share of
+            (data / APPLICATIONS_DIR / "ends.json").write_text(json.dumps(ends, indent=1))
         for name, trace, hist_only, only in jobs:
             out = data / name
             for old in out.glob("*.*"):
