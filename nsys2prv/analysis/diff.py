@@ -353,8 +353,19 @@ def _loop_candidates(acts: Activities) -> pl.DataFrame:
     fams = _range_families(acts).with_columns(
         pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64, strict=False).alias("k"))
     top = top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
+    # a loop's steps follow each other on each process: a text whose instances overlap
+    # there (the same range on several threads at once) is no loop
+    tasks = acts.rows.select("row", "task_index")
+    end = pl.col("start") + pl.col("dur")
+    overlap = (top.join(tasks, on="row", how="left").sort("start", "row")
+               .with_columns((pl.col("start") < end.cum_max().shift(1)
+                              .over("text", "domain", "task_index")).fill_null(False)
+                             .alias("overlap"))
+               .group_by("text", "domain").agg(pl.col("overlap").any()))
     exact = (top.group_by("text", "domain").agg(pl.len().alias("n"), pl.col("dur").sum())
-             .filter(pl.col("n") > 1).rename({"text": "name"}))
+             .join(overlap, on=["text", "domain"], how="left", nulls_equal=True)
+             .filter((pl.col("n") > 1) & ~pl.col("overlap"))
+             .drop("overlap").rename({"text": "name"}))
     fam = (top.filter(pl.col("family").str.count_matches("#", literal=True) == 1)
            .sort("row", "start")
            .with_columns((pl.col("k").diff().over("row", "family", "domain") == 1)
@@ -371,7 +382,7 @@ def pick_range(before: Activities, after: Activities | None = None
                ) -> tuple[str, str | None] | None:
     """The range a training loop repeats, or None. Candidates are top-level NVTX ranges
     (inside no other range of their thread, any domain) that look like a loop: one text
-    repeated ('train_step'), or texts that differ by one counter that goes up by one on each
+    repeated ('train_step') whose instances never overlap on a process, or texts that differ by one counter that goes up by one on each
     thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
     are not a loop. A loop covers the run: its instances must hold a tenth of the trace's
     time at least and, with `after`, be found there too with no more than twice or half as
@@ -394,12 +405,10 @@ def pick_range(before: Activities, after: Activities | None = None
     return c["name"][0], c["domain"][0]
 
 
-def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
-    """Per instance k of the range (k-th by start on each process; step k of a job spans
-    from the earliest start to the latest end over its processes): start, end, duration
-    and the category times of the activities that start inside it (ns, summed over
-    devices). `name` is a range's text, or a family ('step #'; also 'step 3' when no range
-    is named so: every 'step N')."""
+def instance_windows(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
+    """(task_index, instance, start, end): the k-th instance (by start) of the range on each
+    process. `name` is a range's text, or a family ('step #'; also 'step 3' when no range is
+    named so: every 'step N')."""
     rows = acts.rows.select("row", "task_index")
     fams = _range_families(acts)
     ids = fams.filter(pl.col("name") == name)
@@ -408,13 +417,21 @@ def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
         ids = fams.filter(pl.col("family") == folded)
     types = acts.domains.filter(pl.col("domain").is_null() if domain is None
                                 else pl.col("domain") == domain)["type"].to_list()
-    r = (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
-                            & pl.col("type").is_in(types))
-         .join(rows, on="row")
-         .sort("task_index", "start")
-         .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance")))
-    steps = (r.group_by("instance").agg(pl.col("start").min(),
-                                        (pl.col("start") + pl.col("dur")).max().alias("end"))
+    return (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
+                               & pl.col("type").is_in(types))
+            .join(rows, on="row")
+            .sort("task_index", "start", "row")
+            .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance"))
+            .select(pl.col("task_index").cast(pl.Int64), pl.col("instance").cast(pl.Int64),
+                    "start", (pl.col("start") + pl.col("dur")).alias("end")))
+
+
+def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
+    """Per instance k of the range (`instance_windows`; step k of a job spans from the
+    earliest start to the latest end over its processes): start, end, duration and the
+    category times of the activities that start inside it (ns, summed over devices)."""
+    r = instance_windows(acts, name, domain)
+    steps = (r.group_by("instance").agg(pl.col("start").min(), pl.col("end").max())
              .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
     if steps.height == 0:
         return steps
@@ -472,9 +489,16 @@ def explain(c: Comparison) -> str:
     v = c.verdict
     what = (f"'{c.iterations.name}' median" if c.iterations is not None else "elapsed time")
     if v.p is None:
-        parts = [f"{what} {_pct(v.change)} ({_p(v)})."]
+        head = f"{what} {_pct(v.change)} ({_p(v)})."
     else:
-        parts = [f"{what} {_pct(v.change)} ({_p(v)}): {v.verdict}."]
+        head = f"{what} {_pct(v.change)} ({_p(v)}): {v.verdict}."
+    return " ".join([head, *explain_changes(c)])
+
+
+def explain_changes(c: Comparison) -> list[str]:
+    """The sentences of the paragraph after the verdict: the categories and kernels that
+    moved most, the idle cause that moved most, the warnings."""
+    parts: list[str] = []
     cat = c.categories.group_by("category").agg(pl.col("total_before").sum(),
                                                  pl.col("total_after").sum())
     moves = []
@@ -515,7 +539,7 @@ def explain(c: Comparison) -> str:
                      f"{top['delta'] / 1e6:+.3f} ms.")
     if c.warnings:
         parts.append("Note: " + " ".join(c.warnings))
-    return " ".join(parts)
+    return parts
 
 
 # ---------------------------------------------------------------------- compare --
