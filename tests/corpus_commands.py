@@ -58,8 +58,10 @@ def main(export: str, work: str) -> dict:
     results = {}
     results["translate"] = run([export, str(trace), "-q"])
     results["check"] = run(["check", "-q", str(trace)])
-    results["analyze"] = run(["analyze", export, "--plot", str(w / "eff.png")])
-    results["analyze_json"] = run(["analyze", "--json", str(trace)])
+    results["analyze"] = run(["analyze", export, "--plot", str(w / "eff.png"),
+                              "--iterations", "--modality"])
+    results["analyze_json"] = run(["analyze", "--json", str(trace), "--iterations",
+                                   "--modality"])
     results["analyze_pop"] = run(["analyze", str(trace), "--pop-trace", str(pop)])
     results["check_pop"] = run(["check", "-q", str(pop)])
     results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace)])
@@ -77,12 +79,21 @@ def main(export: str, work: str) -> dict:
     # a time window is on each side's own clock (nsys' for an export, the trace's for a
     # trace): the same window of the export on both sides
     results["diff_window"] = run(["diff", export, export, "--json", "--no-rules",
-                                  "--no-idle", f"--filter-time={window}"])
+                                  "--no-idle", f"--filter-time={window}",
+                                  "--trace", str(w / "both.prv")])
+    results["check_both"] = run(["check", "-q", str(w / "both.prv")])
     results["prepare"] = run(["prepare", "-q", export, str(part)])
     results["merge"] = run(["merge", "-q", str(part), str(merged)])
     checks = {}
     try:
-        checks["json_devices"] = len(json.loads(results["analyze_json"]["stdout"])["devices"])
+        analysis = json.loads(results["analyze_json"]["stdout"])
+        checks["json_devices"] = len(analysis["devices"])
+        # the steps, when a loop was found: each lasts, its GPU busy time within its devices'
+        # time
+        steps = analysis["iterations"].get("steps", [])
+        checks["steps_bad"] = [s["instance"] for s in steps if s["duration"] <= 0
+                               or not 0 <= s["gpu_busy"] <= s["device_time"]]
+        checks["modality_kernels"] = len(analysis["modality"])
     except (ValueError, KeyError) as e:
         checks["json_devices"] = f"bad JSON: {e}"
     try:

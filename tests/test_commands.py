@@ -80,4 +80,7 @@ def test_every_command_on_the_export(export, driven):
     # an export against its own translation (whole, and a window of each): no difference
     assert checks["diff_nonzero"] == [], checks["diff_nonzero"]
     assert checks["diff_window_nonzero"] == [], checks["diff_window_nonzero"]
+    # analyze --iterations --modality: sane steps where a loop was found, a kernel table
+    assert checks["steps_bad"] == [], checks["steps_bad"]
+    assert isinstance(checks["modality_kernels"], int)
     assert peak <= PEAK_RSS, f"peak RSS {peak / 2**20:.0f} MiB over {PEAK_RSS >> 20} MiB"

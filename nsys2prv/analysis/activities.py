@@ -75,6 +75,19 @@ class Activities:
                 .select("row", "start", "dur", pl.col("text").alias("name"), "domain",
                         "level", "top"))
 
+    def window(self, lo: int, hi: int) -> "Activities":
+        """The activities that start in [lo, hi), times moved so that lo is 0 (a step of
+        the run as a run of its own, to compare two steps). The synchronisation time is
+        per row, not per instant: a window has none."""
+        inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
+        moved = pl.col("start") - lo
+        return Activities(self.path, hi - lo, self.rows,
+                          self.kernels.filter(inside).with_columns(moved),
+                          self.memops.filter(inside).with_columns(moved),
+                          self.ranges.filter(inside).with_columns(moved),
+                          self.sync.clear(), self.kernel_names, self.memop_names,
+                          self.range_names, self.domains)
+
     def named_kernels(self) -> pl.DataFrame:
         """`kernels` with the text of their short and full names."""
         names = self.kernel_names

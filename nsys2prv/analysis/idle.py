@@ -380,11 +380,17 @@ class GapFold:
 
     COMPACT = 64  # partial sums kept before they are summed together
 
-    def __init__(self, top: int) -> None:
+    def __init__(self, top: int, buckets: pl.DataFrame | None = None) -> None:
         self.top = top
         self._sums: list[pl.DataFrame] = []
         self._nvtx: list[pl.DataFrame] = []
         self._best: pl.DataFrame | None = None
+        # (instance, start, end) of the steps of a run: each gap also summed into the step
+        # its middle lies in (`instance_sums`)
+        self._buckets = None if buckets is None else buckets.select(
+            "instance", pl.col("start").alias("b_start"), pl.col("end").alias("b_end")
+        ).sort("b_start")
+        self._inst: list[pl.DataFrame] = []
 
     def add(self, done: pl.DataFrame) -> None:
         """Completed gaps: (gid, g, start, end, host_row, *SUM_COLS, type, value)."""
@@ -398,9 +404,20 @@ class GapFold:
                           .group_by("g", "type", "value").agg(dur.sum().alias("t")))
         best = done if self._best is None else pl.concat([self._best, done])
         self._best = best.sort(dur, "start", "gid", descending=[True, False, False]).head(self.top)
+        if self._buckets is not None:
+            mid = ((pl.col("start") + pl.col("end")) // 2).alias("mid")
+            tagged = (done.with_columns(mid).sort("mid")
+                      .join_asof(self._buckets, left_on="mid", right_on="b_start",
+                                 strategy="backward")
+                      .filter(pl.col("mid") < pl.col("b_end")))
+            self._inst.append(tagged.group_by("instance").agg(
+                pl.len().cast(pl.Int64).alias("gaps"), dur.sum().alias("idle"),
+                *(pl.col(k).sum() for k in SUM_COLS)))
         if len(self._sums) > self.COMPACT:
             self._sums = [self.sums()]
             self._nvtx = [self.nvtx()]
+            if self._inst:
+                self._inst = [self.instance_sums()]
 
     def sums(self) -> pl.DataFrame:
         """(g, gaps, idle, *SUM_COLS)."""
@@ -410,6 +427,17 @@ class GapFold:
         return pl.concat(self._sums).group_by("g").agg(
             pl.col("gaps").sum(), pl.col("idle").sum(),
             *(pl.col(k).sum() for k in SUM_COLS))
+
+    def instance_sums(self) -> pl.DataFrame:
+        """(instance, gaps, idle, *SUM_COLS): the gaps whose middle lies in each step of
+        `buckets` (a gap that straddles two steps counts whole in one)."""
+        schema = {"instance": pl.Int64, "gaps": pl.Int64, "idle": pl.Int64,
+                  **{k: pl.Int64 for k in SUM_COLS}}
+        if not self._inst:
+            return _empty(schema)
+        return (pl.concat(self._inst).group_by("instance")
+                .agg(pl.col("gaps").sum(), pl.col("idle").sum(),
+                     *(pl.col(k).sum() for k in SUM_COLS)).cast(schema).sort("instance"))
 
     def nvtx(self) -> pl.DataFrame:
         """(g, type, value, t): idle time per NVTX range open on the launching thread."""
@@ -428,7 +456,8 @@ class CauseSums:
     into `fold` in the window where it ends (only gaps that cross a window's end are
     carried), so that memory grows with a window, not with the number of gaps."""
 
-    def __init__(self, gaps: pl.DataFrame, top: int = 10) -> None:
+    def __init__(self, gaps: pl.DataFrame, top: int = 10,
+                 buckets: pl.DataFrame | None = None) -> None:
         self.all_gaps = gaps
         self.gaps = gaps.filter(pl.col("host_row").is_not_null())
         self.rows = self.gaps["host_row"].unique()
@@ -438,7 +467,7 @@ class CauseSums:
         self._open_nvtx = _empty({"qid": pl.Int64, "type": pl.Int64, "value": pl.Int64})
         self._done_until = -(2**63)  # gaps ending at or before this are folded
         self.stacks = NvtxStacks()
-        self.fold = GapFold(top)
+        self.fold = GapFold(top, buckets)
 
     def add(self, window: Trace) -> None:
         lo, hi = window.start, window.end
@@ -551,6 +580,9 @@ class IdleReport:
     launches: list[KernelLaunches]
     short_kernel_share: float | None  # of kernel time, in kernels shorter than their launch
     notes: list[str] = field(default_factory=list)
+    # with steps given (`explain(buckets=...)`): per step, the gaps whose middle lies in it:
+    # {"instance", "gaps", "idle", "causes": {cause: ns}}
+    instances: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -626,9 +658,11 @@ def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
 
 def explain(finder: GapFinder, launches: LaunchStats,
             source: Callable[..., Iterable[Trace]], end: int, rows: pl.DataFrame,
-            devices: pl.DataFrame, pcf: Path | None, top: int = 10) -> IdleReport:
+            devices: pl.DataFrame, pcf: Path | None, top: int = 10,
+            buckets: pl.DataFrame | None = None) -> IdleReport:
     """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
-    report. Names come from the trace's .pcf when there is one."""
+    report. Names come from the trace's .pcf when there is one. `buckets` (instance, start,
+    end: the steps of the run) adds the idle time and causes of each step."""
     values: dict[int, dict[int, str]] = {}
     type_labels: dict[int, str] = {}
     if pcf is not None and pcf.exists():
@@ -638,7 +672,7 @@ def explain(finder: GapFinder, launches: LaunchStats,
     kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
     launch_list = launches.result(end, kernel_names)
     gaps = finder.gaps()
-    sums = CauseSums(gaps, top)
+    sums = CauseSums(gaps, top, buckets)
     if sums.rows.len():
         for window in source(types=CAUSE_TYPES, state_rows=sums.rows.to_list()):
             sums.add(window)
@@ -657,6 +691,10 @@ def explain(finder: GapFinder, launches: LaunchStats,
     report = build_report(fold, finder.spans(), devices, labels, gpu_rows_of, nvtx_label,
                           launch_list, top)
     report.notes = _notes(report)
+    if buckets is not None:
+        report.instances = [{"instance": r["instance"], "gaps": r["gaps"], "idle": r["idle"],
+                             "causes": _causes_of(r)}
+                            for r in fold.instance_sums().iter_rows(named=True)]
     return report
 
 

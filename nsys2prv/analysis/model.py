@@ -368,11 +368,14 @@ PROCESS_GROUP = pl.col("task_index")
 
 
 def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
-             pcf: Path | None, observers: Sequence = ()) -> Analysis:
+             pcf: Path | None, observers: Sequence = (),
+             steps: Callable[[], pl.DataFrame | None] | None = None) -> Analysis:
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
     (`idle.explain`). `observers` (objects with `types` and `add(window)`) see every window
-    of the first pass too, read with their types added: one pass serves them all."""
+    of the first pass too, read with their types added: one pass serves them all. `steps`,
+    called between the passes (when the observers have seen the trace), gives the steps
+    (instance, start, end) whose idle causes the second pass sums too."""
     model = ModelSums()
     finder = launches = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
@@ -394,7 +397,8 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     if finder is not None and launches is not None and result.devices:
         rows = model._first.rows if model._first is not None else None
         result.idle = idle.explain(finder, launches, source, result.end, rows,
-                                   device_keys(rows), pcf, top)
+                                   device_keys(rows), pcf, top,
+                                   steps() if steps is not None else None)
     return result
 
 
@@ -413,9 +417,11 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
 
 
 def analyze_path(path: str | Path, explain: bool = True, top: int = 10,
-                 observers: Sequence = ()) -> Analysis:
+                 observers: Sequence = (),
+                 steps: Callable[[], pl.DataFrame | None] | None = None) -> Analysis:
     """The analysis of a trace file, read window by window (memory of one window): the
     model, and with `explain` why the GPUs wait (a second pass). `observers` see the
-    windows of the first pass (see `_analyze`)."""
+    windows of the first pass, `steps` gives the steps whose idle causes are summed too
+    (see `_analyze`)."""
     return _analyze(lambda **kw: windows(path, **kw), explain, top,
-                    companion(Path(path), ".pcf"), observers)
+                    companion(Path(path), ".pcf"), observers, steps)

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, UsageError
@@ -61,6 +62,15 @@ def _parser() -> argparse.ArgumentParser:
                         f"shows the {SHOWN} worst of each and the spread; --json has all)")
     p.add_argument("--no-idle", action="store_true",
                    help="skip why the GPUs wait (one pass over the trace instead of two)")
+    p.add_argument("--iterations", nargs="?", const="", metavar="RANGE[@DOMAIN]",
+                   help="per instance of a repeated NVTX range (a training step): duration, "
+                        "GPU busy/idle, compute/communication time, idle causes, the spread "
+                        "and outliers, and the slowest step against the median one (no "
+                        "RANGE: the most repeated top-level range)")
+    p.add_argument("--modality", action="store_true",
+                   help="per kernel name, whether its durations have two modes or a heavy "
+                        "tail, and on which processes and in which part of the run the slow "
+                        "launches are")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -98,19 +108,55 @@ def _cut(trace: str, tmp: Path, window, allow_empty: bool) -> Path:
     return out
 
 
+@dataclass
+class Extras:
+    """What `--iterations` and `--modality` add to the analysis (None: not asked)."""
+
+    # analysis.iterations.IterationReport, or why no range could be picked
+    iterations: object | None = None
+    modality: object | None = None  # polars DataFrame of analysis.modality
+
+
+def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | None,
+                 modality: bool) -> tuple[Analysis, Extras]:
+    """The analysis of a trace and, on the same passes, the steps and the kernels'
+    modality when asked (iterations '' : the range is picked)."""
+    extras = Extras()
+    if iterations is None and not modality:
+        return analyze_path(path, explain, top), extras
+    if iterations is not None:
+        from ..analysis.iterations import analyze_steps
+
+        result, acts, extras.iterations = analyze_steps(path, iterations or None, explain,
+                                                        top)
+    else:
+        from ..analysis.activities import ActivityCollector
+
+        collector = ActivityCollector(path)
+        result = analyze_path(path, explain, top, observers=[collector])
+        acts = collector.result()
+    if modality:
+        from ..analysis.modality import kernel_modality
+
+        extras.modality = kernel_modality(acts)
+    return result, extras
+
+
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             keep_in: Path | None = None, window=None,
-            allow_empty: bool = False) -> tuple[Analysis, Path | None]:
+            allow_empty: bool = False, iterations: str | None = None,
+            modality: bool = False) -> tuple[Analysis, Path | None, Extras]:
     """Analyse one trace, or translate reports (into a temporary directory, or into
     `keep_in`) and analyse that trace; with `window`, that window of the run. Returns the
-    analysis and the trace kept, if any."""
+    analysis, the trace kept, if any, and what `iterations`/`modality` add."""
     single_trace = len(inputs) == 1 and _is_trace(inputs[0])
     if single_trace and not Path(inputs[0]).exists():
         raise InputError(f"{inputs[0]}: no such file")
     if not single_trace and any(_is_trace(i) for i in inputs):
         raise UsageError("give either one trace (.prv) or reports, not both")
     if single_trace and window is None:
-        return analyze_path(inputs[0], explain, top), Path(inputs[0])
+        result, extras = _analysis_of(inputs[0], explain, top, iterations, modality)
+        return result, Path(inputs[0]), extras
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         register_temp(tmp)
         place = keep_in or Path(tmp)
@@ -121,10 +167,10 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             out = place / (Path(inputs[0]).name.split(".")[0] + ".prv" if keep_in
                            else "trace.prv")
             _translate(inputs, out, window=window, allow_empty=allow_empty)
-        result = analyze_path(out, explain, top)
+        result, extras = _analysis_of(out, explain, top, iterations, modality)
     result.trace = " ".join(inputs) if len(inputs) <= 4 else \
         f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
-    return result, out if keep_in is not None else None
+    return result, out if keep_in is not None else None, extras
 
 
 def _pct(x: int, total: int) -> str:
@@ -304,6 +350,80 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def format_iterations(r, list_all: bool = False) -> str:
+    """The steps of a run: one line each (the slowest SHOWN and the outliers of a long
+    run), the spread, the outliers and the slowest step against the median one."""
+    st = r.steps
+    how = "picked: the most repeated top-level range" if r.picked else "--iterations"
+    out = ["", f"### Steps: NVTX range '{r.name}'" + (f"@{r.domain}" if r.domain else "")
+           + f" ({how}), {st.height} instances",
+           f"###   {'step':>6} {'start ms':>11} {'duration':>11} {'GPU busy':>9} "
+           f"{'GPU idle':>11} {'compute':>11} {'NCCL':>11} {'memcpy':>11}  main idle causes"]
+    shown = st
+    if not list_all and st.height > MANY:
+        shown = (st.sort("duration", descending=True).head(SHOWN)
+                 .vstack(st.filter(st["outlier"])).unique("instance").sort("instance"))
+    causes = [c for c in st.columns if c.startswith("idle.")]
+    for row in shown.iter_rows(named=True):
+        busy = "-" if row["busy_share"] is None else f"{100 * row['busy_share']:.1f} %"
+        main = _cause_list({c[5:]: row[c] for c in causes}, row["gap_idle"]) \
+            if causes and row.get("gap_idle") else "-"
+        flag = "  outlier" if row["outlier"] else ""
+        out.append(f"###   {row['instance']:>6} {row['start'] / 1e6:>11.3f} "
+                   f"{_ms(row['duration']):>11} {busy:>9} {_ms(row['gpu_idle']):>11} "
+                   f"{_ms(row['compute kernels']):>11} {_ms(row['NCCL kernels']):>11} "
+                   f"{_ms(row['memcpy']):>11}  {main}{flag}")
+    if shown.height < st.height:
+        out.append(f"###   ... the {SHOWN} slowest and the outliers of {st.height} steps "
+                   "above (all in --json, or --list-all)")
+    for m in r.spread.iter_rows(named=True):
+        out.append(f"###   {m['metric']:<16} min {_ms(m['min'])}, median {_ms(m['median'])}, "
+                   f"max {_ms(m['max'])}")
+    out.append("###   outliers (Tukey's fences on the durations): "
+               + (", ".join(f"step {k}" for k in r.outliers) if r.outliers else "none"))
+    for note in r.notes:
+        out.append(f"###   note: {note}")
+    out.append(f"###   {r.paragraph}")
+    return "\n".join(out) + "\n"
+
+
+def _us(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.1f} us"
+
+
+def format_modality(m, list_all: bool = False) -> str:
+    """The kernels whose durations have two modes or a heavy tail (all judged kernels with
+    --list-all)."""
+    from ..analysis.modality import MIN_LAUNCHES
+
+    flagged = m.filter(m["verdict"] != "")
+    out = ["", f"### Kernel duration modality ({m.height} kernels of {MIN_LAUNCHES} launches "
+               f"or more judged; {flagged.height} with two modes or a heavy tail; "
+               "docs/cfgs.md says how)"]
+    for row in (m if list_all else flagged).iter_rows(named=True):
+        name = (row["short"] or row["kernel"])[:60]
+        if row["verdict"] == "two modes":
+            what = (f"two modes: {100 * (1 - row['slow_share']):.0f} % at "
+                    f"{_us(row['fast_median'])}, {100 * row['slow_share']:.0f} % at "
+                    f"{_us(row['slow_median'])} ({100 * row['slow_time_share']:.0f} % of its "
+                    f"time; separation {row['separation']:.1f})")
+        elif row["verdict"] == "heavy tail":
+            what = (f"heavy tail: {100 * row['slow_share']:.1f} % of launches beyond "
+                    f"Q3 + 3 IQR (median {_us(row['median'])}, theirs "
+                    f"{_us(row['slow_median'])}; {100 * row['slow_time_share']:.0f} % of its "
+                    "time)")
+        else:
+            what = f"one mode (median {_us(row['median'])})"
+        out.append(f"###   {name} ({row['count']} launches): {what}")
+        where = [w for w in (row["by_process"], row["in_run"]) if w]
+        if where:
+            out.append(f"###       slow launches: {'; '.join(where)}")
+    if flagged.height:
+        out.append("###   analysis/kernel_duration_histogram.cfg shows each kernel's durations "
+                   "(one plane per kernel name)")
+    return "\n".join(out) + "\n"
+
+
 def _device_line(g: GroupResult, T: int) -> str:
     lv = " ".join(_pct(x, T) for x in g.levels)
     lc = " ".join(_pct(x, g.nccl_time) for x in g.levels_comm[1:])
@@ -386,8 +506,9 @@ def main(argv: list[str]) -> int:
     views = Path(args.views) if args.views else None
     if views is not None and args.no_idle:
         raise UsageError("--views shows the gaps, which --no-idle skips")
-    result, trace = analyze(args.inputs, not args.no_idle, args.top, views, window_of(args),
-                            args.allow_empty)
+    result, trace, extras = analyze(args.inputs, not args.no_idle, args.top, views,
+                                    window_of(args), args.allow_empty, args.iterations,
+                                    args.modality)
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types
@@ -399,12 +520,25 @@ def main(argv: list[str]) -> int:
 
         pop_trace(args.inputs[0], args.pop_trace)
     if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=2)
+        out = result.to_dict()
+        if isinstance(extras.iterations, str):
+            out["iterations"] = {"note": extras.iterations}
+        elif extras.iterations is not None:
+            out["iterations"] = extras.iterations.to_dict()
+        if extras.modality is not None:
+            out["modality"] = extras.modality.to_dicts()
+        json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_report(result, args.list_all))
         if result.idle is not None:
             sys.stdout.write(format_idle(result.idle, args.list_all))
+        if isinstance(extras.iterations, str):
+            sys.stdout.write(f"\n### Steps: {extras.iterations}\n")
+        elif extras.iterations is not None:
+            sys.stdout.write(format_iterations(extras.iterations, args.list_all))
+        if extras.modality is not None:
+            sys.stdout.write(format_modality(extras.modality, args.list_all))
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")

@@ -1,0 +1,152 @@
+"""`nsys2prv analyze --iterations`: every step of a run against the generator's exact
+timeline (testing/synth_pairs.iterations_run: every duration is known), the slowest step
+against the median one, Tukey's fences, the picking rule, and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import nsys2prv
+from nsys2prv.analysis.iterations import analyze_steps, tukey_outliers
+from nsys2prv.testing.synth_pairs import iterations_run
+
+from conftest import ROOT
+
+SAMPLE = ROOT / "examples" / "sample.sqlite"
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """2 ranks x 2 GPUs, 12 steps of a noisy loop with a memcpy, kernels and an all-reduce."""
+    d = tmp_path_factory.mktemp("job")
+    e = iterations_run(d / "job", steps=12, ranks=2, devices_per_rank=2, noise_sd_ns=20_000,
+                       seed=3, nccl_ns=30_000, memcpy_ns=10_000)
+    trace = d / "job.prv"
+    nsys2prv.translate(e.path, trace)
+    return e, trace, analyze_steps(trace, None)
+
+
+def test_steps_equal_the_generated_timeline(job):
+    e, _, (_, _, r) = job
+    assert r.name == "train_step" and r.picked and r.steps.height == e.steps
+    st = r.steps
+    assert st["duration"].to_list() == e.job_step_duration.tolist()
+    assert st["gpu_busy"].to_list() == e.gpu_busy_ns.sum(axis=0).tolist()
+    assert st["gpu_idle"].to_list() == e.gpu_idle_ns.sum(axis=0).tolist()
+    devices = e.ranks * e.devices_per_rank
+    assert st["device_time"].to_list() == (e.step_duration.sum(axis=0) * e.devices_per_rank
+                                           ).tolist()
+    # the gaps inside a step: gaps_per_step of gap_ns on every device, whole; their causes
+    # add up to them
+    assert (st["gap_idle"] == e.gaps_per_step * e.gap_ns * devices).all()
+    causes = st.select(pl.sum_horizontal(pl.col("^idle\\..*$")))
+    assert causes.to_series().to_list() == st["gap_idle"].to_list()
+    # category times: the generator's durations of each step, summed over ranks and devices
+    per_step = {n: d.reshape(e.ranks, e.steps, e.devices_per_rank, -1).sum(axis=(0, 2, 3))
+                for n, d in e.kernel_durations.items()}
+    nccl = per_step.pop(e.nccl_name)
+    assert st["NCCL kernels"].to_list() == nccl.tolist()
+    assert st["compute kernels"].to_list() == sum(per_step.values()).tolist()
+    assert st["memcpy"].to_list() == e.memcpy_durations.reshape(e.ranks, e.steps, -1).sum(
+        axis=(0, 2)).tolist()
+
+
+def test_slowest_against_median(job):
+    e, _, (_, _, r) = job
+    d = e.job_step_duration
+    assert r.slowest == int(np.argmax(d))
+    order = np.argsort(d, kind="stable")
+    assert r.median == int(order[(d.size - 1) // 2])
+    assert r.outliers == [int(k) for k in np.flatnonzero(tukey_outliers(d))]
+    assert r.steps.filter(pl.col("outlier"))["instance"].to_list() == r.outliers
+    # the comparison's kernel table: each kernel's time in the slowest step minus its time
+    # in the median one, exactly
+    k = r.comparison.kernels
+    for name, durs in e.kernel_durations.items():
+        per = durs.reshape(e.ranks, e.steps, e.devices_per_rank, -1).sum(axis=(0, 2, 3))
+        row = k.filter(pl.col("names").list.contains(name)).row(0, named=True)
+        assert row["total_before"] == per[r.median] and row["total_after"] == per[r.slowest]
+    assert r.paragraph.startswith(f"Slowest step {r.slowest}: ")
+    change = d[r.slowest] / d[r.median] - 1
+    assert f"{100 * change:+.1f} % against the median step {r.median}" in r.paragraph
+    spread = {m["metric"]: m for m in r.spread.iter_rows(named=True)}
+    assert spread["duration"]["max"] == d.max() and spread["duration"]["min"] == d.min()
+    assert spread["duration"]["median"] == float(np.median(d))
+
+
+def test_tukey_fences():
+    values = np.array([10, 11, 12, 13, 14, 40, 1])
+    q1, q3 = np.percentile(values, [25, 75])  # 10.5, 13.5: fences 6 and 18
+    assert (q1, q3) == (10.5, 13.5)
+    assert tukey_outliers(values).tolist() == [False] * 5 + [True, True]
+    assert not tukey_outliers(np.array([1, 100, 1000])).any()  # too few to judge
+
+
+def test_sample_steps_and_cli(tmp_path):
+    """The shipped sample: its four 'iteration N' ranges are the steps (durations equal
+    the export's), named or picked; JSON carries every step; a missing range is one line."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{SAMPLE}?mode=ro", uri=True)
+    durs = [d for (d,) in con.execute(
+        "SELECT n.end - n.start FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
+        "WHERE s.value LIKE 'iteration %' ORDER BY n.start")]
+    con.close()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", *a],  # noqa
+                                    capture_output=True, text=True)
+    out = run(str(SAMPLE), "--iterations", "--json")
+    assert out.returncode == 0, out.stderr
+    it = json.loads(out.stdout)["iterations"]
+    assert it["range"] == "iteration #" and it["picked"]
+    assert [s["duration"] for s in it["steps"]] == durs
+    named = run(str(SAMPLE), "--iterations", "iteration 2")
+    assert named.returncode == 0 and "### Steps: NVTX range 'iteration 2' (--iterations), 1 " \
+        "instances" in named.stdout and "One step: nothing to compare" in named.stdout
+    bad = run(str(SAMPLE), "--iterations", "nosuchstep")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+    assert "no instance of the NVTX range 'nosuchstep'" in bad.stderr
+
+
+def test_no_loop_is_a_note(tmp_path):
+    """A run without a repeated range: --iterations (picked) says so and the rest is
+    printed; exit 0."""
+    from nsys2prv.testing.synth import write_export
+    from nsys2prv.testing.samples import sample_spec
+
+    spec = sample_spec()
+    spec.nvtx = []
+    export = write_export(tmp_path / "flat.sqlite", spec)
+    out = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(export),
+                          "--iterations"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "### Steps: no repeated top-level NVTX range" in out.stdout
+    assert "Device parallel efficiency" in out.stdout
+
+
+def test_overlapping_instances_are_no_loop(tmp_path):
+    """A range that runs on several threads at once (NVIDIA Fuser's parallel compilation)
+    is not picked as the loop; 'iteration N' of the sample is."""
+    from nsys2prv.analysis.activities import read_activities
+    from nsys2prv.analysis.diff import pick_range
+    from nsys2prv.testing.samples import sample_spec
+    from nsys2prv.testing.synth import Nvtx, write_export
+
+    spec = sample_spec()
+    pid = spec.processes[0][0]
+    tids = [9001, 9002]
+    spec.threads += [(pid, t, f"compiler-{t}") for t in tids]
+    # 'compile' on two threads at once, four times each: more repeated than 'iteration N'
+    # and longer in total, so that it would win if overlapping instances were a loop
+    spec.nvtx += [Nvtx(1_000_000 * k, 1_000_000 * k + 900_000, pid, t, "pushpop", "compile",
+                       None) for k in range(1, 5) for t in tids]
+    export = write_export(tmp_path / "par.sqlite", spec)
+    trace = tmp_path / "par.prv"
+    nsys2prv.translate(export, trace)
+    assert pick_range(read_activities(trace)) == ("iteration #", None)
