@@ -251,7 +251,7 @@ def test_kind_index_matches_the_translator_modules():
         if m.name != "base" and not m.name.startswith("_"):
             module = importlib.import_module(f"nsys2prv.paraver.kinds.{m.name}")
             declared.update({t.name: (m.name, t) for t in module.TRANSLATORS})
-    assert set(KINDS) == set(declared) and len(KINDS) == 15
+    assert set(KINDS) == set(declared) and len(KINDS) == 16
     assert list(KINDS) == sorted(KINDS, key=lambda n: (declared[n][1].order, n))
     for name, kind in KINDS.items():
         module, translator = declared[name]
@@ -271,8 +271,8 @@ def test_translating_the_sample_imports_only_its_kinds(tmp_path):
     run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, NSYS2PRV_NO_SUPERVISOR="1"))
     assert run_.returncode == 0, run_.stderr
-    assert run_.stdout.split("\n")[-2] == str(["base", "cuda_api", "cuda_sync", "kernels",
-                                               "memory", "nvtx", "osrt"])
+    assert run_.stdout.split("\n")[-2] == str(["base", "cuda_api", "cuda_deps", "cuda_sync",
+                                               "kernels", "memory", "nvtx", "osrt"])
 
 
 def test_list_kinds_and_help_name_every_kind(capsys):

@@ -59,6 +59,8 @@ def _columns(layout: str) -> dict[str, list[str]]:
             "streamId", "correlationId", "globalPid"]
         + (["deprecatedSyncType"] if layout == "3.17.1" else []) + ["syncType", "eventId"]
         + (["eventSyncId"] if layout == "3.17.1" else []),
+        "CUPTI_ACTIVITY_KIND_CUDA_EVENT": ["deviceId", "contextId"] + green + [
+            "streamId", "correlationId", "globalPid", "eventId"],
         "NVTX_EVENTS": _NVTX + (["binaryData"] if layout == "3.17.1" else []),
         "OSRT_API": ["start", "end", "eventClass", "globalTid", "correlationId", "nameId",
                      "returnValue", "nestingLevel", "callchainId"],
@@ -176,15 +178,35 @@ class Memset:
     context: int = 1
 
 
+NO_ID = 0xFFFFFFFF  # what CUPTI writes for "no stream" / "no event" in sync records
+
+
 @dataclass
 class Sync:
+    """A SYNCHRONIZATION record: a stream sync (stream, no event), a stream wait (stream and
+    event), an event sync or query (event, no stream: stream None), a context sync (neither)."""
+
     start: int
     end: int
     pid: int
     device: int
-    stream: int
+    stream: int | None
     correlation: int
     sync_type: int = 3
+    context: int = 1
+    event: int | None = None
+
+
+@dataclass
+class CudaEvent:
+    """A CUDA_EVENT record (nsys --cuda-event-trace): `event` recorded on `stream` by the
+    cudaEventRecord call with this correlation id (no time of its own)."""
+
+    pid: int
+    device: int
+    stream: int
+    correlation: int
+    event: int
     context: int = 1
 
 
@@ -227,6 +249,7 @@ class Spec:
     memcpy: list[Memcpy] = field(default_factory=list)
     memset: list[Memset] = field(default_factory=list)
     sync: list[Sync] = field(default_factory=list)
+    cuda_events: list[CudaEvent] = field(default_factory=list)
     nvtx: list[Nvtx] = field(default_factory=list)
     categories: dict[tuple[int, str | None, int], str] = field(default_factory=dict)
     thread_nvtx_names: dict[tuple[int, int], str] = field(default_factory=dict)
@@ -366,8 +389,13 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
     _insert(con, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
             cols["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"], [
         {"start": y.start, "end": y.end, "deviceId": y.device, "contextId": y.context,
-         "streamId": y.stream, "correlationId": y.correlation, "globalPid": global_pid(y.pid),
-         "syncType": y.sync_type, "eventId": 0} for y in spec.sync])
+         "streamId": NO_ID if y.stream is None else y.stream, "correlationId": y.correlation,
+         "globalPid": global_pid(y.pid), "syncType": y.sync_type,
+         "eventId": NO_ID if y.event is None else y.event} for y in spec.sync])
+    _insert(con, "CUPTI_ACTIVITY_KIND_CUDA_EVENT", cols["CUPTI_ACTIVITY_KIND_CUDA_EVENT"], [
+        {"deviceId": e.device, "contextId": e.context, "streamId": e.stream,
+         "correlationId": e.correlation, "globalPid": global_pid(e.pid), "eventId": e.event}
+        for e in spec.cuda_events])
     streams = sorted({(x.pid, x.context, x.stream) for x in
                       [*spec.kernels, *spec.memcpy, *spec.memset]})
     _insert(con, "TARGET_INFO_CUDA_STREAM", cols["TARGET_INFO_CUDA_STREAM"],

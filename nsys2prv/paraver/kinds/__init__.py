@@ -34,6 +34,7 @@ KINDS: dict[str, Kind] = {
     "memset": Kind("memory", 31, "memory.memset_available"),
     "graphs": Kind("graphs", 35, "graphs.available"),
     "cuda_sync": Kind("cuda_sync", 40, "cuda_sync.available"),
+    "cuda_deps": Kind("cuda_deps", 41, "cuda_sync.available"),
     "mpi": Kind("mpi", 45, "mpi.available"),
     "nvtx": Kind("nvtx", 50, "nvtx.available"),
     "dnn": Kind("dnn", 55, "dnn.available"),
