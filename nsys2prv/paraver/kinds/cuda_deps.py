@@ -209,8 +209,6 @@ def _work_chunks(report: Report, ctx: Context, index: cuda_api.CorrelationIndex)
 
 
 def translate(report: Report, ctx: Context) -> None:
-    if not gpu_work.available(report):
-        return
     index = cuda_api.index(ctx)
     stream_rows = StreamRows(ctx)
     syncs = _syncs(report, ctx, index, stream_rows)
