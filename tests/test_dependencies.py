@@ -1,6 +1,6 @@
-"""Dependency lines (issue 26): stream waits and GPU -> host synchronisation. Synthetic
-exports with a closed-form answer, and real exports checked line by line against their
-tables read with sqlite3."""
+"""Dependency lines (issue 26): stream waits, GPU -> host synchronisation, NCCL and MPI
+collectives. Synthetic exports with a closed-form answer, and real exports checked line by
+line against their tables read with sqlite3."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from conftest import CORPUS
 from prvtools import sql, validate
 
 NO_ID = 4294967295
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
 WAIT_TAGS = (dreg.TAG_STREAM_WAIT, dreg.TAG_STREAM_WAIT_INFERRED)
 NOT_DRAWN = "without a line: "
 
@@ -103,6 +104,48 @@ def test_synthetic_streams_without_the_event_table(tmp_path):
         sorted((x.send, x.recv) for x in sd.STREAM_LINES)
     assert {c[14] for c in lines(tr, *WAIT_TAGS)} == {dreg.TAG_STREAM_WAIT_INFERRED}
     assert result.counts[cuda_deps.WAIT_LINES_INFERRED] == 2
+
+
+def test_synthetic_nccl_job_late_rank(tmp_path):
+    """4 ranks, 3 all-reduces on one communicator, rank 2 late by 2 ms each time: per
+    instance a line from rank 2's kernel start to the end of each other rank's kernel."""
+    late, delay, steps, n = 2, 2_000 * sd.US, 3, 4
+    paths = sd.nccl_job(tmp_path / "job", n, steps, late, delay)
+    result, tr = translate(paths, tmp_path / "j.prv", check=True)
+    task_rank = {t.number: t.rank for t in result.model.tasks}
+    shift = {t.number: result.alignment.shifts[t.report] for t in result.model.tasks}
+    got = sorted((task_rank[c[3]], c[5] - shift[c[3]], task_rank[c[9]], c[11] - shift[c[9]],
+                  c[13]) for c in lines(tr, dreg.TAG_NCCL_COLLECTIVE))
+    want = sorted((late, sd.nccl_start(k, late, late, delay), r, sd.nccl_end(k), 1 << 20)
+                  for k in range(steps) for r in range(n) if r != late)
+    assert got == want
+    assert result.counts["NCCL operation instances"] == \
+        result.counts["NCCL operation instances matched"] == steps
+    assert result.counts["NCCL collective lines"] == steps * (n - 1)
+
+
+def test_synthetic_nccl_job_missing_ranks_are_not_matched(tmp_path):
+    """Two of four ranks: the payload says 4 ranks, so no instance is complete."""
+    paths = sd.nccl_job(tmp_path / "job", 4, 2, 2, 1000)
+    result, tr = translate(paths[:2], tmp_path / "j.prv")
+    assert lines(tr, dreg.TAG_NCCL_COLLECTIVE) == []
+    assert result.counts["NCCL operation instances not matched: missing participants (fewer "
+                         "than the communicator's ranks)"] == 2
+
+
+def test_synthetic_mpi_job_late_rank(tmp_path):
+    late, delay, n = 1, 500 * sd.US, 3
+    paths = sd.mpi_job(tmp_path / "job", n, late, delay)
+    result, tr = translate(paths, tmp_path / "m.prv", check=True)
+    task_rank = {t.number: t.rank for t in result.model.tasks}
+    shift = {t.number: result.alignment.shifts[t.report] for t in result.model.tasks}
+    got = sorted((task_rank[c[3]], c[5] - shift[c[3]], task_rank[c[9]], c[11] - shift[c[9]])
+                 for c in lines(tr, dreg.TAG_MPI_COLLECTIVE))
+    want = sorted((late, sd.mpi_call_times(k, late, late, delay)[0], r,
+                   sd.mpi_call_times(k, r, late, delay)[1])
+                  for k in range(len(sd.MPI_CALLS)) for r in range(n) if r != late)
+    assert got == want
+    assert result.counts["MPI collective instances matched"] == len(sd.MPI_CALLS)
 
 
 # -- real exports: stream waits and host syncs against sqlite3 ---------------------------------
@@ -290,3 +333,66 @@ def test_every_sync_record_is_drawn_or_counted(tmp_path, name, waits, inferred, 
     assert c.get(cuda_deps.SYNC_LINES, 0) == len(lines(tr, dreg.TAG_HOST_SYNC)) == syncs
     for x in lines(tr, *WAIT_TAGS, dreg.TAG_HOST_SYNC):
         assert x[5] <= x[11]  # never back in time
+
+
+# -- real exports: collectives ---------------------------------------------------------------
+
+def test_nccl_pairs_of_nsysai_against_sqlite(tmp_path):
+    """nsysai_mfu2gpu_before: two processes, 33 SendRecv kernels each, no payload: the k-th
+    kernels pair up; a line from the one that started last to the other's end."""
+    db = corpus_db("sqlite/nsysai_mfu2gpu_before.sqlite")
+    result, tr = translate([db], tmp_path / "n.prv")
+    shift = result.alignment.shifts[0]
+    per_pid = defaultdict(list)
+    for gp, s, e in sql(db, "SELECT k.globalPid, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                            "k JOIN StringIds n ON n.id = k.shortName WHERE n.value LIKE 'nccl%' "
+                            "ORDER BY k.start"):
+        per_pid[gp].append((s, e))
+    a, b = per_pid.values()
+    assert len(a) == len(b) == 33
+    want = sorted((max(x[0], y[0]), (y if x[0] >= y[0] else x)[1]) for x, y in zip(a, b))
+    got = sorted((c[5] - shift, c[11] - shift) for c in lines(tr, dreg.TAG_NCCL_COLLECTIVE))
+    assert got == want
+    assert result.counts["NCCL operation instances matched"] == 33
+
+
+def test_mpi_collectives_of_the_recorded_ranks(tmp_path):
+    """The recorded 4-rank run (native MPI tables): 16 blocking collectives per rank make 16
+    instances; per instance a line from the rank whose call started last (on the aligned
+    clocks) to each rank whose call had not ended by then, as the tables say."""
+    dbs = sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite"))
+    result, tr = translate(dbs, tmp_path / "m.prv")
+    shifts = result.alignment.shifts
+    per_rank = []
+    for i, db in enumerate(dbs):
+        per_rank.append([(s + shifts[i], e + shifts[i], i) for s, e in sql(
+            db, "SELECT c.start, c.end FROM MPI_COLLECTIVES_EVENTS c ORDER BY c.start")])
+    assert {len(x) for x in per_rank} == {16}
+    want = []
+    for inst in zip(*per_rank):
+        last = max(inst, key=lambda x: (x[0], -x[2]))
+        want += [(last[2], last[0], x[2], x[1]) for x in inst if x is not last and x[1] >= last[0]]
+    report = {t.number: t.report for t in result.model.tasks}
+    got = sorted((report[c[3]], c[5], report[c[9]], c[11]) for c in lines(tr, dreg.TAG_MPI_COLLECTIVE))
+    assert got == sorted(want) and len(got) == result.counts["MPI collective lines"] == 37
+    assert result.counts["MPI collective instances matched"] == 16
+
+
+def test_mpi_collectives_of_the_launcher_nvtx_form(tmp_path):
+    """The NVTX form has no communicator: the 4 ranks of one report are matched as
+    MPI_COMM_WORLD; every rank calls 16 collectives."""
+    result, tr = translate([RECORDED / "mpi_nvtx_launcher.nsys2022.4.sqlite"],
+                           tmp_path / "l.prv")
+    assert result.counts["MPI collective calls (blocking)"] == 64
+    assert result.counts["MPI collective instances matched"] == 16
+    assert len(lines(tr, dreg.TAG_MPI_COLLECTIVE)) == result.counts["MPI collective lines"] \
+        == 16 * 3 - result.counts["MPI collective: participants that ended before the last "
+                                  "one arrived (no line)"]
+
+
+def test_alcf_two_of_eight_ranks_leave_the_nccl_instance_unmatched(tmp_path):
+    dbs = [corpus_db(f"exported2023/alcf_seqpar_rank{r}.nsys2023.4.sqlite") for r in (0, 4)]
+    result, tr = translate(dbs, tmp_path / "a.prv")
+    assert lines(tr, dreg.TAG_NCCL_COLLECTIVE) == []
+    assert result.counts["NCCL operation instances not matched: missing participants (fewer "
+                         "than the communicator's ranks)"] == 1

@@ -20,6 +20,7 @@ import pytest
 
 import nsys2prv
 from nsys2prv.paraver.kinds import mpi as kind
+from nsys2prv.paraver.registry import deps as dreg
 from nsys2prv.paraver.registry import mpi as mreg
 from nsys2prv.pipeline.prepare import PrepareOptions, prepare
 from nsys2prv.report.report import Report
@@ -39,6 +40,11 @@ RECORDINGS = Path(os.environ["NSYS2PRV_RECORDINGS"]) if os.environ.get("NSYS2PRV
 NATIVE = {"MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
           "MPI_OTHER_EVENTS"}
 SENDS = ("MPI_Send", "MPI_Isend", "MPI_Bsend", "MPI_Ssend", "MPI_Rsend")
+
+
+def messages(tr) -> list[tuple]:
+    """The point-to-point messages of a trace (not the collective dependency lines)."""
+    return [c for c in tr.comms if c[14] != dreg.TAG_MPI_COLLECTIVE]
 
 
 def recording(*parts: str) -> Path:
@@ -204,16 +210,17 @@ def test_collective_payloads_match_sql(four):
 def test_messages_match_the_sends_in_sql(four):
     result, _, tr = four
     sends = [s for db in FIXTURE_RANKS for s in sql_sends(db)]
-    assert len(tr.comms) == len(sends) == 60
-    assert sum(c[-2] for c in tr.comms) == sum(s[3] for s in sends) == 15360
+    msgs = messages(tr)
+    assert len(msgs) == len(sends) == 60
+    assert sum(c[-2] for c in msgs) == sum(s[3] for s in sends) == 15360
     assert result.counts["MPI messages"] == 60
     assert result.counts["MPI message bytes"] == 15360
     assert not [k for k in result.counts if "not drawn" in k or "without" in k]
     # 3:cpu:appl:task:thread:lsend:psend:rcpu:rappl:rtask:rthread:lrecv:precv:size:tag
     rank_of_task = {t.number: t.rank for t in result.model.tasks}
-    got = Counter((rank_of_task[c[3]], rank_of_task[c[9]], c[14], c[13]) for c in tr.comms)
+    got = Counter((rank_of_task[c[3]], rank_of_task[c[9]], c[14], c[13]) for c in msgs)
     assert got == Counter(sends)
-    for c in tr.comms:
+    for c in msgs:
         assert c[5] <= c[6] and c[11] <= c[12]  # logical <= physical
         assert c[4] == 1 and c[10] == 1  # main threads
 
@@ -269,7 +276,7 @@ def test_two_of_four_ranks_count_what_they_cannot_draw(tmp_path):
     sends = [s for db in dbs for s in sql_sends(db)]
     inside = [s for s in sends if s[1] in (0, 1)]
     tr = read_prv(tmp_path / "two.prv")
-    assert len(tr.comms) == result.counts["MPI messages"] == len(inside) == 15
+    assert len(messages(tr)) == result.counts["MPI messages"] == len(inside) == 15
     assert result.counts["MPI messages to a rank not in the inputs (not drawn)"] == \
         len(sends) - len(inside) == 15
     recv_outside = sum(sql(db, "SELECT count(*) FROM MPI_P2P_EVENTS p JOIN StringIds s ON "
@@ -283,7 +290,7 @@ def test_only_mpi_gives_the_main_threads(tmp_path):
     result = nsys2prv.translate(FIXTURE_RANKS, tmp_path / "only.prv", only=["mpi"])
     validate(tmp_path / "only.prv")
     assert [len(t.rows) for t in result.model.tasks] == [1, 1, 1, 1]
-    assert len(read_prv(tmp_path / "only.prv").comms) == 60
+    assert len(messages(read_prv(tmp_path / "only.prv"))) == 60
 
 
 # -- MPI as NVTX ranges (nsys 2022.4) ---------------------------------------------------------
@@ -293,7 +300,7 @@ def _check_nvtx_form(dbs: list[Path], out: Path) -> None:
     validate(out)
     tr = read_prv(out)
     assert trace_calls(tr) == expected_calls(dbs, result)
-    assert tr.comms == []  # no payload in the NVTX form: no messages
+    assert messages(tr) == []  # no payload in the NVTX form: no messages
     ranked = [t.rank for t in result.model.tasks if t.rank is not None]
     assert ranked == sorted(ranked) and len(ranked) == 4
     assert [t.rank for t in result.model.tasks[:4]] == [0, 1, 2, 3]
@@ -326,7 +333,7 @@ def test_launcher_2023_four_tasks_in_rank_order(tmp_path):
     sends = sql_sends(db)
     rank_of_task = {t.number: t.rank for t in result.model.tasks}
     assert Counter((rank_of_task[c[3]], rank_of_task[c[9]], c[14], c[13])
-                   for c in tr.comms) == Counter(sends)
+                   for c in messages(tr)) == Counter(sends)
     assert len(sends) == 60
 
 
@@ -384,8 +391,8 @@ def test_sub_communicator_peers_are_world_ranks(tmp_path):
     validate(out)
     tr = read_prv(out)
     assert [t.rank for t in result.model.tasks] == [1, 3]
-    assert len(tr.comms) == 2
-    by_tag = {c[14]: c for c in tr.comms}
+    assert len(messages(tr)) == 2
+    by_tag = {c[14]: c for c in messages(tr)}
     assert by_tag[7][3] == 1 and by_tag[7][9] == 2 and by_tag[7][13] == 64
     assert by_tag[8][13] == 32
     shift = {t.number: result.alignment.shifts[t.report] for t in result.model.tasks}

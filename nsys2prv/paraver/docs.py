@@ -60,11 +60,12 @@ def render() -> str:
             "", "## Communications", "",
             "An MPI message keeps its MPI tag. A CUDA arrow (from a CUDA call to the GPU work "
             "it issued) has as tag the event type of the activity it points to. A dependency "
-            "line (what a stream or a host thread waited for) has a tag of its own kind, "
-            "which no event type uses, so that a view can show or hide each kind; it goes "
-            "from the moment the awaited work ended to the moment the waiting side could go "
-            "on. Every synchronisation record gets a line or is counted in the translation's "
-            "summary with the reason it has none.", "",
+            "line (what a stream, a host thread or a collective waited for) has a tag of its "
+            "own kind, which no event type uses, so that a view can show or hide each kind; "
+            "it goes from the moment the awaited work ended, or the last participant "
+            "arrived, to the moment the waiting side could go on. Every synchronisation "
+            "record and every collective instance gets a line or is counted in the "
+            "translation's summary with the reason it has none.", "",
             "| tag | meaning |", "|---|---|"]
     for tag, meaning in reg.COMM_TAGS.items():
         out.append(f"| {tag} | {meaning} |")

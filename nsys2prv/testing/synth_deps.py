@@ -5,16 +5,24 @@
   call), one on a stream without work; a stream sync, a context sync, an event sync and an
   event query that finds its event pending. `STREAM_LINES` / `HOST_LINES` are the lines the
   trace must hold, `COUNTS` the summary.
+* `nccl_job`: one export per rank of an all-reduce loop on one communicator (payloads as
+  JSON, as NCCL's NVTX ranges carry them): every instance's kernels end together; rank
+  `late` starts each of its kernels `delay` later than the others.
+* `mpi_job`: one export per rank of blocking collectives on MPI_COMM_WORLD, rank `late`
+  calling each `delay` later than the others, which all return when it arrives.
 
-Times are in ns on the report's own clock.
+Times are in ns on each report's own clock; all reports share one session start.
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .synth import ApiCall, CudaEvent, Kernel, Spec, Sync, write_export
+from .synth import ApiCall, CudaEvent, Kernel, Nvtx, Spec, Sync, global_tid, write_export
+from .synth_mpi import MpiCall, add_mpi, world
 
 US = 1000
 PID, TID = 4242, 4242
@@ -100,3 +108,92 @@ COUNTS = {
 
 def streams_export(path: str | Path, layout: str = "3.17.1") -> Path:
     return write_export(path, streams_spec(), layout)
+
+
+# -- NCCL ---------------------------------------------------------------------------------------
+
+COMM = 0x00C0FFEE00000001
+
+
+def nccl_rank_spec(rank: int, nranks: int, steps: int, late: int, delay: int) -> Spec:
+    """Rank `rank`: ncclCommInitRank, then `steps` ncclAllReduce calls, each launching one
+    kernel; kernel k of every rank ends at `nccl_end(k)`, starts at `nccl_start(k, rank)`."""
+    pid = 1000 + rank
+    spec = Spec(env={"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(nranks)},
+                processes=[(pid, "trainer")], threads=[(pid, pid, "trainer")],
+                gpus=[(rank, "GPU")])
+    spec.nvtx.append(Nvtx(1_000 * US, 2_000 * US, pid, pid, "pushpop", "ncclCommInitRank",
+                          "NCCL"))
+    for k in range(steps):
+        t = 10_000 * US * (k + 1) + (delay if rank == late else 0)
+        spec.nvtx.append(Nvtx(t, t + 50 * US, pid, pid, "pushpop", "ncclAllReduce", "NCCL"))
+        spec.api.append(ApiCall(t + 10 * US, t + 20 * US, pid, pid, "cuLaunchKernelEx", k + 1))
+        spec.kernels.append(Kernel(nccl_start(k, rank, late, delay), nccl_end(k), pid, rank,
+                                   7, "ncclDevKernel_AllReduce_RING_LL", k + 1))
+    return spec
+
+
+def nccl_start(k: int, rank: int, late: int, delay: int) -> int:
+    return 10_000 * US * (k + 1) + 30 * US + (delay if rank == late else 0)
+
+
+def nccl_end(k: int) -> int:
+    return 10_000 * US * (k + 1) + 5_000 * US
+
+
+def nccl_job(folder: str | Path, nranks: int = 4, steps: int = 3, late: int = 2,
+             delay: int = 2_000 * US) -> list[Path]:
+    """One export per rank (see `nccl_rank_spec`); payloads as JSON text."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank in range(nranks):
+        pid = 1000 + rank
+        path = write_export(folder / f"rank{rank}.sqlite",
+                            nccl_rank_spec(rank, nranks, steps, late, delay))
+        con = sqlite3.connect(path)
+        payloads = {"ncclCommInitRank": {"NCCL communicator ID": COMM, "No. of ranks": nranks,
+                                         "Rank": rank, "CUDA device": rank},
+                    "ncclAllReduce": {"NCCL communicator ID": COMM,
+                                      "Message size [bytes]": 1 << 20,
+                                      "Reduction operation": "Sum", "Datatype": "ncclFloat32"}}
+        for name, payload in payloads.items():
+            con.execute("UPDATE NVTX_EVENTS SET jsonText = ? WHERE globalTid = ? AND textId IN "
+                        "(SELECT id FROM StringIds WHERE value = ?)",
+                        (json.dumps(payload), global_tid(pid, pid), name))
+        con.commit()
+        con.close()
+        paths.append(path)
+    return paths
+
+
+# -- MPI ----------------------------------------------------------------------------------------
+
+MPI_CALLS = ("MPI_Allreduce", "MPI_Barrier", "MPI_Allreduce")
+
+
+def mpi_call_times(k: int, rank: int, late: int, delay: int) -> tuple[int, int]:
+    """(start, end) of collective k on `rank`: everyone returns 10 µs after `late` arrives."""
+    base = 1_000_000 * (k + 1)
+    start = base + (delay if rank == late else 100 * rank)
+    return start, base + delay + 10 * US
+
+
+def mpi_job(folder: str | Path, nranks: int = 3, late: int = 1, delay: int = 500 * US
+            ) -> list[Path]:
+    """One export per rank: MPI_Init, then the collectives of MPI_CALLS on MPI_COMM_WORLD."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank in range(nranks):
+        pid = 2000 + rank
+        spec = Spec(env={"OMPI_COMM_WORLD_RANK": str(rank),
+                         "OMPI_COMM_WORLD_SIZE": str(nranks)},
+                    processes=[(pid, "app")], threads=[(pid, pid, "main")])
+        path = write_export(folder / f"rank{rank}.sqlite", spec)
+        calls = [MpiCall(100 * US, 200 * US, pid, pid, "MPI_Init")]
+        for k, name in enumerate(MPI_CALLS):
+            s, e = mpi_call_times(k, rank, late, delay)
+            calls.append(MpiCall(s, e, pid, pid, name, size=64))
+        paths.append(add_mpi(path, calls, [world(rank, nranks)], ranks=[(pid, pid, rank)]))
+    return paths

@@ -21,7 +21,9 @@ import polars as pl
 from ...report.report import Report
 from ...sources import mpi as source
 from .. import records as R
+from ..registry import deps as dreg
 from ..registry import mpi as mreg
+from ._collectives import collective_lines, lines_to_records, match
 from .base import REPORT_END, Context, Translator, fix_times, intervals, push, start_end
 
 SRC_MPI = R.SRC_MPI
@@ -33,6 +35,11 @@ CALLS, COMMS = "mpi_calls", "mpi_communicators"
 ROLE_NONE, ROLE_SEND, ROLE_RECV = 0, 1, 2
 _INT64_MAX = (1 << 63) - 1
 
+COLL_FILE = "mpi_collectives.arrow"
+COLL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64, "comm": pl.Utf8, "comm_size": pl.Int64, "fname": pl.Utf8,
+    "size": pl.Int64, "start": pl.Int64, "end": pl.Int64, "row": pl.Int32, "ord": pl.Int64}
+SRC_COLLECTIVE_LINE = SRC_MPI + R.SRC_LAUNCH_OFFSET  # lines between collective calls
 SIDE_SCHEMA: dict[str, pl.DataType] = {
     "role": pl.Int8, "rank": pl.Int64, "peer": pl.Int64, "comm": pl.Utf8, "tag": pl.Int64,
     "size": pl.Int64, "t_log": pl.Int64, "t_phys": pl.Int64, "row": pl.Int32, "ord": pl.Int64}
@@ -44,7 +51,7 @@ class _CallNames:
 
     def __init__(self, ctx: Context, report: Report) -> None:
         self._ctx, self._report = ctx, report
-        self._known: dict[str, tuple[int, int, int, int, bool, bool]] = {}
+        self._known: dict[str, tuple[int, int, int, int, bool, bool, str, bool]] = {}
 
     def annotate(self, df: pl.DataFrame) -> pl.DataFrame:
         c = pl.col
@@ -62,7 +69,8 @@ class _CallNames:
                 role = (ROLE_SEND if n in mreg.SEND_CALLS else
                         ROLE_RECV if n in mreg.RECV_CALLS else ROLE_NONE)
                 self._known[k] = (v, mreg.call_type(n), mreg.call_state(n), role,
-                                  n in mreg.IMMEDIATE_CALLS, n in mreg.INIT_CALLS)
+                                  n in mreg.IMMEDIATE_CALLS, n in mreg.INIT_CALLS, n,
+                                  is_blocking_collective(n))
         keys = list(self._known)
         table = pl.DataFrame({
             "key": keys, "value": [self._known[k][0] for k in keys],
@@ -70,9 +78,12 @@ class _CallNames:
             "state": [self._known[k][2] for k in keys],
             "role": [self._known[k][3] for k in keys],
             "immediate": [self._known[k][4] for k in keys],
-            "is_init": [self._known[k][5] for k in keys]},
+            "is_init": [self._known[k][5] for k in keys],
+            "fname": [self._known[k][6] for k in keys],
+            "blocking_coll": [self._known[k][7] for k in keys]},
             schema={"key": pl.Utf8, "value": pl.Int64, "mtype": pl.Int64, "state": pl.Int8,
-                    "role": pl.Int8, "immediate": pl.Boolean, "is_init": pl.Boolean})
+                    "role": pl.Int8, "immediate": pl.Boolean, "is_init": pl.Boolean,
+                    "fname": pl.Utf8, "blocking_coll": pl.Boolean})
         return df.join(table, on="key", how="left", maintain_order="left").drop("key")
 
 
@@ -158,6 +169,8 @@ def translate(report: Report, ctx: Context) -> None:
     init_end: int | None = None
     p2p_parts: list[pl.DataFrame] = []
     wait_parts: list[pl.DataFrame] = []
+    coll_parts: list[pl.DataFrame] = []
+    sizes = comms.select("cid", c("size").alias("comm_size"))
     wait_keys = ["pid", "tid", "start", "end", "name_id"]
     for chunk in source.read(report, ctx.chunk_rows):
         df = fix_times(chunk, ctx, "MPI calls", open_end=REPORT_END)
@@ -195,6 +208,11 @@ def translate(report: Report, ctx: Context) -> None:
             pl.when(c("is_world")).then(c("rank")).otherwise(c("comm_local_rank"))
             .alias("my_local"))
         _emit(df, ctx)
+        coll = df.filter(c("blocking_coll"))
+        if coll.height:
+            coll_parts.append(coll.join(sizes, on="cid", how="left", maintain_order="left")
+                              .select("source", "rank", "comm", "comm_size", "fname", "size",
+                                      "start", "end", "row", c("row_id").alias("ord")))
         p2p = df.filter((c("source") == source.P2P) & (c("role") != ROLE_NONE))
         if p2p.height:
             p2p_parts.append(p2p.select("role", "immediate", "pid", "request", "rank", "peer",
@@ -211,6 +229,16 @@ def translate(report: Report, ctx: Context) -> None:
     if init_end is not None:
         ctx.sync_point("MPI_Init", init_end)
     _write_messages(ctx, p2p_parts, wait_parts)
+    _write_collectives(ctx, coll_parts, report.world_size)
+
+
+def is_blocking_collective(name: str) -> bool:
+    """A collective that returns only once it has completed (MPI_Allreduce; not
+    MPI_Iallreduce, whose completion is a later wait, nor MPI_Allreduce_init)."""
+    if mreg.call_type(name) != mreg.MPI_COLLECTIVE:
+        return False
+    base = name.lower().removeprefix("mpi_").removesuffix("_c")
+    return not base.startswith("i") and not base.endswith("_init")
 
 
 def _nonneg(e: pl.Expr) -> pl.Expr:
@@ -312,6 +340,35 @@ def _write_messages(ctx: Context, parts: list[pl.DataFrame], wait_parts: list[pl
     df.sort(["t_log", "ord"]).write_ipc(ctx.side_file(SIDE_FILE))
 
 
+def _write_collectives(ctx: Context, parts: list[pl.DataFrame], world: int | None) -> None:
+    """Blocking collective calls of this report (rank, communicator and its size, function,
+    times, row) to the side file the merge stage matches across ranks. Calls of the NVTX
+    form name no communicator: they are taken to be MPI_COMM_WORLD's, of the job's size."""
+    c = pl.col
+    if not parts:
+        return
+    df = pl.concat(parts, how="vertical")
+    no_rank = df.select(c("rank").is_null().sum()).item()
+    if no_rank:
+        ctx.count("MPI collective calls of a process without a known rank (not matched)",
+                  no_rank)
+        df = df.filter(c("rank").is_not_null())
+    lost = df.select((c("comm").is_null() & (c("source") != source.NVTX)).sum()).item()
+    if lost:
+        ctx.count("MPI collective calls on a communicator missing from MPI_COMMUNICATORS (not "
+                  "matched)", lost)
+        df = df.filter(c("comm").is_not_null() | (c("source") == source.NVTX))
+    unknown = c("comm").is_null()
+    df = df.with_columns(
+        pl.when(unknown).then(pl.lit(WORLD)).otherwise(c("comm")).alias("comm"),
+        pl.when(unknown | (c("comm") == WORLD)).then(
+            pl.coalesce("comm_size", pl.lit(world, pl.Int64))).otherwise(c("comm_size"))
+        .alias("comm_size"))
+    ctx.count("MPI collective calls (blocking)", df.height)
+    df.select(*[c(n).cast(t) for n, t in COLL_SCHEMA.items()]).sort("start", "ord").write_ipc(
+        ctx.side_file(COLL_FILE))
+
+
 # -- merge stage ------------------------------------------------------------------------------
 
 def _count(mctx: Any, key: str, n: int) -> None:
@@ -381,16 +438,52 @@ def _present_ranks(mctx: Any, df: pl.DataFrame) -> set[int]:
 
 
 def merge_records(mctx: Any) -> Iterator[pl.DataFrame]:
-    """Communication records of every matched message, in the trace-wide layout."""
+    """Communication records of every matched message and of every collective matched
+    across ranks, in the trace-wide layout (one frame, sorted: one engine source)."""
+    frames = [f for f in (_message_records(mctx), _collective_records(mctx)) if f.height]
+    if not frames:
+        return iter(())
+    if len(frames) == 1:
+        return iter(frames)
+    return iter([mctx.final(pl.concat(frames, how="vertical"))])
+
+
+def _collective_records(mctx: Any) -> pl.DataFrame:
+    """Lines from the rank that called each collective instance last to every other rank
+    (instance = the k-th blocking collective of each rank on one communicator)."""
+    c = pl.col
+    parts = []
+    for i in range(len(mctx.metas)):
+        path = Path(mctx.side_file(i, COLL_FILE))
+        if path.exists():
+            shift = int(mctx.shifts[i])
+            parts.append(pl.read_ipc(path).with_columns(
+                pl.lit(i, pl.Int32).alias("rep"), c("start") + shift, c("end") + shift))
+    if not parts:
+        return pl.DataFrame()
+    df = pl.concat(parts, how="vertical").rename({"fname": "op", "size": "bytes"})\
+        .with_columns(c("comm_size").alias("size"))
+    counts: dict[str, int] = {}
+    matched, counts = match(df, ["rank"], "MPI collective instances", counts)
+    pairs = collective_lines(matched, counts, "MPI collective")
+    for k, v in counts.items():
+        _count(mctx, k, v)
+    if pairs.height == 0:
+        return pl.DataFrame()
+    return lines_to_records(mctx, pairs, SRC_COLLECTIVE_LINE, dreg.TAG_MPI_COLLECTIVE)
+
+
+def _message_records(mctx: Any) -> pl.DataFrame:
+    """Communication records of every matched point-to-point message."""
     c = pl.col
     df = load_messages(mctx)
     if df.height == 0:
-        return iter(())
+        return pl.DataFrame()
     pairs, counts = match_messages(df, _present_ranks(mctx, df))
     for k, v in counts.items():
         _count(mctx, k, v)
     if pairs.height == 0:
-        return iter(())
+        return pl.DataFrame()
     sender, receiver = [], []
     for rep in pairs["s_rep"].unique().to_list():
         part = pairs.filter(c("s_rep") == rep)
@@ -415,7 +508,7 @@ def merge_records(mctx: Any) -> Iterator[pl.DataFrame]:
         c("r_t_log").alias("c"), pl.max_horizontal("r_t_phys", "r_t_log").alias("d"),
         c("s_size").fill_null(c("r_size")).fill_null(0).alias("e"), c("tag").alias("f"),
         "cpu", "task", "thread", "rcpu", "rtask", "rthread")
-    return iter([mctx.final(out)])
+    return mctx.final(out)
 
 
 TRANSLATORS = (Translator("mpi", 45, "MPI calls (Extrae encoding), states and messages",

@@ -17,6 +17,9 @@ they follow the kernel when it goes to an overlap lane.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -25,9 +28,11 @@ from ...sources import cuda_api as api_source
 from ...sources import kernels as kernel_source
 from ...sources import nccl as source
 from .. import records as R
+from ..registry import deps as dreg
 from ..registry import nccl as nreg
 from ..values import STRING_ID_OFFSET
 from . import cuda_api, kernels
+from ._collectives import collective_lines, lines_to_records, match
 from .base import REPORT_END, Context, NameClassifier, Translator, fix_times, push, start_end
 from .kernels import is_nccl
 
@@ -262,6 +267,7 @@ def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> 
             matched = kernels.join(hit.drop("key"), on="row_id", how="left",
                                    maintain_order="left")
     matched = matched.with_columns(pl.coalesce("op", "kernel_op").alias("op"))
+    _write_instances(ctx, matched)
     has_any = c("op").is_not_null() | pl.any_horizontal(c(f).is_not_null() for f in fields)
     matched = matched.filter(has_any).with_columns(c("op").fill_null(UNKNOWN))
     if matched.height == 0:
@@ -274,5 +280,91 @@ def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> 
                         start_text=_pairs(c), end_text=_pairs(c, end=True)))
 
 
+# -- collectives across participants (merge stage) ---------------------------------------------
+
+SIDE_FILE = "nccl_kernels.arrow"
+SIDE_SCHEMA: dict[str, pl.DataType] = {
+    "pid": pl.Int64, "device": pl.Int64, "row": pl.Int32, "ord": pl.Int64, "start": pl.Int64,
+    "end": pl.Int64, "op": pl.Utf8, "comm": pl.Int64, "nranks": pl.Int64, "bytes": pl.Int64}
+SRC_LINE = R.SRC_KERNEL + R.SRC_LAUNCH_OFFSET  # the line ends on an NCCL kernel
+NO_COMM = -1  # communicator key of kernels no payload names one
+
+
+def _write_instances(ctx: Context, kernels: pl.DataFrame) -> None:
+    """Every NCCL kernel of the report (its participant, times, operation, communicator) to
+    the side file the merge stage matches across reports."""
+    c = pl.col
+    keys = ctx.rows.gpu_keys(kernels["row"])
+    df = kernels.with_columns(keys["pid"].alias("pid"), keys["device"].alias("device"))
+    df.select(*[c("row_id" if n == "ord" else n).cast(t).alias(n)
+                for n, t in SIDE_SCHEMA.items()]).sort("start", "ord").write_ipc(
+        ctx.side_file(SIDE_FILE))
+
+
+def load_instances(mctx: Any) -> pl.DataFrame:
+    """Every report's NCCL kernels, times on the trace clock, with the report index."""
+    parts = []
+    for i in range(len(mctx.metas)):
+        path = Path(mctx.side_file(i, SIDE_FILE))
+        if not path.exists():
+            continue
+        shift = int(mctx.shifts[i])
+        parts.append(pl.read_ipc(path).with_columns(
+            pl.lit(i, pl.Int32).alias("rep"), pl.col("start") + shift, pl.col("end") + shift))
+    if not parts:
+        return pl.DataFrame(schema={**SIDE_SCHEMA, "rep": pl.Int32})
+    return pl.concat(parts, how="vertical")
+
+
+def world_size(mctx: Any) -> int | None:
+    """The job's size as the reports' environment says (PMI_SIZE, WORLD_SIZE, ...)."""
+    sizes = [m.get("report", {}).get("world_size") for m in mctx.metas]
+    sizes = [int(x) for x in sizes if x is not None]
+    return max(sizes) if sizes else None
+
+
+def match_instances(df: pl.DataFrame, world: int | None = None
+                    ) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The k-th NCCL kernel of every participant (report, process, device) on one
+    communicator is one instance of an operation. Kernels no payload names a communicator
+    share one (NO_COMM), ordered per participant, which holds when each device runs them on
+    one stream: participants that have them on several are left out; its size is taken to
+    be the job's (`world`) when the environment says it. Returns the kernels of the
+    instances that are complete (two participants or more, as many as the communicator's
+    size where known, one operation) with `inst`, and counts."""
+    c = pl.col
+    counts: dict[str, int] = {}
+    part = ["rep", "pid", "device"]
+    df = df.with_columns(c("comm").fill_null(NO_COMM), c("nranks").alias("size"))
+    streams = df.filter(c("comm") == NO_COMM).group_by(part).agg(
+        c("row").n_unique().alias("n_streams"))
+    ambiguous = streams.filter(c("n_streams") > 1)
+    if ambiguous.height:
+        lost = df.join(ambiguous, on=part, how="semi").filter(c("comm") == NO_COMM)
+        counts["NCCL kernels without a communicator on a device with several NCCL streams "
+               "(not matched)"] = lost.height
+        df = df.join(lost.select(*part, "ord"), on=[*part, "ord"], how="anti")
+    if world is not None:
+        df = df.with_columns(pl.when(c("comm") == NO_COMM).then(
+            pl.coalesce("size", pl.lit(world, pl.Int64))).otherwise(c("size")).alias("size"))
+    return match(df, part, "NCCL operation instances", counts)
+
+
+def merge_records(mctx: Any) -> Iterator[pl.DataFrame]:
+    """Lines of every NCCL operation matched across the reports' participants."""
+    df = load_instances(mctx)
+    if df.height == 0:
+        return iter(())
+    matched, counts = match_instances(df, world_size(mctx))
+    pairs = collective_lines(matched, counts, "NCCL collective")
+    for k, v in counts.items():
+        mctx.count(k, v)
+    if pairs.height == 0:
+        return iter(())
+    return iter([lines_to_records(mctx, pairs, SRC_LINE, dreg.TAG_NCCL_COLLECTIVE,
+                                  lane_src=R.SRC_KERNEL)])
+
+
 TRANSLATORS = (Translator("nccl", 25, "NCCL calls and the operations of NCCL kernels",
-                          source.available, translate, (source.TABLE,)),)
+                          source.available, translate, (source.TABLE,),
+                          merge_records=merge_records),)

@@ -1,8 +1,9 @@
 """Dependency lines: Paraver communications that say what a piece of work waited for.
 
 Each kind of dependency has its own tag, so that a view can show or hide it; none is an event
-type. A line goes from the moment the awaited work ended to the moment the waiting side could
-go on, so it never points back in time.
+type. A line goes from the moment the awaited work ended (or, for collectives, from the
+arrival of the participant that came last) to the moment the waiting side could go on, so it
+never points back in time.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ ENUM_TABLES: dict = {}
 TAG_STREAM_WAIT = 67_200_010
 TAG_STREAM_WAIT_INFERRED = 67_200_011
 TAG_HOST_SYNC = 67_200_012
+TAG_NCCL_COLLECTIVE = 67_600_010
+TAG_MPI_COLLECTIVE = 67_700_010
 
 COMM_TAGS = {
     TAG_STREAM_WAIT: "Stream wait (cudaStreamWaitEvent), event record traced (CUDA_EVENT): "
@@ -34,4 +37,13 @@ COMM_TAGS = {
                    "and an event query that found the event complete, the work of the "
                    "event's record as for stream waits) -> end of the blocking (the CUPTI "
                    "synchronisation record's end) on the calling thread (size 0)",
+    TAG_NCCL_COLLECTIVE: "NCCL operation matched across its participants (the k-th kernel of "
+                         "each process and device on one communicator; kernels whose payload "
+                         "names none share one): start of the kernel of the participant that "
+                         "arrived last -> end of the kernel of each other participant that was "
+                         "still running (size = bytes of the operation when its payload says)",
+    TAG_MPI_COLLECTIVE: "Blocking MPI collective matched across ranks (the k-th on one "
+                        "communicator; MPI_COMM_WORLD for the NVTX form): start of the call of "
+                        "the rank that arrived last -> end of the call of each other rank "
+                        "still in it (size = bytes that rank sent, when known)",
 }
