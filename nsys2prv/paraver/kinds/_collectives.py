@@ -46,7 +46,7 @@ def match(df: pl.DataFrame, part: list[str], what: str, counts: dict[str, int]
 def collective_lines(items: pl.DataFrame, counts: dict[str, int], what: str
                      ) -> pl.DataFrame:
     """From the participant that arrived (started) last in each instance (`inst`) to each
-    other participant's end: (inst, s_* and r_* of rep, row, ord, start/end, bytes). A
+    other participant's end: (inst, s_* and r_* of rep, row, ord, start/end). A
     participant that ended before the last one arrived gets none (counted)."""
     c = pl.col
     ranked = items.sort("inst", "start", "rep", "ord", descending=[False, True, False, False])
@@ -54,24 +54,25 @@ def collective_lines(items: pl.DataFrame, counts: dict[str, int], what: str
     others = ranked.join(last.select("inst", "rep", "ord"), on=["inst", "rep", "ord"],
                          how="anti")
     pairs = others.join(last.select("inst", *[c(n).alias(f"s_{n}") for n in (
-        "rep", "row", "ord", "start", "bytes")]), on="inst", how="inner")
+        "rep", "row", "ord", "start")]), on="inst", how="inner")
     early = pairs.filter(c("end") < c("s_start"))
     if early.height:
         counts[f"{what}: participants that ended before the last one arrived (no line)"] = (
             early.height)
     pairs = pairs.filter(c("end") >= c("s_start"))
     counts[f"{what} lines"] = pairs.height
-    return pairs.select("inst", "s_rep", "s_row", "s_ord", "s_start", "s_bytes",
+    return pairs.select("inst", "s_rep", "s_row", "s_ord", "s_start",
                         c("rep").alias("r_rep"), c("row").alias("r_row"),
-                        c("ord").alias("r_ord"), c("end").alias("r_end"),
-                        c("bytes").alias("r_bytes"))
+                        c("ord").alias("r_ord"), c("end").alias("r_end"))
 
 
 def lines_to_records(mctx: Any, pairs: pl.DataFrame, src: int, tag: int,
                      lane_src: int | None = None) -> pl.DataFrame:
-    """Lines (s_rep, s_row, s_ord, s_start -> r_rep, r_row, r_ord, r_end, sizes) in the
-    trace-wide record layout, sorted; with `lane_src` (the source id of the activities the
-    lines join), each end follows its activity to the overlap lane it was moved to."""
+    """Lines (s_rep, s_row, s_ord, s_start -> r_rep, r_row, r_ord, r_end) in the trace-wide
+    record layout, sorted; with `lane_src` (the source id of the activities the lines join),
+    each end follows its activity to the overlap lane it was moved to. Size 0: a line is a
+    dependency, not a message, so that byte statistics of communications (Paraver's "Bytes
+    sent") stay those of the messages; the bytes are on the kernel's or the call's events."""
     c = pl.col
     if lane_src is not None:
         pairs = _follow_lanes(mctx, _follow_lanes(mctx, pairs, "s", lane_src), "r", lane_src)
@@ -93,7 +94,7 @@ def lines_to_records(mctx: Any, pairs: pl.DataFrame, src: int, tag: int,
         pl.lit(0).alias("phase"), c("r_rep").cast(pl.Int64).alias("sub"),
         pl.lit(src).alias("src"), c("s_rep").alias("rep"), c("r_ord").alias("ord"),
         c("s_start").alias("a"), c("r_order").alias("b"), c("r_end").alias("c"),
-        c("r_end").alias("d"), pl.coalesce("r_bytes", "s_bytes", pl.lit(0)).alias("e"),
+        c("r_end").alias("d"), pl.lit(0, pl.Int64).alias("e"),
         pl.lit(tag).alias("f"), "cpu", "task", "thread", "rcpu", "rtask", "rthread")
     return mctx.final(out)
 

@@ -38,7 +38,7 @@ _INT64_MAX = (1 << 63) - 1
 COLL_FILE = "mpi_collectives.arrow"
 COLL_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int64, "comm": pl.Utf8, "comm_size": pl.Int64, "fname": pl.Utf8,
-    "size": pl.Int64, "start": pl.Int64, "end": pl.Int64, "row": pl.Int32, "ord": pl.Int64}
+    "start": pl.Int64, "end": pl.Int64, "row": pl.Int32, "ord": pl.Int64}
 SRC_COLLECTIVE_LINE = SRC_MPI + R.SRC_LAUNCH_OFFSET  # lines between collective calls
 SIDE_SCHEMA: dict[str, pl.DataType] = {
     "role": pl.Int8, "rank": pl.Int64, "peer": pl.Int64, "comm": pl.Utf8, "tag": pl.Int64,
@@ -211,7 +211,7 @@ def translate(report: Report, ctx: Context) -> None:
         coll = df.filter(c("blocking_coll"))
         if coll.height:
             coll_parts.append(coll.join(sizes, on="cid", how="left", maintain_order="left")
-                              .select("source", "rank", "comm", "comm_size", "fname", "size",
+                              .select("source", "rank", "comm", "comm_size", "fname",
                                       "start", "end", "row", c("row_id").alias("ord")))
         p2p = df.filter((c("source") == source.P2P) & (c("role") != ROLE_NONE))
         if p2p.height:
@@ -461,8 +461,7 @@ def _collective_records(mctx: Any) -> pl.DataFrame:
                 pl.lit(i, pl.Int32).alias("rep"), c("start") + shift, c("end") + shift))
     if not parts:
         return pl.DataFrame()
-    df = pl.concat(parts, how="vertical").rename({"fname": "op", "size": "bytes"})\
-        .with_columns(c("comm_size").alias("size"))
+    df = pl.concat(parts, how="vertical").rename({"fname": "op", "comm_size": "size"})
     counts: dict[str, int] = {}
     matched, counts = match(df, ["rank"], "MPI collective instances", counts)
     pairs = collective_lines(matched, counts, "MPI collective")

@@ -285,7 +285,7 @@ def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> 
 SIDE_FILE = "nccl_kernels.arrow"
 SIDE_SCHEMA: dict[str, pl.DataType] = {
     "pid": pl.Int64, "device": pl.Int64, "row": pl.Int32, "ord": pl.Int64, "start": pl.Int64,
-    "end": pl.Int64, "op": pl.Utf8, "comm": pl.Int64, "nranks": pl.Int64, "bytes": pl.Int64}
+    "end": pl.Int64, "op": pl.Utf8, "comm": pl.Int64, "nranks": pl.Int64}
 SRC_LINE = R.SRC_KERNEL + R.SRC_LAUNCH_OFFSET  # the line ends on an NCCL kernel
 NO_COMM = -1  # communicator key of kernels no payload names one
 

@@ -41,9 +41,11 @@ COMM_TAGS = {
                          "each process and device on one communicator; kernels whose payload "
                          "names none share one): start of the kernel of the participant that "
                          "arrived last -> end of the kernel of each other participant that was "
-                         "still running (size = bytes of the operation when its payload says)",
+                         "still running (size 0: the operation's bytes are on the kernel's "
+                         "events)",
     TAG_MPI_COLLECTIVE: "Blocking MPI collective matched across ranks (the k-th on one "
                         "communicator; MPI_COMM_WORLD for the NVTX form): start of the call of "
                         "the rank that arrived last -> end of the call of each other rank "
-                        "still in it (size = bytes that rank sent, when known)",
+                        "still in it (size 0: the bytes are on the call's events, and "
+                        "'Bytes sent' statistics stay those of the messages)",
 }
