@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The engine on aarch64 (Grace Hopper, Grace Blackwell), from an x86_64 machine:
-#  1. cross-builds nsys2prv/engine/_engine.c + _scan.c with Debian's gcc-aarch64-linux-gnu,
+#  1. cross-builds nsys2prv/engine/_engine.c + _scan.c + _graph.c with Debian's gcc-aarch64-linux-gnu,
 #     setup.py's flags and -Werror, against Debian's arm64 Python 3.11 headers;
 #  2. under QEMU user-mode emulation, with Debian's arm64 CPython 3.11 and PyPI's manylinux
 #     aarch64 wheels (numpy, polars, pytest, hypothesis), translates the shipped sample and
@@ -101,7 +101,7 @@ cp -r nsys2prv tests examples benchmarks "$TREE"/
 find "$TREE" \( -name "*.so" -o -name __pycache__ \) -prune -exec rm -rf {} +
 aarch64-linux-gnu-gcc "${FLAGS[@]}" -Werror -fPIC -shared -pthread \
     -I"$SYSROOT/usr/include/python$PYV" -I"$SYSROOT/usr/include" \
-    nsys2prv/engine/_engine.c nsys2prv/engine/_scan.c \
+    nsys2prv/engine/_engine.c nsys2prv/engine/_scan.c nsys2prv/engine/_graph.c \
     -o "$TREE/nsys2prv/engine/_engine$SUFFIX"
 say "built _engine$SUFFIX with ${FLAGS[*]} -Werror"
 

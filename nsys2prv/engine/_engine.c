@@ -1829,6 +1829,7 @@ static PyTypeObject MergerType = {
 /* ================================================================== module ============ */
 
 int scan_register(PyObject *m); /* _scan.c */
+int graph_register(PyObject *m); /* _graph.c */
 
 static struct PyModuleDef engine_module = {
     PyModuleDef_HEAD_INIT, "_engine",
@@ -1848,6 +1849,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
         PyModule_AddObject(m, "Merger", (PyObject *)&MergerType) < 0)
         return NULL;
     if (scan_register(m) < 0) return NULL;
+    if (graph_register(m) < 0) return NULL;
     PyModule_AddObject(m, "NUL", PyLong_FromLongLong(NUL));
     return m;
 }

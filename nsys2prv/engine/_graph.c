@@ -1,0 +1,245 @@
+/*
+ * The dependency graph of a run, evaluated in topological order (nsys2prv/analysis/
+ * critical_path.py): one pass over the nodes, each a few array reads, without the GIL.
+ *
+ * Nodes 0..n-1 are given in topological order (every predecessor before its successor) with
+ * their measured start and end (ns). Node i's predecessors are pred_node[pred_ptr[i] ..
+ * pred_ptr[i+1]), each edge with a lag: the edge makes i ready at end[pred] + lag (a launch
+ * arrow that leaves from inside a host node has a negative lag). An edge whose measured ready
+ * time is after the node's measured start explained nothing in the run: it is ignored.
+ *
+ * graph_replay fills new_start, new_end and binding (the edge that set each node's start,
+ * -1 for a root) for durations scaled by scale[i] and the edges of the kinds kind_on[] allows:
+ *
+ *   slack[i]     = start[i] - max measured ready over its valid edges (the waiting no edge
+ *                  explains, kept as it is: dependencies are fixed, durations scale)
+ *   new_start[i] = max new ready over its valid, allowed edges + slack[i]; a root (no such
+ *                  edge) keeps its measured start
+ *   new_end[i]   = new_start[i] + round((end[i] - start[i]) * scale[i])
+ *
+ * With scale 1 and every kind allowed, new_start == start and new_end == end.
+ *
+ * graph_path walks the binding edges back from a node and writes the nodes it passes
+ * (latest first) while their end is after stop_time.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Buf;
+
+static int get(PyObject *obj, Buf *b, Py_ssize_t itemsize, int writable, const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) return -1;
+    b->held = 1;
+    if (b->view.itemsize != itemsize && !(itemsize == 1 && b->view.len >= 0)) {
+        PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes expected", name, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Buf *bufs, int n) {
+    for (int i = 0; i < n; i++)
+        if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
+}
+
+#define NBUF 11
+
+static PyObject *graph_replay(PyObject *self, PyObject *args) {
+    PyObject *o[NBUF];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10]))
+        return NULL;
+    /* start end pred_ptr pred_node pred_lag edge_kind kind_on scale new_start new_end
+     * binding */
+    static const Py_ssize_t size[NBUF] = {8, 8, 8, 4, 8, 1, 1, 8, 8, 8, 8};
+    static const int writable[NBUF] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+    static const char *names[NBUF] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
+                                      "edge_kind", "kind_on", "scale", "new_start", "new_end",
+                                      "binding"};
+    Buf b[NBUF];
+    memset(b, 0, sizeof b);
+    for (int i = 0; i < NBUF; i++)
+        if (get(o[i], &b[i], size[i], writable[i], names[i]) < 0) {
+            release(b, NBUF);
+            return NULL;
+        }
+    Py_ssize_t n = b[0].view.len / 8, m = b[3].view.len / 4;
+    if (b[1].view.len / 8 != n || b[2].view.len / 8 != n + 1 || b[4].view.len / 8 != m ||
+        b[5].view.len != m || b[6].view.len < 256 || b[7].view.len / 8 != n ||
+        b[8].view.len / 8 != n || b[9].view.len / 8 != n || b[10].view.len / 8 != n) {
+        release(b, NBUF);
+        PyErr_SetString(PyExc_ValueError, "graph_replay: array lengths do not match");
+        return NULL;
+    }
+    const int64_t *start = b[0].view.buf, *end = b[1].view.buf, *ptr = b[2].view.buf;
+    const int32_t *pred = b[3].view.buf;
+    const int64_t *lag = b[4].view.buf;
+    const uint8_t *kind = b[5].view.buf, *on = b[6].view.buf;
+    const double *scale = b[7].view.buf;
+    int64_t *new_start = b[8].view.buf, *new_end = b[9].view.buf, *binding = b[10].view.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !bad; i++) {
+        int64_t lo = ptr[i], hi = ptr[i + 1];
+        if (lo < 0 || hi < lo || hi > m) {
+            bad = 1;
+            break;
+        }
+        int64_t measured = INT64_MIN, ready = INT64_MIN, best = -1;
+        for (int64_t e = lo; e < hi; e++) {
+            int32_t p = pred[e];
+            if (p < 0 || p >= i) continue; /* not before it: no edge of a topological order */
+            int64_t r0 = end[p] + lag[e];
+            if (r0 > start[i]) continue; /* explained nothing in the run */
+            if (r0 > measured) measured = r0;
+            if (!on[kind[e]]) continue;
+            int64_t r = new_end[p] + lag[e];
+            if (r > ready || (r == ready && best >= 0 && r0 > end[pred[best]] + lag[best])) {
+                ready = r;
+                best = e;
+            }
+        }
+        int64_t s;
+        if (best < 0) {
+            s = start[i]; /* a root, or every edge switched off: where it was */
+        } else {
+            s = ready + (start[i] - measured);
+        }
+        double d = (double)(end[i] - start[i]) * scale[i];
+        new_start[i] = s;
+        new_end[i] = s + (int64_t)llround(d);
+        binding[i] = best;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, NBUF);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "graph_replay: pred_ptr is not increasing");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *graph_path(PyObject *self, PyObject *args) {
+    PyObject *o_bind, *o_pred, *o_end, *o_out;
+    long long from, stop;
+    if (!PyArg_ParseTuple(args, "OOOLLO", &o_bind, &o_pred, &o_end, &from, &stop, &o_out))
+        return NULL;
+    Buf b[4];
+    memset(b, 0, sizeof b);
+    if (get(o_bind, &b[0], 8, 0, "binding") < 0 || get(o_pred, &b[1], 4, 0, "pred_node") < 0 ||
+        get(o_end, &b[2], 8, 0, "new_end") < 0 || get(o_out, &b[3], 8, 1, "out") < 0) {
+        release(b, 4);
+        return NULL;
+    }
+    const int64_t *binding = b[0].view.buf, *end = b[2].view.buf;
+    const int32_t *pred = b[1].view.buf;
+    int64_t *out = b[3].view.buf;
+    Py_ssize_t n = b[0].view.len / 8, m = b[1].view.len / 4, cap = b[3].view.len / 8;
+    Py_ssize_t k = 0;
+    int64_t i = from;
+    Py_BEGIN_ALLOW_THREADS
+    while (i >= 0 && i < n && k < cap && end[i] > stop) {
+        out[k++] = i;
+        int64_t e = binding[i];
+        if (e < 0 || e >= m) break;
+        int64_t p = pred[e];
+        if (p >= i) break; /* never forward: the order is topological */
+        i = p;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 4);
+    return PyLong_FromSsize_t(k);
+}
+
+/* graph_float(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, until,
+ * latest_end): the latest each node may end without moving any work past `until`, every
+ * node keeping its measured slack (the backward pass of the same graph, as measured). */
+static PyObject *graph_float(PyObject *self, PyObject *args) {
+    PyObject *o[9];
+    long long until;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &until, &o[8]))
+        return NULL;
+    o[7] = NULL;
+    static const Py_ssize_t size[9] = {8, 8, 8, 4, 8, 1, 1, 0, 8};
+    static const char *names[9] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
+                                   "edge_kind", "kind_on", "", "latest_end"};
+    Buf b[9];
+    memset(b, 0, sizeof b);
+    for (int i = 0; i < 9; i++) {
+        if (i == 7) continue;
+        if (get(o[i], &b[i], size[i], i == 8, names[i]) < 0) {
+            release(b, 9);
+            return NULL;
+        }
+    }
+    Py_ssize_t n = b[0].view.len / 8, m = b[3].view.len / 4;
+    if (b[1].view.len / 8 != n || b[2].view.len / 8 != n + 1 || b[4].view.len / 8 != m ||
+        b[5].view.len != m || b[6].view.len < 256 || b[8].view.len / 8 != n) {
+        release(b, 9);
+        PyErr_SetString(PyExc_ValueError, "graph_float: array lengths do not match");
+        return NULL;
+    }
+    const int64_t *start = b[0].view.buf, *end = b[1].view.buf, *ptr = b[2].view.buf;
+    const int32_t *pred = b[3].view.buf;
+    const int64_t *lag = b[4].view.buf;
+    const uint8_t *kind = b[5].view.buf, *on = b[6].view.buf;
+    int64_t *latest = b[8].view.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) latest[i] = until > end[i] ? until : end[i];
+    for (Py_ssize_t i = n - 1; i >= 0 && !bad; i--) {
+        int64_t lo = ptr[i], hi = ptr[i + 1];
+        if (lo < 0 || hi < lo || hi > m) {
+            bad = 1;
+            break;
+        }
+        int64_t measured = INT64_MIN;
+        for (int64_t e = lo; e < hi; e++) {
+            int32_t p = pred[e];
+            if (p < 0 || p >= i) continue;
+            int64_t r0 = end[p] + lag[e];
+            if (r0 <= start[i] && r0 > measured) measured = r0;
+        }
+        if (measured == INT64_MIN) continue; /* a root: nothing before it to delay */
+        int64_t latest_start = latest[i] - (end[i] - start[i]);
+        int64_t latest_ready = latest_start - (start[i] - measured);
+        for (int64_t e = lo; e < hi; e++) {
+            int32_t p = pred[e];
+            if (p < 0 || p >= i || !on[kind[e]]) continue;
+            if (end[p] + lag[e] > start[i]) continue;
+            int64_t l = latest_ready - lag[e];
+            if (l < latest[p]) latest[p] = l;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 9);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "graph_float: pred_ptr is not increasing");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef graph_methods[] = {
+    {"graph_float", graph_float, METH_VARARGS,
+     "graph_float(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, until, "
+     "latest_end): the latest end of each node that delays nothing past `until`"},
+    {"graph_replay", graph_replay, METH_VARARGS,
+     "graph_replay(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, scale, "
+     "new_start, new_end, binding): evaluate the graph (see _graph.c)"},
+    {"graph_path", graph_path, METH_VARARGS,
+     "graph_path(binding, pred_node, new_end, from, stop_time, out) -> count of nodes "
+     "written to out, walking the binding edges back from node `from`"},
+    {NULL, NULL, 0, NULL},
+};
+
+int graph_register(PyObject *m) { return PyModule_AddFunctions(m, graph_methods); }
