@@ -61,7 +61,10 @@ def main(export: str, work: str) -> dict:
     results["analyze"] = run(["analyze", export, "--plot", str(w / "eff.png"),
                               "--iterations", "--modality"])
     results["analyze_json"] = run(["analyze", "--json", str(trace), "--iterations",
-                                   "--modality"])
+                                   "--modality", "--critical-path", "--what-if", "gaps=0",
+                                   "--what-if", "kernel:*=0.5,nccl=0",
+                                   "--path-trace", str(w / "path.prv")])
+    results["check_path"] = run(["check", "-q", str(w / "path.prv")])
     results["analyze_pop"] = run(["analyze", str(trace), "--pop-trace", str(pop)])
     results["check_pop"] = run(["check", "-q", str(pop)])
     results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace)])
@@ -94,6 +97,11 @@ def main(export: str, work: str) -> dict:
         checks["steps_bad"] = [s["instance"] for s in steps if s["duration"] <= 0
                                or not 0 <= s["gpu_busy"] <= s["device_time"]]
         checks["modality_kernels"] = len(analysis["modality"])
+        cp = analysis["critical_path"]
+        # the path's composition adds up to the span; a what-if never predicts longer
+        checks["path_sum"] = sum(r["time"] for r in cp["by_category"]) - cp["length"]
+        checks["what_if_longer"] = [w["what_if"] for w in cp["what_if"]
+                                    if w["predicted_ns"] > w["measured_ns"]]
     except (ValueError, KeyError) as e:
         checks["json_devices"] = f"bad JSON: {e}"
     try:

@@ -83,4 +83,8 @@ def test_every_command_on_the_export(export, driven):
     # analyze --iterations --modality: sane steps where a loop was found, a kernel table
     assert checks["steps_bad"] == [], checks["steps_bad"]
     assert isinstance(checks["modality_kernels"], int)
+    # analyze --critical-path --what-if --path-trace: the composition adds up, work made
+    # shorter never makes the run longer, the trace with the path validates (check_path)
+    assert checks["path_sum"] == 0, checks["path_sum"]
+    assert checks["what_if_longer"] == [], checks["what_if_longer"]
     assert peak <= PEAK_RSS, f"peak RSS {peak / 2**20:.0f} MiB over {PEAK_RSS >> 20} MiB"

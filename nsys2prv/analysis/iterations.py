@@ -22,6 +22,7 @@ is compared with the median one (the lower middle for an even count) as two runs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,11 +254,12 @@ class NoLoop(InputError):
 
 
 def analyze_steps(path: str | Path, iterations: str | None, explain: bool = True,
-                  top: int = 10) -> tuple[Analysis, Activities, IterationReport | str]:
+                  top: int = 10, observers: Sequence = ()
+                  ) -> tuple[Analysis, Activities, IterationReport | str]:
     """`analyze_path` on a trace with its activities collected on the same pass and the
     idle causes of each step of `iterations` ("RANGE[@DOMAIN]"; None: picked) summed on the
-    second one. Where no range can be picked, the report is the reason (a range named but
-    absent is an InputError)."""
+    second one (`observers` see the first pass too). Where no range can be picked, the
+    report is the reason (a range named but absent is an InputError)."""
     collector = ActivityCollector(path)
     state: dict = {}
 
@@ -270,7 +272,8 @@ def analyze_steps(path: str | Path, iterations: str | None, explain: bool = True
             return None
         return instances(acts, *state["range"]).select("instance", "start", "end")
 
-    analysis = analyze_path(path, explain, top, observers=[collector], steps=steps)
+    analysis = analyze_path(path, explain, top, observers=[collector, *observers],
+                            steps=steps)
     if "acts" not in state:  # no second pass (no devices, or explain off)
         steps()
     acts = state["acts"]

@@ -373,13 +373,15 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
     (`idle.explain`). `observers` (objects with `types` and `add(window)`) see every window
-    of the first pass too, read with their types added: one pass serves them all. `steps`,
+    of the first pass too, read with their types added (and the communications, for an
+    observer whose `comms` is true): one pass serves them all. `steps`,
     called between the passes (when the observers have seen the trace), gives the steps
     (instance, start, end) whose idle causes the second pass sums too."""
     model = ModelSums()
     finder = launches = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
-    for window in source(types=types, comms=explain):
+    comms = explain or any(getattr(o, "comms", False) for o in observers)
+    for window in source(types=types, comms=comms):
         for o in observers:
             o.add(window)
         if types != TYPES:  # the model sees what it would have read alone

@@ -67,6 +67,20 @@ def _parser() -> argparse.ArgumentParser:
                         "GPU busy/idle, compute/communication time, idle causes, the spread "
                         "and outliers, and the slowest step against the median one (no "
                         "RANGE: the most repeated top-level range)")
+    p.add_argument("--critical-path", action="store_true",
+                   help="what bounds the run: the critical path through the job's "
+                        "dependencies (launches, stream waits, synchronisations, NCCL and MPI), "
+                        "its composition per category, process and longest segments (per step "
+                        "with --iterations)")
+    p.add_argument("--what-if", action="append", default=[], metavar="SPEC",
+                   help="with the critical path, the run's predicted time when work is "
+                        "shortened: 'kernel:GLOB=F', 'nccl=F', 'memcpy=F', 'memset=F', "
+                        "'host=F', 'rank:N=F', 'gaps=0' (no GPU waits for its host); terms "
+                        "joined by commas; repeat for several scenarios")
+    p.add_argument("--path-trace", metavar="OUT.prv",
+                   help="with the critical path: write a copy of the trace with the path "
+                        "and every GPU activity's float as events, for "
+                        "cfgs/analysis/critical_path.cfg")
     p.add_argument("--modality", action="store_true",
                    help="per kernel name, whether its durations have two modes or a heavy "
                         "tail, and on which processes and in which part of the run the slow "
@@ -115,47 +129,66 @@ class Extras:
     # analysis.iterations.IterationReport, or why no range could be picked
     iterations: object | None = None
     modality: object | None = None  # polars DataFrame of analysis.modality
+    critical: object | None = None  # analysis.critical_path.CriticalPath
+    graph: object | None = None  # its analysis.critical_path.Graph
 
 
 def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | None,
-                 modality: bool) -> tuple[Analysis, Extras]:
-    """The analysis of a trace and, on the same passes, the steps and the kernels'
-    modality when asked (iterations '' : the range is picked)."""
+                 modality: bool, what_if: list | None = None) -> tuple[Analysis, Extras]:
+    """The analysis of a trace and, on the same passes, the steps, the kernels' modality
+    and the critical path with its what-ifs (`what_if` not None) when asked (iterations
+    '': the range is picked)."""
     extras = Extras()
-    if iterations is None and not modality:
-        return analyze_path(path, explain, top), extras
+    observers = []
+    if what_if is not None:
+        from ..analysis.critical_path import GraphCollector
+
+        graph = GraphCollector(path)
+        observers.append(graph)
+    acts = None
     if iterations is not None:
         from ..analysis.iterations import analyze_steps
 
         result, acts, extras.iterations = analyze_steps(path, iterations or None, explain,
-                                                        top)
-    else:
+                                                        top, observers)
+    elif modality:
         from ..analysis.activities import ActivityCollector
 
         collector = ActivityCollector(path)
-        result = analyze_path(path, explain, top, observers=[collector])
+        result = analyze_path(path, explain, top, observers=[collector, *observers])
         acts = collector.result()
+    else:
+        result = analyze_path(path, explain, top, observers=observers)
     if modality:
         from ..analysis.modality import kernel_modality
 
         extras.modality = kernel_modality(acts)
+    if what_if is not None:
+        from ..analysis.critical_path import critical_path, step_paths
+
+        extras.graph = g = graph.graph()
+        extras.critical = critical_path(g, what_if, top)
+        if extras.iterations is not None and not isinstance(extras.iterations, str):
+            extras.critical.steps = step_paths(g, extras.iterations.steps)
     return result, extras
 
 
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             keep_in: Path | None = None, window=None,
             allow_empty: bool = False, iterations: str | None = None,
-            modality: bool = False) -> tuple[Analysis, Path | None, Extras]:
+            modality: bool = False, what_if: list | None = None
+            ) -> tuple[Analysis, Path | None, Extras]:
     """Analyse one trace, or translate reports (into a temporary directory, or into
     `keep_in`) and analyse that trace; with `window`, that window of the run. Returns the
-    analysis, the trace kept, if any, and what `iterations`/`modality` add."""
+    analysis, the trace kept, if any, and what `iterations`/`modality`/`what_if` add."""
     single_trace = len(inputs) == 1 and _is_trace(inputs[0])
     if single_trace and not Path(inputs[0]).exists():
         raise InputError(f"{inputs[0]}: no such file")
     if not single_trace and any(_is_trace(i) for i in inputs):
         raise UsageError("give either one trace (.prv) or reports, not both")
     if single_trace and window is None:
-        result, extras = _analysis_of(inputs[0], explain, top, iterations, modality)
+        result, extras = _analysis_of(inputs[0], explain, top, iterations, modality,
+                                      what_if)
         return result, Path(inputs[0]), extras
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         register_temp(tmp)
@@ -167,7 +200,7 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             out = place / (Path(inputs[0]).name.split(".")[0] + ".prv" if keep_in
                            else "trace.prv")
             _translate(inputs, out, window=window, allow_empty=allow_empty)
-        result, extras = _analysis_of(out, explain, top, iterations, modality)
+        result, extras = _analysis_of(out, explain, top, iterations, modality, what_if)
     result.trace = " ".join(inputs) if len(inputs) <= 4 else \
         f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
     return result, out if keep_in is not None else None, extras
@@ -424,6 +457,54 @@ def format_modality(m, list_all: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def format_critical_path(cp, top: int = 10) -> str:
+    """What bounds the run: the path's composition, per process, its longest runs on one
+    row, the what-ifs and (with steps) each step's path."""
+    lo, hi = cp.span
+    end = cp.path_end
+    out = ["", f"### Critical path from {lo / 1e6:.3f} ms to the end of the last work at "
+               f"{end / 1e6:.3f} ms ({_ms(end - lo)}; the span analysed ends at "
+               f"{hi / 1e6:.3f} ms; docs/critical_path.md)", f"###   {cp.verdict}",
+           "###   by category (share of the span):"]
+    for r in cp.by_category.iter_rows(named=True):
+        out.append(f"###     {100 * r['share']:6.1f} %  {_ms(r['time']):>13}  {r['category']}")
+    kernels = cp.by_detail.filter(cp.by_detail["category"].is_in(["kernels", "NCCL"]))
+    if kernels.height:
+        out.append("###   kernels on the path:")
+        for r in kernels.head(top).iter_rows(named=True):
+            out.append(f"###     {100 * r['share']:6.1f} %  {_ms(r['time']):>13}  "
+                       f"{r['detail'][:70]}")
+    if cp.by_process.height > 1:
+        out.append("###   per process (GPU / host work on the path):")
+        for r in cp.by_process.head(top).iter_rows(named=True):
+            out.append(f"###     {100 * r['share']:6.1f} %  {r['process']}: GPU "
+                       f"{_ms(r['gpu'])}, host {_ms(r['host'])}")
+    if cp.longest.height:
+        out.append("###   longest runs of the path on one row:")
+        for r in cp.longest.iter_rows(named=True):
+            out.append(f"###     {_ms(r['duration']):>13} at {r['start'] / 1e6:.3f} ms  "
+                       f"{r['label']}: {r['category']}"
+                       + (f" ({r['detail'][:50]})" if r["detail"] else "")
+                       + (f" [NVTX {r['nvtx'][:40]}]" if r["nvtx"] else ""))
+    for s in cp.what_if:
+        ch = "-" if s.change is None else f"{100 * s.change:+.1f} %"
+        out.append(f"###   what if {s.text}: predicted {_ms(s.predicted)} (measured "
+                   f"{_ms(s.measured)}, {ch}); path: "
+                   + ", ".join(f"{r['category']} {100 * r['share']:.0f} %"
+                               for r in s.composition.head(4).iter_rows(named=True)))
+    lines = {k: v for k, v in cp.counts.items()}
+    if lines:
+        out.append("###   dependencies used: " + ", ".join(f"{k} {v}" for k, v in
+                                                         sorted(lines.items())))
+    if cp.steps is not None and cp.steps.height:
+        out.append("###   per step (main categories of each step's path):")
+        for inst, part in cp.steps.sort("instance").group_by("instance", maintain_order=True):
+            top3 = part.sort("time", descending=True).head(3)
+            out.append(f"###     step {inst[0]}: " + ", ".join(
+                f"{r['category']} {100 * r['share']:.0f} %" for r in top3.iter_rows(named=True)))
+    return "\n".join(out) + "\n"
+
+
 def _device_line(g: GroupResult, T: int) -> str:
     lv = " ".join(_pct(x, T) for x in g.levels)
     lc = " ".join(_pct(x, g.nccl_time) for x in g.levels_comm[1:])
@@ -506,15 +587,29 @@ def main(argv: list[str]) -> int:
     views = Path(args.views) if args.views else None
     if views is not None and args.no_idle:
         raise UsageError("--views shows the gaps, which --no-idle skips")
+    what_if = None
+    if args.path_trace and not (args.critical_path or args.what_if):
+        raise UsageError("--path-trace goes with --critical-path")
+    if args.critical_path or args.what_if:
+        from ..analysis.critical_path import parse_what_if
+
+        what_if = [parse_what_if(w) for w in args.what_if]
     result, trace, extras = analyze(args.inputs, not args.no_idle, args.top, views,
                                     window_of(args), args.allow_empty, args.iterations,
-                                    args.modality)
+                                    args.modality, what_if)
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types
         from ..views.findings import write_findings
 
         written = write_findings(trace, result.idle, views, event_types(trace))
+    if args.path_trace:
+        if trace is None:
+            raise UsageError("--path-trace needs a trace (.prv) as input, or --views DIR to "
+                             "keep the translation of the reports")
+        from ..analysis.critical_path import write_path_trace
+
+        write_path_trace(trace, args.path_trace, extras.graph, extras.critical.segments)
     if args.pop_trace:
         from ..analysis.pop import pop_trace
 
@@ -527,6 +622,8 @@ def main(argv: list[str]) -> int:
             out["iterations"] = extras.iterations.to_dict()
         if extras.modality is not None:
             out["modality"] = extras.modality.to_dicts()
+        if extras.critical is not None:
+            out["critical_path"] = extras.critical.to_dict()
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
@@ -539,6 +636,8 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(format_iterations(extras.iterations, args.list_all))
         if extras.modality is not None:
             sys.stdout.write(format_modality(extras.modality, args.list_all))
+        if extras.critical is not None:
+            sys.stdout.write(format_critical_path(extras.critical, args.top))
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")

@@ -34,6 +34,12 @@ def render(types: Iterable[PcfType]) -> str:
     out += ["", "", "STATES_COLOR"]
     out += [f"{s.value:<4} {{{s.color[0]},{s.color[1]},{s.color[2]}}}" for s in reg.STATES]
     out += ["", ""]
+    return "\n".join(out) + "\n" + render_types(types)
+
+
+def render_types(types: Iterable[PcfType]) -> str:
+    """The EVENT_TYPE sections of `types` (what `render` writes after the states)."""
+    out: list[str] = []
     # Group types that share an identical value table into one section.
     groups: dict[tuple, list[PcfType]] = {}
     for t in sorted(types, key=lambda t: t.type):
@@ -53,4 +59,4 @@ def render(types: Iterable[PcfType]) -> str:
                 if -2**31 <= v <= INT32_MAX:
                     out.append(f"{v:<10} {clean_label(label)}")
         out += ["", ""]
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" if out else ""

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..paraver.registry import cuda, gpu_metrics, nccl, nvtx, osrt
+from ..paraver.registry import critical, cuda, gpu_metrics, nccl, nvtx, osrt
 from .cfg import Cfg, Histogram, Window, write_all
 
 # Extrae's numbers (extrae src/merger/paraver/MPI_EventEncoding.h, events.h), taken from the
@@ -413,6 +413,17 @@ ANALYSIS = [
         "time profile with the NCCL kernels.",
         (last_value("GPU kernels", KERNELS), kernels_present()),
         _profile("Kernel time per run [ns]", "GPU kernels", "GPU kernels")),
+    Cfg("analysis/critical_path.cfg", "The critical path across every row of the job",
+        "For the copy of a trace that `nsys2prv analyze TRACE --critical-path --path-trace "
+        "OUT.prv` writes: on every row, what the critical path does there (1 GPU work, 2 host "
+        "work, 3 launch latency, 4 waiting that no traced work explains; nothing: the path "
+        "is elsewhere). Table: the path's time per row and category (ns); its rows add up "
+        "to the analysed span. Second window: every GPU activity's float (1 + microseconds "
+        "it could end later without delaying the run; 1 = on the path).",
+        (last_value("Critical path float (us)", (critical.CRITICAL_FLOAT,)),
+         last_value("On the critical path", (critical.CRITICAL_PATH,))),
+        Histogram("Critical path time per row [ns]", "On the critical path",
+                  "On the critical path", "Time", 1, 4, 1)),
     Cfg("analysis/kernel_duration_histogram.cfg",
         "Kernel duration histograms per kernel name (bimodal GEMMs)",
         "3D histogram: columns = kernel duration bins (us, range computed from the trace), "

@@ -247,6 +247,22 @@ def applications_jobs(tmp: Path, corpus: Path | None) -> list[Job]:
     return jobs
 
 
+CRITICAL_DIR = "critical"  # the sample's critical path (analyze --path-trace): its cfg
+
+
+def critical_jobs(tmp: Path, sample: Path) -> list[Job]:
+    """The sample's trace with its critical path's events (`analyze --critical-path
+    --path-trace`), as a job of `refresh` running analysis/critical_path.cfg."""
+    from ..analysis.critical_path import critical_path, read_graph, write_path_trace
+    from ..api import translate
+
+    trace = tmp / "critical-src.prv"
+    translate([str(sample)], str(trace))
+    g = read_graph(trace)
+    out = write_path_trace(trace, tmp / "critical.prv", g, critical_path(g).segments)
+    return [(CRITICAL_DIR, out, False, ["analysis/critical_path.cfg"])]
+
+
 def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
     """Regenerate tests/data/paramedir: the sample (every cfg), small corpus traces
     (histograms only: their timelines are large), the hand-made families trace, the
@@ -276,6 +292,7 @@ def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
         jobs.append((FAMILIES_DIR, fam, False, None))
         jobs += scaling_jobs(Path(tmp))
         jobs += applications_jobs(Path(tmp), corpus)
+        jobs += critical_jobs(Path(tmp), sources[SAMPLE_DIR])
         ends = {name.split("/")[1]: trace_end(trace) for name, trace, _, _ in jobs
                 if name.startswith(APPLICATIONS_DIR + "/")}
         if ends:  # what the '% Time' cells of each trace are a share of
