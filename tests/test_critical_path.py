@@ -257,3 +257,67 @@ def test_paramedir_numbers_of_the_sample(tmp_path):
               for col, v in zip(range(1, 5), cells) if v}
     assert theirs == {k: float(v) for k, v in ours.items()}
     assert sum(theirs.values()) == cp.length  # the whole span: no time before or after
+
+
+def test_late_rank_of_a_collective(tmp_path):
+    """testing/synth_deps.nccl_job: 4 ranks, 3 all-reduces, rank 2 launches 2 ms late; every
+    kernel ends together. Back from the last completion, the path crosses to the late rank
+    (the NCCL line from its arrival), holds exactly the last transfer (end - late start) of
+    NCCL and then the late rank's host; without transfers (nccl=0) the run ends that much
+    earlier."""
+    from nsys2prv.testing.synth_deps import nccl_end, nccl_job, nccl_start
+
+    late, delay = 2, 2_000 * US
+    nccl_job(tmp_path / "job", nranks=4, steps=3, late=late, delay=delay)
+    trace = tmp_path / "job.prv"
+    nsys2prv.translate(tmp_path / "job", trace)
+    g = C.read_graph(trace)
+    assert g.counts["NCCL collective"] == 3 * 3  # each step: the late one -> 3 others
+    cp = C.critical_path(g, [C.parse_what_if("nccl=0")])
+    transfer = nccl_end(2) - nccl_start(2, late, late, delay)
+    assert _shares(cp)["NCCL"] == transfer
+    late_task = g.rows.filter(pl.col("task_label").str.contains(f"rank {late} "))[
+        "task_index"].unique().to_list()
+    assert cp.by_process["task_index"][0] in late_task  # the late rank holds the path
+    (no_transfer,) = cp.what_if
+    off = no_transfer.measured - nccl_end(2)  # trace time - export time
+    # without transfers every kernel ends at the late arrival; the late rank's thread, alive
+    # until its last NCCL range ends 50 us after its call, then ends the run
+    last_call = 10_000 * US * 3 + delay
+    assert no_transfer.predicted == max(nccl_start(2, late, late, delay),
+                                        last_call + 50 * US) + off
+
+
+def test_real_pair_path_and_idle_agree(tmp_path):
+    """nsysai_mfu2gpu_before/after (2 GPUs, 2 processes): the path is mostly GPU work on
+    both; after the change its host share rises, as the idle analysis' GPU idle time (mostly
+    host compute) does; removing all work of the process that holds most of the path moves
+    the path to the other one. Replaying the measured graph gives every time back."""
+    from conftest import CORPUS
+    from nsys2prv.analysis.model import analyze_path
+
+    runs = {}
+    for side in ("before", "after"):
+        src = CORPUS / "sqlite" / f"nsysai_mfu2gpu_{side}.sqlite"
+        if not src.exists():
+            pytest.skip(f"corpus export {src} not found")
+        trace = tmp_path / f"{side}.prv"
+        nsys2prv.translate(src, trace)
+        g = C.read_graph(trace)
+        ev = C.evaluate(g)
+        assert np.array_equal(ev.start, g.start) and np.array_equal(ev.end, g.end)
+        cp = C.critical_path(g)
+        assert int(cp.by_category["time"].sum()) == cp.length
+        assert g.counts["GPU -> host sync"] > 0 and g.counts["NCCL collective"] > 0
+        idle = analyze_path(trace).idle
+        runs[side] = (g, cp, idle.job.idle / idle.job.span, idle.job.causes)
+    (gb, before, idle_b, causes_b), (_, after, idle_a, _) = runs["before"], runs["after"]
+    assert before.verdict.startswith("GPU-bound") and after.verdict.startswith("GPU-bound")
+    assert idle_a > idle_b and after.bound["host"] > before.bound["host"]
+    assert max(causes_b, key=causes_b.get) == "host_compute"
+    top = int(before.by_process["task_index"][0])
+    other = 1 - top
+    assert before.by_process["share"][0] > 0.5
+    (moved,) = C.critical_path(gb, [C.parse_what_if(f"rank:{top}=0")]).what_if
+    assert int(moved.processes["task_index"][0]) == other
+    assert moved.processes["share"][0] > 0.9 and moved.predicted < moved.measured

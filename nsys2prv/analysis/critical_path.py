@@ -609,6 +609,7 @@ class Scenario:
     measured: int  # ns of the span the path covers (its last work's end - span start)
     predicted: int
     composition: pl.DataFrame  # category, time, share (of the predicted span)
+    processes: pl.DataFrame | None = None  # task_index, process, time on the predicted path
 
     @property
     def change(self) -> float | None:
@@ -660,7 +661,9 @@ class CriticalPath:
                 "longest": self.longest.to_dicts(),
                 "what_if": [{"what_if": s.text, "measured_ns": s.measured,
                              "predicted_ns": s.predicted, "change": s.change,
-                             "by_category": s.composition.to_dicts()} for s in self.what_if],
+                             "by_category": s.composition.to_dicts(),
+                             "by_process": None if s.processes is None else
+                             s.processes.to_dicts()} for s in self.what_if],
                 "steps": None if self.steps is None else self.steps.to_dicts()}
 
 
@@ -725,6 +728,19 @@ def _nvtx_of(g: Graph, ev: Evaluation, run: dict) -> str | None:
     return hit["name"][-1] if hit.height else None
 
 
+def _by_process(seg: pl.DataFrame, rows: pl.DataFrame, total: int) -> pl.DataFrame:
+    """Per process: the path's time on its rows, of which on GPU work and on host work."""
+    d = pl.col("end") - pl.col("start")
+    gpu = pl.col("category").is_in(list(GPU_CATEGORIES))
+    return (seg.join(rows, on="row", how="inner")
+            .group_by("task_index").agg(pl.col("task_label").first().alias("process"),
+                                        d.sum().alias("time"),
+                                        d.filter(gpu).sum().alias("gpu"),
+                                        d.filter(~gpu).sum().alias("host"))
+            .with_columns((pl.col("time") / max(total, 1)).alias("share"))
+            .sort("time", "task_index", descending=[True, False]))
+
+
 def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> CriticalPath:
     """The critical path over the graph's span, its composition, and each what-if."""
     lo, hi = g.span
@@ -739,14 +755,7 @@ def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> Cr
                  .sort("time", "category", "detail", descending=[True, False, False]))
     rows = g.rows.select(pl.col("row").cast(pl.Int32), "task_index", "task_label", "kind",
                          "label", "device")
-    gpu = pl.col("category").is_in(list(GPU_CATEGORIES))
-    by_process = (seg.join(rows, on="row", how="inner")
-                  .group_by("task_index").agg(pl.col("task_label").first().alias("process"),
-                                              d.sum().alias("time"),
-                                              d.filter(gpu).sum().alias("gpu"),
-                                              d.filter(~gpu).sum().alias("host"))
-                  .with_columns((pl.col("time") / max(total, 1)).alias("share"))
-                  .sort("time", "task_index", descending=[True, False]))
+    by_process = _by_process(seg, rows, total)
     scenarios = []
     measured = int(ev.end[path[-1]]) - lo if path.size else 0
     for w in what_if:
@@ -754,8 +763,8 @@ def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> Cr
         p2 = path_nodes(g, e2)
         end2 = int(e2.end[p2[-1]]) if p2.size else lo
         seg2 = path_segments(g, e2, p2, (lo, max(end2, lo)))
-        scenarios.append(Scenario(w.text, measured, end2 - lo,
-                                  _by_category(seg2, end2 - lo)))
+        scenarios.append(Scenario(w.text, measured, end2 - lo, _by_category(seg2, end2 - lo),
+                                  _by_process(seg2, rows, end2 - lo)))
     return CriticalPath((lo, hi), seg, by_cat, by_detail, by_process,
                         _longest(seg, rows, top, g, ev), _bound(by_cat),
                         dict(g.counts),
