@@ -272,7 +272,7 @@ def test_paramedir_live(tmp_path):
         assert run.output.read_text() == (DATA / "sample" / run.output.name).read_text()
 
 
-COMM_LINE_VIEWS = {"views/cuda_activities.cfg", "views/mpi_messages.cfg"}
+COMM_LINE_VIEWS = {"views/cuda_activities.cfg", "views/mpi_messages.cfg", "views/dependencies.cfg"}
 
 
 @pytest.mark.parametrize("rel", CFGS)

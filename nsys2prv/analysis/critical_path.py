@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ..engine import _engine
+from ..engine import graph_float, graph_path, graph_replay
 from ..errors import UsageError
 from ..paraver.read import Trace, companion, read_layout, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
@@ -471,7 +471,7 @@ def evaluate(g: Graph, w: WhatIf | None = None) -> Evaluation:
     new_start = np.empty(g.n, dtype=np.int64)
     new_end = np.empty(g.n, dtype=np.int64)
     binding = np.empty(g.n, dtype=np.int64)
-    _engine.graph_replay(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind,
+    graph_replay(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind,
                          on, scales(g, w), new_start, new_end, binding)
     return Evaluation(new_start, new_end, binding)
 
@@ -509,7 +509,7 @@ def path_nodes(g: Graph, ev: Evaluation, last: int | None = None,
     if last is None:
         return np.zeros(0, dtype=np.int64)
     out = np.empty(g.n, dtype=np.int64)
-    k = _engine.graph_path(ev.binding, g.pred_node, ev.end, last,
+    k = graph_path(ev.binding, g.pred_node, ev.end, last,
                            -(2**62) if stop is None else stop, out)
     return out[:k][::-1].copy()
 
@@ -802,7 +802,7 @@ def float_of(g: Graph, until: int | None = None) -> np.ndarray:
     if g.n == 0:
         return latest
     on = np.ones(256, dtype=np.uint8)
-    _engine.graph_float(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind, on,
+    graph_float(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind, on,
                         int(g.end.max()) if until is None else until, latest)
     return latest - g.end
 

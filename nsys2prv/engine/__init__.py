@@ -29,6 +29,7 @@ import polars as pl
 
 from ..paraver import records as R
 from ._engine import NUL, IntervalStore, Merger, RecordStore
+from ._engine import graph_float, graph_path, graph_replay  # noqa: F401 (analysis/critical_path)
 
 __all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int64_column",
            "RUN_BLOCK_RECORDS"]

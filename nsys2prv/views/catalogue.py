@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..paraver.registry import critical, cuda, gpu_metrics, nccl, nvtx, osrt
+from ..paraver.registry import critical, cuda, deps, gpu_metrics, graphs, nccl, nvtx, osrt
 from .cfg import Cfg, Histogram, Window, write_all
 
 # Extrae's numbers (extrae src/merger/paraver/MPI_EventEncoding.h, events.h), taken from the
@@ -49,6 +49,19 @@ OVERLAP_CAP = 3  # levels 0, 1, 2, 3+
 # ------------------------------------------------------------------------------------------
 # Window builders
 # ------------------------------------------------------------------------------------------
+
+# the lines of the launches (CUDA call -> its GPU work) and of the dependencies
+LAUNCH_TAGS = tuple(sorted((cuda.TAG_KERNEL_LAUNCH, cuda.TAG_NCCL_LAUNCH,
+                            cuda.TAG_MEMORY_OPERATION, graphs.TAG_GRAPH_LAUNCH)))
+DEPENDENCY_TAGS = tuple(sorted(deps.COMM_TAGS))
+
+
+def lines(windows: Sequence[Window], tags: tuple[int, ...], exclude: bool = False
+          ) -> tuple[Window, ...]:
+    """`windows` taking only the communication lines of `tags` (all but them with
+    `exclude`): a view of launch arrows draws no dependency line, and so on."""
+    return tuple(w if w.derived else replace(w, comm_tags=tags, comm_tags_exclude=exclude)
+                 for w in windows)
 
 
 def states(name: str = "States") -> Window:
@@ -237,14 +250,29 @@ VIEWS = [
         "threads (stacked); kernels (compute and NCCL) and memory operations on GPU streams; "
         "one timeline with all of them (CPU rows show the CUDA call, GPU rows the kernel or "
         "the copy). Table: time per CUDA call per CPU thread.",
-        (states(), last_value("CUDA API calls", (cuda.CUDA_CALL,), stacked=True),
-         last_value("GPU kernels", KERNELS), last_value("Memory operations", (MEMOP,)),
-         last_value("CUDA activities", (cuda.CUDA_CALL, KERNEL, NCCL_KERNEL, MEMOP)),
-         # the states window makes the GUI count the file as having data, so on a trace
-         # without CUDA (MPI or CPU only) it would ask about the CUDA types: any event at
-         # all lets it open (showing the states and empty CUDA windows) without a question
-         present("Any event", 0, ANY_TYPE)),
+        lines((states(), last_value("CUDA API calls", (cuda.CUDA_CALL,), stacked=True),
+               last_value("GPU kernels", KERNELS), last_value("Memory operations", (MEMOP,)),
+               last_value("CUDA activities", (cuda.CUDA_CALL, KERNEL, NCCL_KERNEL, MEMOP)),
+               # the states window makes the GUI count the file as having data, so on a
+               # trace without CUDA (MPI or CPU only) it would ask about the CUDA types: any
+               # event at all lets it open (showing the states and empty CUDA windows)
+               # without a question
+               present("Any event", 0, ANY_TYPE)), LAUNCH_TAGS),
         _profile("CUDA API profile", "CUDA API calls", "CUDA API calls"),
+        comm_lines=True),
+    Cfg("views/dependencies.cfg", "What waited for what: the dependency lines",
+        "CUDA calls on CPU threads, kernels and memory operations on GPU streams, with the "
+        "lines of the dependencies only (docs/events.md): stream waits (cudaStreamWaitEvent, "
+        "traced or inferred record), GPU -> host synchronisations, NCCL collectives (from the "
+        "participant that arrived last to each other one) and MPI collectives; launch "
+        "arrows and MPI messages are left out (paramedir applies the tag filter; wxparaver "
+        "4.11 draws every line of the rows shown). Table: dependency lines sent from each "
+        "row (rows) to each row (columns). The critical path (analyze --critical-path) "
+        "follows these lines.",
+        lines((last_value("CUDA activities", (cuda.CUDA_CALL, KERNEL, NCCL_KERNEL, MEMOP)),
+               present("Any event", 0, ANY_TYPE)), DEPENDENCY_TAGS),
+        Histogram("Dependency lines sent per row (columns: receiving row)", "CUDA activities",
+                  "CUDA activities", "#Sends", 0, 1_000_000, 1_000_000),
         comm_lines=True),
     Cfg("views/memory_transfers.cfg", "Memory transfers: sizes and bandwidth (GB/s)",
         "Windows: memory operation (direction) per stream row; bytes of the running "
@@ -295,9 +323,11 @@ VIEWS = [
                          "GPU kernels present (load check)", factors=(1.0, 0.0)),
                  hidden=True))),
     Cfg("views/mpi_messages.cfg", "MPI calls with their messages",
-        "MPI call per thread (Extrae types) with the communication lines of the messages; "
-        "the histogram gives bytes sent per MPI call per thread.",
-        (last_value("MPI calls", MPI_RANGE, type_range=True),),
+        "MPI call per thread (Extrae types) with the communication lines of the messages "
+        "(not the launch arrows nor the dependency lines); the histogram gives bytes sent "
+        "per MPI call per thread.",
+        lines((last_value("MPI calls", MPI_RANGE, type_range=True),),
+              LAUNCH_TAGS + DEPENDENCY_TAGS, exclude=True),
         _profile("Bytes sent per MPI call", "MPI calls", "MPI calls", "Bytes sent"),
         comm_lines=True),
 ]
@@ -421,7 +451,10 @@ ANALYSIS = [
         "to the analysed span. Second window: every GPU activity's float (1 + microseconds "
         "it could end later without delaying the run; 1 = on the path).",
         (last_value("Critical path float (us)", (critical.CRITICAL_FLOAT,)),
-         last_value("On the critical path", (critical.CRITICAL_PATH,))),
+         # a pixel shows the lowest code it covers: the path's work, not the microsecond
+         # waits between its pieces
+         replace(last_value("On the critical path", (critical.CRITICAL_PATH,)),
+                 drawmode="draw_minnotzero")),
         Histogram("Critical path time per row [ns]", "On the critical path",
                   "On the critical path", "Time", 1, 4, 1)),
     Cfg("analysis/kernel_duration_histogram.cfg",

@@ -54,6 +54,13 @@ class Window:
     time_range: tuple[int, int] | None = None
     # rows shown: for every task of the trace in order, one flag per thread (None = all)
     selected: tuple[tuple[bool, ...], ...] | None = None
+    # what a pixel that covers several values shows (Paraver's default: the maximum), e.g.
+    # "draw_minnotzero" where short high codes would hide the long low ones
+    drawmode: str | None = None
+    # the communication lines the window takes: only these tags (None: all), or all but
+    # these with `comm_tags_exclude`
+    comm_tags: tuple[int, ...] | None = None
+    comm_tags_exclude: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,9 @@ def _window_lines(w: Window, position: int, names: dict[str, int],
         fns = [("cpu", "Active Thd"), ("appl", w.aggregate), ("task", w.aggregate),
                ("thread", w.thread), ("node", w.aggregate), ("system", w.aggregate),
                ("workload", w.aggregate), ("from_obj", "All"), ("to_obj", "All"),
-               ("tag_msg", "All"), ("size_msg", "All"), ("bw_msg", "All"),
+               ("tag_msg", ("!=" if w.comm_tags_exclude else "=") if w.comm_tags
+                else "All"), ("size_msg", "All"),
+               ("bw_msg", "All"),
                ("evt_type", evt), ("evt_value", value_fn)]
         span = ([f"window_begin_time {w.time_range[0]}", f"window_stop_time {w.time_range[1]}"]
                 if w.time_range else ["window_begin_time_relative 0.000000000000",
@@ -148,6 +157,14 @@ def _window_lines(w: Window, position: int, names: dict[str, int],
         if w.values:
             out.append(f"window_filter_module evt_value {len(w.values)} "
                        + " ".join(str(v) for v in w.values))
+        if w.comm_tags:
+            out.append(f"window_filter_module tag_msg {len(w.comm_tags)} "
+                       + " ".join(str(t) for t in w.comm_tags))
+            # tag AND size: with Paraver's default (OR) a line of another tag still passes
+            # on its size (any size)
+            out.append("window_comm_tagsize true")
+    if w.drawmode:
+        out.append(f"window_drawmode {w.drawmode}")
     if w.hidden:
         out.append("window_open false")
     out.append(f"window_comm_lines_enabled {'true' if comm_lines else 'false'}")
