@@ -208,9 +208,9 @@ def test_chain_across_two_streams(streams):
     k1, k2 = _node(g, C.N_KERNEL, 20 * us), _node(g, C.N_KERNEL, 55 * us)
     path = C.path_nodes(g, ev, k2)
     assert path[-2:].tolist() == [k1, k2]
-    edge = ev.binding[k2]
-    assert g.edge_kind[edge] == C.E_STREAM_WAIT and g.pred_node[edge] == k1
-    assert g.edge_kind[ev.binding[k1]] == C.E_LAUNCH
+    pred, _, kind = g.edges_of(np.array([k2, k1]), ev.binding[[k2, k1]])
+    assert kind[0] == C.E_STREAM_WAIT and pred[0] == k1
+    assert kind[1] == C.E_LAUNCH
     comp = _composition(g, ev, k2)
     assert comp["kernels"] == (30 + 15) * us and comp[C.WAITING] == 5 * us
     # k1 twice as fast: k2 starts 15 us earlier (its slack kept), ends at 55 us
@@ -227,7 +227,8 @@ def test_gpu_to_host_sync(streams):
     k5 = _node(g, C.N_KERNEL, 125 * us)
     ret = _node(g, C.N_RETURN, 145 * us)
     assert g.end[ret] - g.start[ret] == 5 * us
-    assert g.edge_kind[ev.binding[ret]] == C.E_HOST_SYNC and g.pred_node[ev.binding[ret]] == k5
+    pred, _, kind = g.edges_of(np.array([ret]), ev.binding[[ret]])
+    assert kind[0] == C.E_HOST_SYNC and pred[0] == k5
     comp = _composition(g, ev, ret, since=int(g.start[k5]))
     assert comp == {"CUDA synchronisation": 5 * us, "kernels": 20 * us}
     faster = C.evaluate(g, C.parse_what_if("kernel:k5=0.5"))

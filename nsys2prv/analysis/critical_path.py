@@ -62,6 +62,8 @@ TYPES = frozenset((*GPU_TYPES, *HOST_TYPES))
 
 # node kinds
 (N_KERNEL, N_NCCL, N_NCCL_ARRIVE, N_MEMCPY, N_MEMSET, N_HOST, N_RETURN) = range(7)
+ORDER = -2  # a binding on the row's previous node (engine/_graph.c)
+EDGE_CHUNK = 1 << 20  # lines matched to their nodes at a time
 # edge kinds (the what-if switches them by kind)
 (E_ORDER, E_LAUNCH, E_STREAM_WAIT, E_HOST_SYNC, E_NCCL, E_MPI, E_MPI_COLLECTIVE) = range(7)
 EDGE_NAMES = ("order", "launch", "stream wait", "GPU -> host sync", "NCCL collective",
@@ -75,8 +77,10 @@ BEFORE, AFTER = "before the first work", "after the last work"
 WAITING, LATENCY = "waiting no work explains", "launch latency"
 HOST_COMPUTE = "host compute"
 
-_IV = {"row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "type": pl.Int64,
-       "value": pl.Int64}
+_IV = {"row": np.int32, "start": np.int64, "end": np.int64, "type": np.int32,
+       "value": np.int32}
+_LINES = {"send_row": np.int32, "send": np.int64, "recv_row": np.int32, "recv": np.int64,
+          "tag": np.int64}
 
 
 # ----------------------------------------------------------------------- reading --
@@ -116,8 +120,8 @@ class GraphCollector:
             done, self._pending = pair_next(work, self._pending)
             if done.height:
                 self._iv.append(done.select(
-                    "row", "start", (pl.col("start") + pl.col("dur")).alias("end"), "type",
-                    "value").cast(_IV))
+                    "row", "start", (pl.col("start") + pl.col("dur")).alias("end"),
+                    pl.col("type").cast(pl.Int32), pl.col("value").cast(pl.Int32)))
         if self.pushpop:
             nv = ev.filter(pl.col("type").is_in(self.pushpop))
             if nv.height or self._pending_nvtx.height:
@@ -127,7 +131,8 @@ class GraphCollector:
                         "row", "start", (pl.col("start") + pl.col("dur")).alias("end"),
                         "type", "value", "level"))
         if w.comms is not None and w.comms.height:
-            self._comms.append(w.comms.select("send_row", "send", "recv_row", "recv", "tag"))
+            self._comms.append(w.comms.select("send_row", "send", "recv_row", "recv",
+                                              pl.col("tag").cast(pl.Int64)))
         alive = (w.states.filter(pl.col("state") != STATE_NOT_CREATED)
                  .group_by("row").agg(pl.col("begin").min().alias("first"),
                                       pl.col("end").max().alias("last")))
@@ -150,16 +155,26 @@ class GraphCollector:
         return r.join(labels, on=["type", "value"], how="left").select(list(schema)).cast(schema)
 
     def graph(self, span: tuple[int, int] | None = None) -> "Graph":
-        iv = pl.concat(self._iv) if self._iv else pl.DataFrame(schema=_IV)
-        comms = (pl.concat(self._comms) if self._comms else pl.DataFrame(
-            schema={"send_row": pl.Int32, "send": pl.Int64, "recv_row": pl.Int32,
-                    "recv": pl.Int64, "tag": pl.Int64}))
-        self._iv, self._comms = [], []
+        iv = _columns(self._iv, _IV)
+        self._iv = []
+        comms = _columns(self._comms, _LINES)
+        self._comms = []
         names = _names(companion(self.path, ".pcf"))
         g = build_graph(self.layout.rows, iv, comms, names, span or (0, self.end),
                         self._alive)
         g.nvtx = self.nvtx()
         return g
+
+
+def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
+    """The columns of window frames as contiguous numpy arrays, built one column at a time
+    (a copy of one column at once, not of the whole table)."""
+    out = {}
+    for name, dtype in schema.items():
+        parts = [f[name].to_numpy() for f in frames]
+        out[name] = (np.concatenate(parts) if parts else np.zeros(0)).astype(dtype, copy=False)
+        del parts
+    return out
 
 
 def read_graph(path: str | Path, span: tuple[int, int] | None = None) -> "Graph":
@@ -186,197 +201,290 @@ class Graph:
     kind: np.ndarray  # int8 (N_*)
     value: np.ndarray  # int64: kernel / call / memory-operation value (names)
     vtype: np.ndarray  # int64: the event type of `value`
-    pred_ptr: np.ndarray  # int64, n + 1
+    pred_ptr: np.ndarray  # int64, n + 1 (the line edges; a row's order is `row_prev`)
     pred_node: np.ndarray  # int32
     pred_lag: np.ndarray  # int64
     edge_kind: np.ndarray  # uint8 (E_*)
     names: dict[int, dict[int, str]]  # the .pcf's value labels by type
     counts: dict[str, int] = field(default_factory=dict)  # edges by kind, lines unmatched
     nvtx: pl.DataFrame | None = None  # row, start, end, level, name: NVTX push/pop ranges
+    # the previous node of each node's row (-1: none): the order edges, implicit (lag 0)
+    row_prev: np.ndarray | None = None
 
     @property
     def n(self) -> int:
         return int(self.start.size)
 
-
-def _outermost(host: pl.DataFrame) -> pl.DataFrame:
-    """Host calls that no other call of their row contains (MPI calls run CUDA calls)."""
-    host = host.sort("row", "start", pl.col("end"), descending=[False, False, True])
-    reach = pl.col("end").cum_max().shift(1).over("row")
-    return host.filter(reach.is_null() | (pl.col("end") > reach))
-
-
-def _classify(comms: pl.DataFrame, kinds: pl.DataFrame) -> pl.DataFrame:
-    """Each line's edge kind (None: not a dependency: e.g. a line between two GPU rows
-    that no kind describes)."""
-    c = pl.col
-    k = comms.join(kinds.select(c("row").alias("send_row"), c("kind").alias("sk")),
-                   on="send_row", how="left").join(
-        kinds.select(c("row").alias("recv_row"), c("kind").alias("rk")), on="recv_row",
-        how="left")
-    tag = c("tag")
-    return k.with_columns(
-        pl.when(tag.is_in(LAUNCH_TAGS)).then(pl.lit(E_LAUNCH))
-        .when(tag.is_in(WAIT_TAGS)).then(pl.lit(E_STREAM_WAIT))
-        .when(tag == deps.TAG_HOST_SYNC).then(pl.lit(E_HOST_SYNC))
-        .when(tag == deps.TAG_NCCL_COLLECTIVE).then(pl.lit(E_NCCL))
-        .when(tag == deps.TAG_MPI_COLLECTIVE).then(pl.lit(E_MPI_COLLECTIVE))
-        .when((c("sk") == "cpu") & (c("rk") == "cpu")).then(pl.lit(E_MPI))
-        .otherwise(None).cast(pl.Int8).alias("ekind")).drop("sk", "rk")
+    def edges_of(self, nodes: np.ndarray, binding: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pred, lag, kind) of the binding edges of `nodes` (`Evaluation.binding` values:
+        an index into the line edges, ORDER for the row's previous node; -1 gives pred -1)."""
+        b = np.asarray(binding)
+        line = b >= 0
+        bi = np.where(line, b, 0)
+        pred = np.where(line, self.pred_node[bi] if self.pred_node.size else -1,
+                        np.where(b == ORDER, self.row_prev[nodes], -1)).astype(np.int64)
+        lag = np.where(line, self.pred_lag[bi] if self.pred_lag.size else 0, 0)
+        kind = np.where(line, self.edge_kind[bi] if self.edge_kind.size else E_ORDER,
+                        E_ORDER).astype(np.uint8)
+        return pred, lag, kind
 
 
-def build_graph(rows: pl.DataFrame, iv: pl.DataFrame, comms: pl.DataFrame,
+class _Keys:
+    """(row, time) pairs as one sortable int64 key: row * base + time, or, where that
+    could overflow, row * 2^31 + the time's rank among all the times given."""
+
+    def __init__(self, times: list[np.ndarray], rows: int) -> None:
+        lo = min((int(t.min()) for t in times if t.size), default=0)
+        hi = max((int(t.max()) for t in times if t.size), default=0)
+        self.lo = lo
+        self.base = hi - lo + 1
+        self.ranks = None
+        if rows * self.base >= 2**62:
+            self.ranks = np.unique(np.concatenate(times))
+            self.base = 2**31
+
+    def __call__(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
+        t = (np.searchsorted(self.ranks, t) if self.ranks is not None else t - self.lo)
+        return row.astype(np.int64) * self.base + t
+
+
+def _classify(comms: dict[str, np.ndarray], is_cpu: np.ndarray) -> np.ndarray:
+    """Each line's edge kind (-1: not a dependency, e.g. a line between two GPU rows that
+    no kind describes)."""
+    tag = comms["tag"]
+    k = np.full(tag.size, -1, dtype=np.int8)
+    cpu_to_cpu = is_cpu[comms["send_row"]] & is_cpu[comms["recv_row"]]
+    k[cpu_to_cpu] = E_MPI
+    for tags, kind in ((LAUNCH_TAGS, E_LAUNCH), (WAIT_TAGS, E_STREAM_WAIT),
+                       ((deps.TAG_HOST_SYNC,), E_HOST_SYNC),
+                       ((deps.TAG_NCCL_COLLECTIVE,), E_NCCL),
+                       ((deps.TAG_MPI_COLLECTIVE,), E_MPI_COLLECTIVE)):
+        k[np.isin(tag, tags)] = kind
+    return k
+
+
+def _first_ending(keys: np.ndarray, order: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """For queries `q` (keys of (row, t)), the index (into the nodes) of the first node of
+    `order` (nodes sorted by their (row, end) key, `keys` = those keys in that order) whose
+    end is at t or after, on the same row; -1 where none (verified by the caller)."""
+    i = np.searchsorted(keys, q, side="left")
+    ok = i < keys.size
+    out = np.full(q.size, -1, dtype=np.int64)
+    out[ok] = order[i[ok]]
+    return out
+
+
+def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, np.ndarray],
                 names: dict[int, dict[int, str]], span: tuple[int, int],
                 alive: pl.DataFrame | None = None) -> Graph:
-    """The graph from the trace's intervals (row, start, end, type, value) and lines; `alive`
-    (row, first, last) extends each CPU row's first node back to its first instant and adds
-    a last node up to its last one (host work before the first call, after the last)."""
-    c = pl.col
-    kinds = rows.select(c("row").cast(pl.Int32), "kind")
-    lines = _classify(comms, kinds).filter(c("ekind").is_not_null())
+    """The graph from the trace's intervals (row, start, end, type, value: numpy columns)
+    and lines (send_row, send, recv_row, recv, tag); `alive` (row, first, last) extends each
+    CPU row's first node back to its first instant and adds a last node up to its last one
+    (host work before the first call, after the last). Built with sorted numpy arrays:
+    a few numbers per node and per edge."""
+    kinds = rows.sort("row")["kind"].to_list()
+    nrows = len(kinds)
+    is_cpu = np.array([k == "cpu" for k in kinds] + [False], dtype=bool)
+    is_gpu = np.array([k == "gpu" for k in kinds] + [False], dtype=bool)
+    # taken out of `iv` so that they are freed as soon as the nodes are built
+    row, start, end, typ, value = (iv.pop(c) for c in ("row", "start", "end", "type",
+                                                         "value"))
+    ekind = _classify(comms, is_cpu)
+    keep = ekind >= 0
+    lines = {k: v[keep] for k, v in comms.items()}
+    ekind = ekind[keep]
+    alive_times = [alive["first"].to_numpy(), alive["last"].to_numpy()] \
+        if alive is not None and alive.height else []
+    # every time a key is made of: the work, the lines, the threads' lives
+    keys = _Keys([start, end, lines["send"], lines["recv"], *alive_times], nrows)
+    # -- GPU nodes (NCCL kernels that a collective line reaches: arrival + completion)
+    g = np.flatnonzero(np.isin(typ, GPU_TYPES) & is_gpu[row])
     memset_ids = [v for v, n in names.get(MEMOP, {}).items() if n.lower().startswith("memset")]
-    gpu = (iv.filter(c("type").is_in(list(GPU_TYPES)))
-           .join(kinds, on="row").filter(c("kind") == "gpu")
-           .with_columns(pl.when(c("type") == NCCL_KERNEL).then(pl.lit(N_NCCL))
-                         .when(c("type") == KERNEL).then(pl.lit(N_KERNEL))
-                         .when(c("value").is_in(memset_ids)).then(pl.lit(N_MEMSET))
-                         .otherwise(pl.lit(N_MEMCPY)).cast(pl.Int8).alias("nkind"))
-           .drop("kind"))
-    host = _outermost(iv.filter(c("type").is_in(list(HOST_TYPES)))
-                      .join(kinds, on="row").filter(c("kind") == "cpu").drop("kind"))
-    # -- host nodes: a call from the previous call's end; calls that a line reaches split
+    gk = np.full(g.size, N_MEMCPY, dtype=np.int8)
+    gk[typ[g] == KERNEL] = N_KERNEL
+    gk[typ[g] == NCCL_KERNEL] = N_NCCL
+    gk[(typ[g] == MEMOP) & np.isin(value[g], memset_ids)] = N_MEMSET
+    last = np.full(g.size, np.iinfo(np.int64).min, dtype=np.int64)
+    nl = ekind == E_NCCL
+    if nl.any():
+        sk = keys(row[g], end[g])
+        order = np.argsort(sk, kind="stable")
+        sk = sk[order]
+        q = keys(lines["recv_row"][nl], lines["recv"][nl])
+        i = np.searchsorted(sk, q)
+        hit = (i < sk.size)
+        hit[hit] &= sk[i[hit]] == q[hit]
+        np.maximum.at(last, order[i[hit]], lines["send"][nl][hit])
+    coll = (gk == N_NCCL) & (last > np.iinfo(np.int64).min)
+    comp = np.maximum(start[g], np.minimum(last, end[g]))
+    gpu_parts = [
+        (row[g], start[g], np.where(coll, start[g], end[g]), start[g],
+         np.where(coll, N_NCCL_ARRIVE, gk).astype(np.int8), value[g], typ[g],
+         np.zeros(g.size, np.int8)),
+        (row[g][coll], comp[coll], end[g][coll], comp[coll],
+         np.full(int(coll.sum()), N_NCCL, np.int8), value[g][coll], typ[g][coll],
+         np.ones(int(coll.sum()), np.int8))]
+    # -- host nodes: outermost calls, each from the previous call's end
+    h = np.flatnonzero(np.isin(typ, HOST_TYPES) & is_cpu[row])
+    h = h[np.lexsort((-end[h], start[h], row[h]))]
+    hr, hs, he = row[h], start[h], end[h]
+    reach = np.maximum.accumulate(keys(hr, he))  # within a row: rows are key-ordered
+    outer = np.ones(h.size, dtype=bool)
+    outer[1:] = keys(hr[1:], he[1:]) > reach[:-1]
+    h, hr, hs, he = h[outer], hr[outer], hs[outer], he[outer]
+    first_alive = np.full(nrows + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    last_alive = np.full(nrows + 1, np.iinfo(np.int64).min, dtype=np.int64)
     if alive is not None and alive.height:
-        host = host.join(alive.select(c("row").cast(pl.Int32), "first", "last"), on="row",
-                         how="left")
-    else:
-        host = host.with_columns(pl.lit(None, pl.Int64).alias("first"),
-                                 pl.lit(None, pl.Int64).alias("last"))
-    first_seg = pl.min_horizontal(c("first").fill_null(c("start")), c("start"))
-    host = host.sort("row", "start").with_columns(
-        c("end").shift(1).over("row").fill_null(first_seg).alias("seg"))
-    tails = (host.group_by("row").agg(c("end").max(), c("last").first(), c("value").last(),
-                                      c("type").last())
-             .filter(c("last") > c("end")))
-    waits = lines.filter(c("ekind").is_in([E_HOST_SYNC, E_MPI, E_MPI_COLLECTIVE]))
-    hit = _containing(host.select("row", "start", "end", pl.int_range(pl.len()).alias("h")),
-                      waits.select(c("recv_row").alias("row"), c("recv").alias("t"), "send"))
-    host = host.with_row_index("h").join(
-        hit.group_by("h").agg(c("send").max().alias("awaited")), on="h", how="left")
-    split = c("awaited").is_not_null()
-    ret_start = pl.max_horizontal("start", pl.min_horizontal("awaited", "end"))
-    host_nodes = pl.concat([
-        host.select("row", c("seg").alias("start"),
-                    pl.when(split).then(c("start")).otherwise(c("end")).alias("end"),
-                    c("start").alias("split"), pl.lit(N_HOST, pl.Int8).alias("nkind"),
-                    "value", "type", pl.lit(0, pl.Int8).alias("part")),
-        host.filter(split).select("row", ret_start.alias("start"), "end",
-                                  ret_start.alias("split"),
-                                  pl.lit(N_RETURN, pl.Int8).alias("nkind"), "value", "type",
-                                  pl.lit(1, pl.Int8).alias("part")),
-        tails.select("row", c("end").alias("start"), c("last").alias("end"),
-                     c("last").alias("split"), pl.lit(N_HOST, pl.Int8).alias("nkind"),
-                     "value", "type", pl.lit(2, pl.Int8).alias("part"))])
-    # -- GPU nodes: NCCL kernels that a collective line reaches split in two
-    arrivals = lines.filter(c("ekind") == E_NCCL).select(
-        c("recv_row").alias("row"), c("recv").alias("end"), "send")
-    nccl_last = arrivals.group_by("row", "end").agg(c("send").max().alias("last"))
-    gpu = gpu.join(nccl_last, on=["row", "end"], how="left").with_columns(
-        (c("last").is_not_null() & (c("nkind") == N_NCCL)).alias("coll"))
-    complete_start = pl.max_horizontal("start", pl.min_horizontal("last", "end"))
-    gpu_nodes = pl.concat([
-        gpu.select("row", "start",
-                   pl.when(c("coll")).then(c("start")).otherwise(c("end")).alias("end"),
-                   c("start").alias("split"),
-                   pl.when(c("coll")).then(pl.lit(N_NCCL_ARRIVE, pl.Int8))
-                   .otherwise(c("nkind")).alias("nkind"), "value", "type",
-                   pl.lit(0, pl.Int8).alias("part")),
-        gpu.filter(c("coll")).select("row", complete_start.alias("start"), "end",
-                                     complete_start.alias("split"),
-                                     pl.lit(N_NCCL, pl.Int8).alias("nkind"), "value", "type",
-                                     pl.lit(1, pl.Int8).alias("part"))])
-    nodes = (pl.concat([gpu_nodes, host_nodes])
-             .sort("start", "end", "row", "part")
-             .with_row_index("id").with_columns(c("id").cast(pl.Int32)))
-    edges, counts = _edges(nodes, lines)
-    edges = edges.sort("succ", "pred")
-    n = nodes.height
+        ar = alive["row"].to_numpy()
+        first_alive[ar] = alive["first"].to_numpy()
+        last_alive[ar] = alive["last"].to_numpy()
+    new_row = np.ones(h.size, dtype=bool)
+    new_row[1:] = hr[1:] != hr[:-1]
+    seg = np.empty(h.size, dtype=np.int64)
+    seg[1:] = he[:-1]
+    seg[new_row] = np.minimum(first_alive[hr[new_row]], hs[new_row])
+    # calls that waited for other work: a sync, MPI message or collective line ends in them
+    w = np.isin(ekind, (E_HOST_SYNC, E_MPI, E_MPI_COLLECTIVE))
+    awaited = np.full(h.size, np.iinfo(np.int64).min, dtype=np.int64)
+    if w.any() and h.size:
+        hk = keys(hr, he)  # sorted: calls of a row do not overlap
+        qr, qt = lines["recv_row"][w], lines["recv"][w]
+        i = np.searchsorted(hk, keys(qr, qt))
+        ok = i < h.size
+        ok[ok] &= (hr[i[ok]] == qr[ok]) & (hs[i[ok]] <= qt[ok])
+        np.maximum.at(awaited, i[ok], lines["send"][w][ok])
+    split = awaited > np.iinfo(np.int64).min
+    ret = np.maximum(hs, np.minimum(awaited, he))
+    last_call = np.flatnonzero(np.append(hr[1:] != hr[:-1], True)) if h.size else h
+    tail = last_call[last_alive[hr[last_call]] > he[last_call]]
+    host_parts = [
+        (hr, seg, np.where(split, hs, he), hs, np.full(h.size, N_HOST, np.int8), value[h],
+         typ[h], np.zeros(h.size, np.int8)),
+        (hr[split], ret[split], he[split], ret[split],
+         np.full(int(split.sum()), N_RETURN, np.int8), value[h][split], typ[h][split],
+         np.ones(int(split.sum()), np.int8)),
+        (hr[tail], he[tail], last_alive[hr[tail]], last_alive[hr[tail]],
+         np.full(tail.size, N_HOST, np.int8), value[h][tail], typ[h][tail],
+         np.full(tail.size, 2, np.int8))]
+    del row, start, end, typ, value, h, g
+    parts = gpu_parts + host_parts
+    del gpu_parts, host_parts
+    # one column at a time: concatenated, then put in topological order
+    n_part = np.concatenate([p[7] for p in parts])
+    n_row = np.concatenate([p[0] for p in parts])
+    n_start = np.concatenate([p[1] for p in parts])
+    n_end = np.concatenate([p[2] for p in parts])
+    topo = np.lexsort((n_part, n_row, n_end, n_start))
+    del n_part
+    n_row, n_start, n_end = n_row[topo], n_start[topo], n_end[topo]
+    n_split, n_kind, n_value, n_type = (np.concatenate([p[c] for p in parts])[topo]
+                                        for c in (3, 4, 5, 6))
+    del parts, topo
+    pred, succ, lag, kind, counts = _edges(n_row, n_start, n_end, n_kind, lines, ekind, keys)
+    n = n_start.size
+    # the order of each row: its previous node (by start, end; ties in topological order)
+    by_row = np.lexsort((n_end, n_start, n_row))
+    row_prev = np.full(n, -1, dtype=np.int32)
+    same = n_row[by_row[1:]] == n_row[by_row[:-1]]
+    row_prev[by_row[1:][same]] = by_row[:-1][same]
+    del by_row, same
+    order = np.argsort(succ, kind="stable")  # CSR: the edges of each node together
+    pred, lag, kind = pred[order], lag[order], kind[order]
+    del order
     ptr = np.zeros(n + 1, dtype=np.int64)
-    if edges.height:
-        np.cumsum(np.bincount(edges["succ"].to_numpy(), minlength=n), out=ptr[1:])
-    return Graph(rows, span, nodes["row"].to_numpy().astype(np.int32),
-                 nodes["start"].to_numpy().astype(np.int64),
-                 nodes["end"].to_numpy().astype(np.int64),
-                 nodes["split"].to_numpy().astype(np.int64),
-                 nodes["nkind"].to_numpy().astype(np.int8),
-                 nodes["value"].to_numpy().astype(np.int64),
-                 nodes["type"].to_numpy().astype(np.int64), ptr,
-                 edges["pred"].to_numpy().astype(np.int32),
-                 edges["lag"].to_numpy().astype(np.int64),
-                 edges["ekind"].to_numpy().astype(np.uint8), names, counts)
+    np.cumsum(np.bincount(succ, minlength=n), out=ptr[1:])
+    del succ
+    return Graph(rows, span, n_row.astype(np.int32), n_start, n_end, n_split, n_kind,
+                 n_value.astype(np.int32), n_type.astype(np.int32), ptr,
+                 pred.astype(np.int32), lag, kind.astype(np.uint8), names, counts,
+                 row_prev=row_prev)
 
 
-def _containing(nodes: pl.DataFrame, q: pl.DataFrame, key: str = "h") -> pl.DataFrame:
-    """For each query (row, t, ...), the `key` of the node of its row whose [start, end]
-    holds t: the first node ending at or after t (nodes of a row tile its time in order),
-    if it has started by t."""
-    if q.height == 0:
-        return q.with_columns(pl.lit(None, pl.Int64).alias(key))
-    hit = (q.with_row_index("_q").sort("t")
-           .join_asof(nodes.select("row", pl.col("end").alias("_e"), pl.col("start").alias("_s"),
-                                   key).sort("_e"),
-                      left_on="t", right_on="_e", by="row", strategy="forward",
-                      check_sortedness=False))
-    return (hit.filter(pl.col("_s") <= pl.col("t")).sort("_q")
-            .drop("_q", "_e", "_s"))
-
-
-def _edges(nodes: pl.DataFrame, lines: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """(pred, succ, lag, ekind) of every edge, and how many lines of each kind became one."""
-    c = pl.col
-    schema = {"pred": pl.Int32, "succ": pl.Int32, "lag": pl.Int64, "ekind": pl.Int8}
-    parts = []
-    # order: the previous node of the row (by the row's order of start, end)
-    by_row = nodes.sort("row", "start", "end", "id").select("row", "id", "start", "end")
-    prev = by_row.with_columns(c("id").shift(1).over("row").alias("pred"))
-    parts.append(prev.filter(c("pred").is_not_null()).select(
-        c("pred").cast(pl.Int32), c("id").alias("succ"), pl.lit(0, pl.Int64).alias("lag"),
-        pl.lit(E_ORDER, pl.Int8).alias("ekind")))
+def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray,
+           lines: dict[str, np.ndarray], ekind: np.ndarray, keys: _Keys
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """(pred, succ, lag, kind) of every edge (node ids in topological order), and how many
+    lines of each kind became one."""
+    n = start.size
+    preds: list[np.ndarray] = []
+    succs: list[np.ndarray] = []
+    lags: list[np.ndarray] = []
+    kinds: list[np.ndarray] = []
+    # lookups: nodes by (row, end) and by (row, start) (stable sorts: ties in id order)
+    end_keys = keys(row, end)
+    end_order = np.argsort(end_keys, kind="stable").astype(np.int32)
+    end_keys = end_keys[end_order]
+    start_keys = keys(row, start)
+    start_order = np.argsort(start_keys, kind="stable").astype(np.int32)
+    start_keys = start_keys[start_order]
     counts: dict[str, int] = {}
-    starts = nodes.select("row", "start", "id", "nkind").sort("id").unique(
-        ["row", "start"], keep="first", maintain_order=True)
-    ends = nodes.select("row", "end", "id", "nkind").sort("id").unique(
-        ["row", "end"], keep="last", maintain_order=True)
-    returns = nodes.filter(c("nkind") == N_RETURN)
-    completes = nodes.filter(c("nkind") == N_NCCL)
-    for ekind in range(E_LAUNCH, E_MPI_COLLECTIVE + 1):
-        ls = lines.filter(c("ekind") == ekind)
-        if ls.height == 0:
-            continue
-        send = ls.select(c("send_row").alias("row"), c("send").alias("t"),
-                         pl.int_range(pl.len()).alias("line"))
-        recv = ls.select(c("recv_row").alias("row"), c("recv").alias("t"),
-                         pl.int_range(pl.len()).alias("line"))
-        # the predecessor: the node of the sending row that holds the line's start
-        pred = _containing(nodes.select("row", "start", "end", "id"), send, "id")
-        pred = pred.join(nodes.select("id", c("end").alias("pend")), on="id").select(
-            "line", c("id").alias("pred"), (c("t") - c("pend")).alias("lag"))
-        # the successor: the GPU node starting at the line's end (launch, stream wait), the
-        # return that the line ends in (sync, MPI), the NCCL completion it ends at
-        if ekind in (E_LAUNCH, E_STREAM_WAIT):
-            succ = recv.join(starts, left_on=["row", "t"], right_on=["row", "start"])
-        elif ekind == E_NCCL:
-            succ = recv.join(completes.select("row", "end", "id"), left_on=["row", "t"],
-                             right_on=["row", "end"])
+    ret = np.flatnonzero(kind == N_RETURN)
+    ret_keys = keys(row[ret], end[ret])
+    ret_order = np.argsort(ret_keys, kind="stable")
+    ret, ret_keys = ret[ret_order], ret_keys[ret_order]
+    del ret_order
+    chunks = [(ek, c) for ek in range(E_LAUNCH, E_MPI_COLLECTIVE + 1)
+              for m in [np.flatnonzero(ekind == ek)] for c in
+              np.array_split(m, max(1, -(-m.size // EDGE_CHUNK))) if c.size]
+    for ek, m in chunks:  # a chunk of lines of one kind at a time: bounded temporaries
+        sr, st, rr, rt = (lines[c][m] for c in ("send_row", "send", "recv_row", "recv"))
+        # the predecessor: the node of the sending row that holds the line's start (an NCCL
+        # line leaves from the arrival of the participant that came last: the node starting
+        # there)
+        if ek == E_NCCL:
+            q = keys(sr, st)
+            i = np.searchsorted(start_keys, q)
+            p = np.full(q.size, -1, dtype=np.int64)
+            ok = i < n
+            ok[ok] &= start_keys[i[ok]] == q[ok]
+            p[ok] = start_order[i[ok]]
         else:
-            succ = _containing(returns.select("row", "start", "end", "id"), recv, "id")
-        succ = succ.select("line", c("id").alias("succ"))
-        e = pred.join(succ, on="line").filter(c("pred") != c("succ"))
-        counts[EDGE_NAMES[ekind]] = e.height
-        if ls.height > e.height:
-            counts[f"{EDGE_NAMES[ekind]} lines without their work"] = ls.height - e.height
-        parts.append(e.select(c("pred").cast(pl.Int32), c("succ").cast(pl.Int32), "lag",
-                              pl.lit(ekind, pl.Int8).alias("ekind")))
-    return pl.concat([p.cast(schema) for p in parts]).unique(), counts
+            p = _first_ending(end_keys, end_order, keys(sr, st))
+        okp = p >= 0
+        okp[okp] &= (row[p[okp]] == sr[okp]) & (start[p[okp]] <= st[okp])
+        # the successor: the GPU node starting at the line's end (launch, stream wait), the
+        # NCCL completion ending there, or the return the line ends in (sync, MPI)
+        if ek in (E_LAUNCH, E_STREAM_WAIT):
+            q = keys(rr, rt)
+            i = np.searchsorted(start_keys, q)
+            s_ = np.full(q.size, -1, dtype=np.int64)
+            ok = i < n
+            ok[ok] &= start_keys[i[ok]] == q[ok]
+            s_[ok] = start_order[i[ok]]
+        elif ek == E_NCCL:
+            q = keys(rr, rt)
+            i = np.searchsorted(end_keys, q, side="right") - 1  # the last node ending there
+            s_ = np.full(q.size, -1, dtype=np.int64)
+            ok = i >= 0
+            ok[ok] &= end_keys[i[ok]] == q[ok]
+            s_[ok] = end_order[i[ok]]
+            ok2 = s_ >= 0
+            ok2[ok2] &= kind[s_[ok2]] == N_NCCL
+            s_[~ok2] = -1
+        else:
+            s_ = _first_ending(ret_keys, ret, keys(rr, rt))
+            ok2 = s_ >= 0
+            ok2[ok2] &= (row[s_[ok2]] == rr[ok2]) & (start[s_[ok2]] <= rt[ok2])
+            s_[~ok2] = -1
+        good = okp & (s_ >= 0)
+        good[good] &= p[good] != s_[good]
+        name = EDGE_NAMES[ek]
+        counts[name] = counts.get(name, 0) + int(good.sum())
+        if m.size > good.sum():
+            lost = f"{name} lines without their work"
+            counts[lost] = counts.get(lost, 0) + int(m.size - good.sum())
+        preds.append(p[good].astype(np.int32))
+        succs.append(s_[good].astype(np.int32))
+        lags.append(st[good] - end[p[good]])
+        kinds.append(np.full(int(good.sum()), ek, dtype=np.int8))
+    # (two lines between the same two nodes make two equal edges: harmless to the
+    # evaluation, which takes the latest ready time)
+    if not preds:
+        empty = np.zeros(0, dtype=np.int32)
+        return empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int8), counts
+    return (np.concatenate(preds).astype(np.int32), np.concatenate(succs).astype(np.int32),
+            np.concatenate(lags), np.concatenate(kinds), counts)
 
 
 # ----------------------------------------------------------------------- what-if --
@@ -472,7 +580,7 @@ def evaluate(g: Graph, w: WhatIf | None = None) -> Evaluation:
     new_end = np.empty(g.n, dtype=np.int64)
     binding = np.empty(g.n, dtype=np.int64)
     graph_replay(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind,
-                         on, scales(g, w), new_start, new_end, binding)
+                 on, scales(g, w), new_start, new_end, binding, g.row_prev)
     return Evaluation(new_start, new_end, binding)
 
 
@@ -510,7 +618,7 @@ def path_nodes(g: Graph, ev: Evaluation, last: int | None = None,
         return np.zeros(0, dtype=np.int64)
     out = np.empty(g.n, dtype=np.int64)
     k = graph_path(ev.binding, g.pred_node, ev.end, last,
-                           -(2**62) if stop is None else stop, out)
+                   -(2**62) if stop is None else stop, out, g.row_prev)
     return out[:k][::-1].copy()
 
 
@@ -528,9 +636,12 @@ def _call_category(name: str) -> str:
     return "other CUDA calls"
 
 
-def _labels(g: Graph) -> pl.DataFrame:
-    """(vtype, value, category, detail) of every (type, value) the nodes use."""
-    pairs = pl.DataFrame({"vtype": g.vtype, "value": g.value, "nkind": g.kind}).unique()
+def _labels(g: Graph, nodes: np.ndarray | None = None) -> pl.DataFrame:
+    """(vtype, value, nkind, category, detail) of every (type, value, kind) of the nodes
+    (all, or `nodes`)."""
+    sel = slice(None) if nodes is None else nodes
+    pairs = pl.DataFrame({"vtype": g.vtype[sel], "value": g.value[sel],
+                          "nkind": g.kind[sel]}).unique()
     out = []
     for t, v, k in pairs.iter_rows():  # once per distinct name, not per node
         label = g.names.get(t, {}).get(v, str(v))
@@ -547,7 +658,8 @@ def _labels(g: Graph) -> pl.DataFrame:
         else:
             out.append((t, v, k, _call_category(label), label))
     return pl.DataFrame(out, schema={"vtype": pl.Int64, "value": pl.Int64, "nkind": pl.Int8,
-                                     "category": pl.Utf8, "detail": pl.Utf8}, orient="row")
+                                     "category": pl.Categorical, "detail": pl.Categorical},
+                        orient="row")
 
 
 def path_segments(g: Graph, ev: Evaluation, path: np.ndarray,
@@ -556,42 +668,66 @@ def path_segments(g: Graph, ev: Evaluation, path: np.ndarray,
     `span` (default: the graph's): each node's time up to where its successor on the path
     became ready (a host node split into host compute and its call), the slack before
     each node (launch latency after a launch edge, else waiting no work explains), and
-    the time before the path's first node and after its last."""
+    the time before the path's first node and after its last. Built in numpy; category and
+    detail are categoricals (a path of millions of nodes holds numbers, not strings)."""
     lo, hi = span or g.span
-    schema = {"start": pl.Int64, "end": pl.Int64, "row": pl.Int32, "category": pl.Utf8,
-              "detail": pl.Utf8, "node": pl.Int64}
+    schema = {"start": pl.Int64, "end": pl.Int64, "row": pl.Int32,
+              "category": pl.Categorical, "detail": pl.Categorical, "node": pl.Int64}
     if path.size == 0:
         return pl.DataFrame([(lo, hi, None, WAITING, "", None)], schema=schema, orient="row")
     start, end = ev.start[path], ev.end[path]
-    edge = ev.binding[path[1:]]  # the edge into each next node
-    ready = end[:-1] + g.pred_lag[edge]
-    cut = np.append(np.minimum(ready, end[:-1]), end[-1])
-    cut = np.maximum(cut, start)
-    split = np.clip(g.split[path] + (ev.start[path] - g.start[path]), start, cut)
-    host = (g.kind[path] == N_HOST)
-    nodes = pl.DataFrame({"node": path, "row": g.row[path], "start": start, "cut": cut,
-                          "split": np.where(host, split, start), "vtype": g.vtype[path],
-                          "value": g.value[path], "nkind": g.kind[path]})
-    nodes = nodes.join(_labels(g), on=["vtype", "value", "nkind"], how="left")
-    c = pl.col
-    work = pl.concat([
-        nodes.filter(c("split") > c("start")).select(
-            "start", c("split").alias("end"), "row", pl.lit(HOST_COMPUTE).alias("category"),
-            pl.lit("").alias("detail"), "node"),
-        nodes.select(c("split").alias("start"), c("cut").alias("end"), "row", "category",
-                     "detail", "node")])
-    slack_start = np.maximum(ready, cut[:-1])
-    slack = pl.DataFrame({"start": slack_start, "end": start[1:], "row": g.row[path[1:]],
-                          "launch": g.edge_kind[edge] == E_LAUNCH, "node": path[1:]})
-    slack = slack.select("start", "end", "row",
-                         pl.when(c("launch")).then(pl.lit(LATENCY)).otherwise(pl.lit(WAITING))
-                         .alias("category"), pl.lit("").alias("detail"), "node")
-    edges = pl.DataFrame([(lo, int(start[0]), None, BEFORE, "", None),
-                          (int(end[-1]), hi, None, AFTER, "", None)], schema=schema,
-                         orient="row")
-    out = pl.concat([p.cast(schema) for p in (work, slack, edges)])
-    return (out.with_columns(c("start").clip(lo, hi), c("end").clip(lo, hi))
-            .filter(c("end") > c("start")).sort("start", "end"))
+    _, lag, ekind = g.edges_of(path[1:], ev.binding[path[1:]])  # into each next node
+    ready = end[:-1] + lag
+    cut = np.maximum(np.append(np.minimum(ready, end[:-1]), end[-1]), start)
+    host = g.kind[path] == N_HOST
+    split = np.where(host, np.clip(g.split[path] + (start - g.start[path]), start, cut), start)
+    # each node's label: its (type, value, kind) looked up once per distinct triple
+    def key(vtype, value, nkind):  # one int64 per (type < 2^27, value < 2^32, kind < 8)
+        return ((np.asarray(vtype, np.int64) << 35) | (np.asarray(value, np.int64) << 3)
+                | np.asarray(nkind, np.int64))
+
+    uniq, first, inverse = np.unique(key(g.vtype[path], g.value[path], g.kind[path]),
+                                     return_index=True, return_inverse=True)
+    labels = _labels(g, path[first]).with_columns(pl.col("category").cast(pl.Utf8),
+                                                  pl.col("detail").cast(pl.Utf8))
+    table = dict(zip(key(labels["vtype"], labels["value"], labels["nkind"]).tolist(),
+                     zip(labels["category"].to_list(), labels["detail"].to_list())))
+    names = [table.get(k, ("other", "")) for k in uniq.tolist()]
+    cats = [HOST_COMPUTE, LATENCY, WAITING, BEFORE, AFTER]
+    cat_code = {c: i for i, c in enumerate(cats)}
+    dets = [""]
+    det_code = {"": 0}
+    node_cat = np.empty(len(names), dtype=np.int32)
+    node_det = np.empty(len(names), dtype=np.int32)
+    for i, (cat, det) in enumerate(names):  # per distinct label, not per node
+        node_cat[i] = cat_code.setdefault(cat, len(cats))
+        if node_cat[i] == len(cats):
+            cats.append(cat)
+        node_det[i] = det_code.setdefault(det, len(dets))
+        if node_det[i] == len(dets):
+            dets.append(det)
+    n = path.size
+    rows = g.row[path]
+    parts = [  # (start, end, row, category code, detail code, node)
+        (start, split, rows, np.full(n, 0), np.zeros(n), path),
+        (split, cut, rows, node_cat[inverse], node_det[inverse], path),
+        (np.maximum(ready, cut[:-1]), start[1:], rows[1:],
+         np.where(ekind == E_LAUNCH, 1, 2), np.zeros(n - 1), path[1:]),
+        (np.array([lo, end[-1]]), np.array([start[0], hi]), np.array([-1, -1]),
+         np.array([3, 4]), np.zeros(2), np.array([-1, -1]))]
+    s0, e0, r0, c0, d0, n0 = (np.concatenate([p[i] for p in parts]) for i in range(6))
+    s0, e0 = np.clip(s0, lo, hi), np.clip(e0, lo, hi)
+    keep = e0 > s0
+    s0, e0, r0, c0, d0, n0 = (x[keep] for x in (s0, e0, r0, c0, d0, n0))
+    order = np.lexsort((e0, s0))
+    cat_s = pl.Series("category", cats, dtype=pl.Categorical)
+    det_s = pl.Series("detail", dets, dtype=pl.Categorical)
+    return pl.DataFrame({
+        "start": s0[order].astype(np.int64), "end": e0[order].astype(np.int64),
+        "row": pl.Series(r0[order].astype(np.int32)).replace(-1, None),
+        "category": cat_s.gather(c0[order].astype(np.int64)),
+        "detail": det_s.gather(d0[order].astype(np.int64)),
+        "node": pl.Series(n0[order].astype(np.int64)).replace(-1, None)}).cast(schema)
 
 
 # ------------------------------------------------------------------------ the report --
@@ -669,8 +805,9 @@ class CriticalPath:
 
 def _by_category(seg: pl.DataFrame, total: int) -> pl.DataFrame:
     d = pl.col("end") - pl.col("start")
-    return (seg.group_by("category").agg(d.sum().alias("time"))
-            .with_columns((pl.col("time") / max(total, 1)).alias("share"))
+    return (seg.group_by("category").agg(d.sum().alias("time"))  # then the few names
+            .with_columns(pl.col("category").cast(pl.Utf8),
+                          (pl.col("time") / max(total, 1)).alias("share"))
             .sort("time", "category", descending=[True, False]))
 
 
@@ -695,6 +832,7 @@ def _longest(seg: pl.DataFrame, rows: pl.DataFrame, top: int, g: Graph,
     s = s.with_columns((c("row") != c("row").shift(1)).fill_null(True).cum_sum().alias("run"))
     d = (c("end") - c("start"))
     main = (s.group_by("run", "category", "detail").agg(d.sum().alias("t"))
+            .with_columns(pl.col("category").cast(pl.Utf8), pl.col("detail").cast(pl.Utf8))
             .sort("run", "t", "category", descending=[False, True, False])
             .group_by("run", maintain_order=True).first())
     runs = (s.group_by("run").agg(c("row").first(), c("start").min(), c("end").max(),
@@ -718,11 +856,12 @@ def _nvtx_of(g: Graph, ev: Evaluation, run: dict) -> str | None:
     row, t = run["row"], (run["start"] + run["end"]) // 2
     if run["kind"] != "cpu":
         first = run["first"]
-        edge = ev.binding[first] if first is not None else -1
-        if edge < 0 or g.edge_kind[edge] != E_LAUNCH:
+        if first is None:
             return None
-        pred = int(g.pred_node[edge])
-        row, t = int(g.row[pred]), int(ev.end[pred] + g.pred_lag[edge])
+        pred, lag, kind = g.edges_of(np.array([first]), ev.binding[[first]])
+        if pred[0] < 0 or kind[0] != E_LAUNCH:
+            return None
+        row, t = int(g.row[pred[0]]), int(ev.end[pred[0]] + lag[0])
     hit = (g.nvtx.filter((pl.col("row") == row) & (pl.col("start") <= t) & (pl.col("end") > t))
            .sort("level", "start"))
     return hit["name"][-1] if hit.height else None
@@ -731,13 +870,18 @@ def _nvtx_of(g: Graph, ev: Evaluation, run: dict) -> str | None:
 def _by_process(seg: pl.DataFrame, rows: pl.DataFrame, total: int) -> pl.DataFrame:
     """Per process: the path's time on its rows, of which on GPU work and on host work."""
     d = pl.col("end") - pl.col("start")
-    gpu = pl.col("category").is_in(list(GPU_CATEGORIES))
-    return (seg.join(rows, on="row", how="inner")
-            .group_by("task_index").agg(pl.col("task_label").first().alias("process"),
-                                        d.sum().alias("time"),
-                                        d.filter(gpu).sum().alias("gpu"),
-                                        d.filter(~gpu).sum().alias("host"))
+    per_row = (seg.filter(pl.col("row").is_not_null())
+               .group_by("row", "category").agg(d.sum().alias("t"))  # a few per row
+               .with_columns(pl.col("category").cast(pl.Utf8).is_in(list(GPU_CATEGORIES))
+                             .alias("gpu")))
+    labels = rows.group_by("task_index").agg(pl.col("task_label").first().alias("process"))
+    t, gpu = pl.col("t"), pl.col("gpu")
+    return (per_row.join(rows.select("row", "task_index"), on="row", how="inner")
+            .group_by("task_index").agg(t.sum().alias("time"), t.filter(gpu).sum().alias("gpu"),
+                                        t.filter(~gpu).sum().alias("host"))
+            .join(labels, on="task_index", how="left")
             .with_columns((pl.col("time") / max(total, 1)).alias("share"))
+            .select("task_index", "process", "time", "gpu", "host", "share")
             .sort("time", "task_index", descending=[True, False]))
 
 
@@ -751,6 +895,7 @@ def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> Cr
     by_cat = _by_category(seg, total)
     d = pl.col("end") - pl.col("start")
     by_detail = (seg.group_by("category", "detail").agg(d.sum().alias("time"))
+                 .with_columns(pl.col("category").cast(pl.Utf8), pl.col("detail").cast(pl.Utf8))
                  .with_columns((pl.col("time") / max(total, 1)).alias("share"))
                  .sort("time", "category", "detail", descending=[True, False, False]))
     rows = g.rows.select(pl.col("row").cast(pl.Int32), "task_index", "task_label", "kind",
@@ -803,7 +948,7 @@ def float_of(g: Graph, until: int | None = None) -> np.ndarray:
         return latest
     on = np.ones(256, dtype=np.uint8)
     graph_float(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind, on,
-                        int(g.end.max()) if until is None else until, latest)
+                int(g.end.max()) if until is None else until, latest, g.row_prev)
     return latest - g.end
 
 
@@ -829,7 +974,10 @@ def path_events(g: Graph, segments: pl.DataFrame, floats: np.ndarray) -> pl.Data
 
     c = pl.col
     seg = segments.filter(c("row").is_not_null()).with_columns(
-        c("category").map_elements(_path_code, return_dtype=pl.Int64).alias("code"))
+        c("category").cast(pl.Utf8).alias("category"))
+    codes = {k: _path_code(k) for k in seg["category"].unique().to_list()}  # per category
+    seg = seg.with_columns(c("category").replace_strict(codes, return_dtype=pl.Int64)
+                           .alias("code"))
     on = seg.select("row", c("start").alias("time"), pl.lit(creg.CRITICAL_PATH).alias("type"),
                     c("code").alias("value"))
     off = seg.select("row", c("end").alias("time"), pl.lit(creg.CRITICAL_PATH).alias("type"),

@@ -3,13 +3,16 @@
  * critical_path.py): one pass over the nodes, each a few array reads, without the GIL.
  *
  * Nodes 0..n-1 are given in topological order (every predecessor before its successor) with
- * their measured start and end (ns). Node i's predecessors are pred_node[pred_ptr[i] ..
- * pred_ptr[i+1]), each edge with a lag: the edge makes i ready at end[pred] + lag (a launch
- * arrow that leaves from inside a host node has a negative lag). An edge whose measured ready
- * time is after the node's measured start explained nothing in the run: it is ignored.
+ * their measured start and end (ns). Node i's predecessors are the previous node of its row,
+ * row_prev[i] (-1: none; lag 0, edge kind 0: implicit, so that the most numerous edges cost
+ * one int32 a node), and pred_node[pred_ptr[i] .. pred_ptr[i+1]), each of these edges with a
+ * lag: the edge makes i ready at end[pred] + lag (a launch arrow that leaves from inside a
+ * host node has a negative lag). An edge whose measured ready time is after the node's
+ * measured start explained nothing in the run: it is ignored.
  *
- * graph_replay fills new_start, new_end and binding (the edge that set each node's start,
- * -1 for a root) for durations scaled by scale[i] and the edges of the kinds kind_on[] allows:
+ * graph_replay fills new_start, new_end and binding (the edge that set each node's start:
+ * its index, -2 for the row's previous node, -1 for a root) for durations scaled by
+ * scale[i] and the edges of the kinds kind_on[] allows:
  *
  *   slack[i]     = start[i] - max measured ready over its valid edges (the waiting no edge
  *                  explains, kept as it is: dependencies are fixed, durations scale)
@@ -50,20 +53,21 @@ static void release(Buf *bufs, int n) {
         if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
 }
 
-#define NBUF 11
+#define NBUF 12
+#define ORDER_EDGE (-2) /* binding: the previous node of the row */
 
 static PyObject *graph_replay(PyObject *self, PyObject *args) {
     PyObject *o[NBUF];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &o[8], &o[9], &o[10]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11]))
         return NULL;
     /* start end pred_ptr pred_node pred_lag edge_kind kind_on scale new_start new_end
-     * binding */
-    static const Py_ssize_t size[NBUF] = {8, 8, 8, 4, 8, 1, 1, 8, 8, 8, 8};
-    static const int writable[NBUF] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+     * binding row_prev */
+    static const Py_ssize_t size[NBUF] = {8, 8, 8, 4, 8, 1, 1, 8, 8, 8, 8, 4};
+    static const int writable[NBUF] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0};
     static const char *names[NBUF] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
                                       "edge_kind", "kind_on", "scale", "new_start", "new_end",
-                                      "binding"};
+                                      "binding", "row_prev"};
     Buf b[NBUF];
     memset(b, 0, sizeof b);
     for (int i = 0; i < NBUF; i++)
@@ -74,7 +78,8 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
     Py_ssize_t n = b[0].view.len / 8, m = b[3].view.len / 4;
     if (b[1].view.len / 8 != n || b[2].view.len / 8 != n + 1 || b[4].view.len / 8 != m ||
         b[5].view.len != m || b[6].view.len < 256 || b[7].view.len / 8 != n ||
-        b[8].view.len / 8 != n || b[9].view.len / 8 != n || b[10].view.len / 8 != n) {
+        b[8].view.len / 8 != n || b[9].view.len / 8 != n || b[10].view.len / 8 != n ||
+        b[11].view.len / 4 != n) {
         release(b, NBUF);
         PyErr_SetString(PyExc_ValueError, "graph_replay: array lengths do not match");
         return NULL;
@@ -85,6 +90,7 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
     const uint8_t *kind = b[5].view.buf, *on = b[6].view.buf;
     const double *scale = b[7].view.buf;
     int64_t *new_start = b[8].view.buf, *new_end = b[9].view.buf, *binding = b[10].view.buf;
+    const int32_t *row_prev = b[11].view.buf;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n && !bad; i++) {
@@ -93,7 +99,16 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
             bad = 1;
             break;
         }
-        int64_t measured = INT64_MIN, ready = INT64_MIN, best = -1;
+        int64_t measured = INT64_MIN, ready = INT64_MIN, best = -1, best_r0 = INT64_MIN;
+        int32_t q = row_prev[i];
+        if (q >= 0 && q < i && end[q] <= start[i]) { /* the row's order: lag 0, kind 0 */
+            measured = end[q];
+            if (on[0]) {
+                ready = new_end[q];
+                best = ORDER_EDGE;
+                best_r0 = end[q];
+            }
+        }
         for (int64_t e = lo; e < hi; e++) {
             int32_t p = pred[e];
             if (p < 0 || p >= i) continue; /* not before it: no edge of a topological order */
@@ -102,13 +117,14 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
             if (r0 > measured) measured = r0;
             if (!on[kind[e]]) continue;
             int64_t r = new_end[p] + lag[e];
-            if (r > ready || (r == ready && best >= 0 && r0 > end[pred[best]] + lag[best])) {
+            if (r > ready || (r == ready && best != -1 && r0 > best_r0)) {
                 ready = r;
                 best = e;
+                best_r0 = r0;
             }
         }
         int64_t s;
-        if (best < 0) {
+        if (best == -1) {
             s = start[i]; /* a root, or every edge switched off: where it was */
         } else {
             s = ready + (start[i] - measured);
@@ -128,34 +144,45 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
 }
 
 static PyObject *graph_path(PyObject *self, PyObject *args) {
-    PyObject *o_bind, *o_pred, *o_end, *o_out;
+    PyObject *o_bind, *o_pred, *o_end, *o_out, *o_prev;
     long long from, stop;
-    if (!PyArg_ParseTuple(args, "OOOLLO", &o_bind, &o_pred, &o_end, &from, &stop, &o_out))
+    if (!PyArg_ParseTuple(args, "OOOLLOO", &o_bind, &o_pred, &o_end, &from, &stop, &o_out,
+                          &o_prev))
         return NULL;
-    Buf b[4];
+    Buf b[5];
     memset(b, 0, sizeof b);
     if (get(o_bind, &b[0], 8, 0, "binding") < 0 || get(o_pred, &b[1], 4, 0, "pred_node") < 0 ||
-        get(o_end, &b[2], 8, 0, "new_end") < 0 || get(o_out, &b[3], 8, 1, "out") < 0) {
-        release(b, 4);
+        get(o_end, &b[2], 8, 0, "new_end") < 0 || get(o_out, &b[3], 8, 1, "out") < 0 ||
+        get(o_prev, &b[4], 4, 0, "row_prev") < 0) {
+        release(b, 5);
         return NULL;
     }
     const int64_t *binding = b[0].view.buf, *end = b[2].view.buf;
-    const int32_t *pred = b[1].view.buf;
+    const int32_t *pred = b[1].view.buf, *row_prev = b[4].view.buf;
     int64_t *out = b[3].view.buf;
     Py_ssize_t n = b[0].view.len / 8, m = b[1].view.len / 4, cap = b[3].view.len / 8;
+    if (b[4].view.len / 4 != n) {
+        release(b, 5);
+        PyErr_SetString(PyExc_ValueError, "graph_path: row_prev has one entry a node");
+        return NULL;
+    }
     Py_ssize_t k = 0;
     int64_t i = from;
     Py_BEGIN_ALLOW_THREADS
     while (i >= 0 && i < n && k < cap && end[i] > stop) {
         out[k++] = i;
-        int64_t e = binding[i];
-        if (e < 0 || e >= m) break;
-        int64_t p = pred[e];
-        if (p >= i) break; /* never forward: the order is topological */
+        int64_t e = binding[i], p;
+        if (e == ORDER_EDGE)
+            p = row_prev[i];
+        else if (e >= 0 && e < m)
+            p = pred[e];
+        else
+            break;
+        if (p < 0 || p >= i) break; /* never forward: the order is topological */
         i = p;
     }
     Py_END_ALLOW_THREADS
-    release(b, 4);
+    release(b, 5);
     return PyLong_FromSsize_t(k);
 }
 
@@ -163,28 +190,29 @@ static PyObject *graph_path(PyObject *self, PyObject *args) {
  * latest_end): the latest each node may end without moving any work past `until`, every
  * node keeping its measured slack (the backward pass of the same graph, as measured). */
 static PyObject *graph_float(PyObject *self, PyObject *args) {
-    PyObject *o[9];
+    PyObject *o[10];
     long long until;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &until, &o[8]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOLOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &until, &o[8], &o[9]))
         return NULL;
     o[7] = NULL;
-    static const Py_ssize_t size[9] = {8, 8, 8, 4, 8, 1, 1, 0, 8};
-    static const char *names[9] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
-                                   "edge_kind", "kind_on", "", "latest_end"};
-    Buf b[9];
+    static const Py_ssize_t size[10] = {8, 8, 8, 4, 8, 1, 1, 0, 8, 4};
+    static const char *names[10] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
+                                    "edge_kind", "kind_on", "", "latest_end", "row_prev"};
+    Buf b[10];
     memset(b, 0, sizeof b);
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 10; i++) {
         if (i == 7) continue;
         if (get(o[i], &b[i], size[i], i == 8, names[i]) < 0) {
-            release(b, 9);
+            release(b, 10);
             return NULL;
         }
     }
     Py_ssize_t n = b[0].view.len / 8, m = b[3].view.len / 4;
     if (b[1].view.len / 8 != n || b[2].view.len / 8 != n + 1 || b[4].view.len / 8 != m ||
-        b[5].view.len != m || b[6].view.len < 256 || b[8].view.len / 8 != n) {
-        release(b, 9);
+        b[5].view.len != m || b[6].view.len < 256 || b[8].view.len / 8 != n ||
+        b[9].view.len / 4 != n) {
+        release(b, 10);
         PyErr_SetString(PyExc_ValueError, "graph_float: array lengths do not match");
         return NULL;
     }
@@ -193,6 +221,7 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
     const int64_t *lag = b[4].view.buf;
     const uint8_t *kind = b[5].view.buf, *on = b[6].view.buf;
     int64_t *latest = b[8].view.buf;
+    const int32_t *row_prev = b[9].view.buf;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) latest[i] = until > end[i] ? until : end[i];
@@ -203,6 +232,9 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
             break;
         }
         int64_t measured = INT64_MIN;
+        int32_t q = row_prev[i];
+        int order = q >= 0 && q < i && end[q] <= start[i];
+        if (order) measured = end[q];
         for (int64_t e = lo; e < hi; e++) {
             int32_t p = pred[e];
             if (p < 0 || p >= i) continue;
@@ -212,6 +244,7 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
         if (measured == INT64_MIN) continue; /* a root: nothing before it to delay */
         int64_t latest_start = latest[i] - (end[i] - start[i]);
         int64_t latest_ready = latest_start - (start[i] - measured);
+        if (order && on[0] && latest_ready < latest[q]) latest[q] = latest_ready;
         for (int64_t e = lo; e < hi; e++) {
             int32_t p = pred[e];
             if (p < 0 || p >= i || !on[kind[e]]) continue;
@@ -221,7 +254,7 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    release(b, 9);
+    release(b, 10);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "graph_float: pred_ptr is not increasing");
         return NULL;
@@ -232,13 +265,13 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
 static PyMethodDef graph_methods[] = {
     {"graph_float", graph_float, METH_VARARGS,
      "graph_float(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, until, "
-     "latest_end): the latest end of each node that delays nothing past `until`"},
+     "latest_end, row_prev): the latest end of each node that delays nothing past `until`"},
     {"graph_replay", graph_replay, METH_VARARGS,
      "graph_replay(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, scale, "
-     "new_start, new_end, binding): evaluate the graph (see _graph.c)"},
+     "new_start, new_end, binding, row_prev): evaluate the graph (see _graph.c)"},
     {"graph_path", graph_path, METH_VARARGS,
-     "graph_path(binding, pred_node, new_end, from, stop_time, out) -> count of nodes "
-     "written to out, walking the binding edges back from node `from`"},
+     "graph_path(binding, pred_node, new_end, from, stop_time, out, row_prev) -> count of "
+     "nodes written to out, walking the binding edges back from node `from`"},
     {NULL, NULL, 0, NULL},
 };
 
