@@ -288,10 +288,13 @@ def _application_rows(table, label: str) -> dict[str, dict[str, float]]:
     the two-run trace (their labels start with 'LABEL: ', taken off), or of a single run's
     histogram (label None: every row)."""
     out = {}
+    prefix = f"{label}: "
     for r, row in zip(table.rows, table.cells):
-        if label is None or r.startswith(f"{label}: "):
-            key = r if label is None else r[len(label) + 2:]
-            out[key] = {c: v for c, v in zip(table.columns, row) if v == v and v != 0}
+        if label is None or r.startswith(prefix):
+            key = r if label is None else r[len(prefix):]
+            # columns that are rows too (communication partners) carry the prefix as well
+            out[key] = {(c[len(prefix):] if label and c.startswith(prefix) else c): v
+                        for c, v in zip(table.columns, row) if v == v and v != 0}
     return out
 
 

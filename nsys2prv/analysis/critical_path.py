@@ -599,6 +599,8 @@ def connected(g: Graph) -> np.ndarray:
 def last_node(g: Graph, ev: Evaluation, until: int | None = None) -> int | None:
     """The work of the job that ends last (by `until`, if given): where the path ends."""
     ok = connected(g) if g.n else np.zeros(0, dtype=bool)
+    if not ok.any():  # no GPU and no dependency (a CPU-only run): every thread counts
+        ok = np.ones(g.n, dtype=bool)
     if until is not None:
         ok &= ev.end <= until
     idx = np.flatnonzero(ok)
@@ -976,10 +978,10 @@ def path_events(g: Graph, segments: pl.DataFrame, floats: np.ndarray) -> pl.Data
     seg = segments.filter(c("row").is_not_null()).with_columns(
         c("category").cast(pl.Utf8).alias("category"))
     codes = {k: _path_code(k) for k in seg["category"].unique().to_list()}  # per category
-    seg = seg.with_columns(c("category").replace_strict(codes, return_dtype=pl.Int64)
-                           .alias("code"))
+    seg = seg.with_columns(c("category").replace_strict(codes, default=0,
+                                                        return_dtype=pl.Int64).alias("code"))
     on = seg.select("row", c("start").alias("time"), pl.lit(creg.CRITICAL_PATH).alias("type"),
-                    c("code").alias("value"))
+                    c("code").cast(pl.Int64).alias("value"))
     off = seg.select("row", c("end").alias("time"), pl.lit(creg.CRITICAL_PATH).alias("type"),
                      pl.lit(0, pl.Int64).alias("value"))
     # a row's segments that touch: no 0 between them
