@@ -347,31 +347,35 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
     keys = _Keys([start, end, lines["send"], lines["recv"], *alive_times], nrows)
     # -- GPU nodes (NCCL kernels that a collective line reaches: arrival + completion)
     g = np.flatnonzero(np.isin(typ, GPU_TYPES) & is_gpu[row])
+    rg, sg, eg, tg, vg = row[g], start[g], end[g], typ[g], value[g]  # gathered once
     memset_ids = [v for v, n in names.get(MEMOP, {}).items() if n.lower().startswith("memset")]
     gk = np.full(g.size, N_MEMCPY, dtype=np.int8)
-    gk[typ[g] == KERNEL] = N_KERNEL
-    gk[typ[g] == NCCL_KERNEL] = N_NCCL
-    gk[(typ[g] == MEMOP) & np.isin(value[g], memset_ids)] = N_MEMSET
+    gk[tg == KERNEL] = N_KERNEL
+    gk[tg == NCCL_KERNEL] = N_NCCL
+    gk[(tg == MEMOP) & np.isin(vg, memset_ids)] = N_MEMSET
     last = np.full(g.size, np.iinfo(np.int64).min, dtype=np.int64)
     nl = ekind == E_NCCL
-    if nl.any():
-        sk = keys(row[g], end[g])
-        order = np.argsort(sk, kind="stable")
-        sk = sk[order]
+    if nl.any():  # the NCCL kernels by (row, end): where each collective line ends
+        nk = np.flatnonzero(gk == N_NCCL)
+        sk = keys(rg[nk], eg[nk])
+        order = nk[np.argsort(sk, kind="stable")]
+        sk = np.sort(sk, kind="stable")
         q = keys(lines["recv_row"][nl], lines["recv"][nl])
         i = np.searchsorted(sk, q)
         hit = (i < sk.size)
         hit[hit] &= sk[i[hit]] == q[hit]
         np.maximum.at(last, order[i[hit]], lines["send"][nl][hit])
+        del nk, sk, order
     coll = (gk == N_NCCL) & (last > np.iinfo(np.int64).min)
-    comp = np.maximum(start[g], np.minimum(last, end[g]))
+    comp = np.maximum(sg, np.minimum(last, eg))
+    ncoll = int(coll.sum())
     gpu_parts = [
-        (row[g], start[g], np.where(coll, start[g], end[g]), start[g],
-         np.where(coll, N_NCCL_ARRIVE, gk).astype(np.int8), value[g], typ[g],
+        (rg, sg, np.where(coll, sg, eg) if ncoll else eg, sg,
+         np.where(coll, N_NCCL_ARRIVE, gk).astype(np.int8), vg, tg,
          np.zeros(g.size, np.int8)),
-        (row[g][coll], comp[coll], end[g][coll], comp[coll],
-         np.full(int(coll.sum()), N_NCCL, np.int8), value[g][coll], typ[g][coll],
-         np.ones(int(coll.sum()), np.int8))]
+        (rg[coll], comp[coll], eg[coll], comp[coll],
+         np.full(ncoll, N_NCCL, np.int8), vg[coll], tg[coll], np.ones(ncoll, np.int8))]
+    del rg, sg, eg, tg, vg, comp, last
     # -- host nodes: outermost calls, each from the previous call's end
     h = np.flatnonzero(np.isin(typ, HOST_TYPES) & is_cpu[row])
     h = h[_by_row_start(row[h], start[h], end[h], nrows)]
@@ -467,8 +471,10 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
     # lookups: nodes by (row, start) and by (row, end) (ties in id order); within a row the
     # ends are nearly in start order: a stable sort of them in `by_row` order is short work
     start_order = by_row
-    start_keys = keys(row[by_row], start[by_row])
-    end_keys = keys(row[by_row], end[by_row])
+    rb = row[by_row]
+    start_keys = keys(rb, start[by_row])
+    end_keys = keys(rb, end[by_row])
+    del rb
     resort = np.argsort(end_keys, kind="stable")
     end_order = by_row[resort]
     end_keys = end_keys[resort]
@@ -782,6 +788,28 @@ def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int,
                     ) -> _Segments:
     """`path_segments` in numpy columns (a path that is not empty)."""
     lo, hi = span
+    parts, cats, dets = _segment_parts(g, ev, path, span)
+    s0 = np.clip(np.concatenate([p[0] for p in parts]), lo, hi)
+    e0 = np.clip(np.concatenate([p[1] for p in parts]), lo, hi)
+    keep = np.flatnonzero(e0 > s0)
+    # the parts are each in time order and the kept segments tile the span: a stable sort
+    # on the start merges them (ties, which tiling rules out, fall back to start, end)
+    order = keep[np.argsort(s0[keep], kind="stable")]
+    if order.size > 1 and not (np.diff(s0[order]) > 0).all():
+        order = keep[np.lexsort((e0[keep], s0[keep]))]
+    del keep
+    r0, c0, d0, n0 = (np.concatenate([p[i] for p in parts])[order] for i in range(2, 6))
+    del parts
+    return _Segments(s0[order], e0[order], r0.astype(np.int32), c0.astype(np.int32),
+                     d0.astype(np.int32), n0.astype(np.int64), cats, dets)
+
+
+def _segment_parts(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int, int]
+                   ) -> tuple[list[tuple[np.ndarray, ...]], list[str], list[str]]:
+    """The path's segments as four parts, each in time order, not clipped to the span:
+    (start, end, row, category code, detail code, node) columns; and the categories' and
+    details' names."""
+    lo, hi = span
     start, end = ev.start[path], ev.end[path]
     _, lag, ekind = g.edges_of(path[1:], ev.binding[path[1:]])  # into each next node
     ready = end[:-1] + lag
@@ -826,19 +854,7 @@ def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int,
          np.where(ekind == E_LAUNCH, 1, 2).astype(np.int32), zeros[1:], path[1:]),
         (np.array([lo, end[-1]]), np.array([start[0], hi]), np.array([-1, -1], np.int32),
          np.array([3, 4], np.int32), np.zeros(2, np.int32), np.array([-1, -1]))]
-    s0 = np.clip(np.concatenate([p[0] for p in parts]), lo, hi)
-    e0 = np.clip(np.concatenate([p[1] for p in parts]), lo, hi)
-    keep = np.flatnonzero(e0 > s0)
-    # the parts are each in time order and the kept segments tile the span: a stable sort
-    # on the start merges them (ties, which tiling rules out, fall back to start, end)
-    order = keep[np.argsort(s0[keep], kind="stable")]
-    if order.size > 1 and not (np.diff(s0[order]) > 0).all():
-        order = keep[np.lexsort((e0[keep], s0[keep]))]
-    del keep
-    r0, c0, d0, n0 = (np.concatenate([p[i] for p in parts])[order] for i in range(2, 6))
-    del parts
-    return _Segments(s0[order], e0[order], r0.astype(np.int32), c0.astype(np.int32),
-                     d0.astype(np.int32), n0.astype(np.int64), cats, dets)
+    return parts, cats, dets
 
 
 # ------------------------------------------------------------------------ the report --
@@ -930,27 +946,39 @@ def _composition(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int, in
     if path.size == 0:
         seg = path_segments(g, ev, path, span)
         return _by_category(seg, total), _by_process(seg, rows, total)
-    a = _segment_arrays(g, ev, path, span)
-    dur = a.end - a.start
-    per_cat = np.bincount(a.cat, weights=dur, minlength=len(a.cats))
-    present = np.bincount(a.cat, minlength=len(a.cats)) > 0
-    by_cat = (pl.DataFrame({"category": [c for c, p in zip(a.cats, present) if p],
+    lo, hi = span
+    parts, cats, dets = _segment_parts(g, ev, path, span)
+    ncat = len(cats)
+    gpu_cat = np.isin(np.array(cats, dtype=object), GPU_CATEGORIES)
+    rr = rows.select("row", "task_index")
+    task_of = np.full(max(int(g.row.max(initial=0)), int(rr["row"].max() or 0)) + 2, -1,
+                      np.int64)  # [-1]: no row
+    task_of[rr["row"].to_numpy()] = rr["task_index"].to_numpy()
+    ntask = int(task_of.max(initial=-1)) + 1
+    per_cat = np.zeros(ncat)
+    seen_cat = np.zeros(ncat, dtype=np.int64)
+    t_all, t_gpu = np.zeros(ntask), np.zeros(ntask)
+    seen_task = np.zeros(ntask, dtype=np.int64)
+    for p in parts:  # sums part by part: no table of the segments
+        dur = np.clip(p[1], lo, hi) - np.clip(p[0], lo, hi)
+        m = dur > 0
+        cat, dur, task = p[3][m], dur[m], task_of[p[2][m]]
+        per_cat += np.bincount(cat, weights=dur, minlength=ncat)
+        seen_cat += np.bincount(cat, minlength=ncat)
+        ok = task >= 0
+        task, d, is_gpu = task[ok], dur[ok], gpu_cat[cat[ok]]
+        t_all += np.bincount(task, weights=d, minlength=ntask)
+        t_gpu += np.bincount(task[is_gpu], weights=d[is_gpu], minlength=ntask)
+        seen_task += np.bincount(task, minlength=ntask)
+    del parts
+    present = seen_cat > 0
+    by_cat = (pl.DataFrame({"category": [c for c, p in zip(cats, present) if p],
                             "time": per_cat[present].round().astype(np.int64)})
               .with_columns((pl.col("time") / max(total, 1)).alias("share"))
               .sort("time", "category", descending=[True, False]))
     # per process: the time on its rows, GPU work apart
-    gpu_cat = np.isin(np.array(a.cats, dtype=object), GPU_CATEGORIES)
-    on_row = a.row >= 0
-    task_of = np.full(int(max(g.row.max(initial=0), a.row.max(initial=0))) + 1, -1, np.int64)
-    rr = rows.select("row", "task_index")
-    task_of[rr["row"].to_numpy()] = rr["task_index"].to_numpy()
-    task = task_of[a.row[on_row]]
-    ok = task >= 0
-    task, d, is_gpu = task[ok], dur[on_row][ok], gpu_cat[a.cat[on_row][ok]]
-    ntask = int(task.max(initial=-1)) + 1
-    t_all = np.bincount(task, weights=d, minlength=ntask).round().astype(np.int64)
-    t_gpu = np.bincount(task[is_gpu], weights=d[is_gpu], minlength=ntask).round().astype(np.int64)
-    seen = np.bincount(task, minlength=ntask) > 0
+    t_all, t_gpu = t_all.round().astype(np.int64), t_gpu.round().astype(np.int64)
+    seen = seen_task > 0
     labels = rows.group_by("task_index").agg(pl.col("task_label").first().alias("process"))
     by_process = (pl.DataFrame({"task_index": np.flatnonzero(seen), "time": t_all[seen],
                                 "gpu": t_gpu[seen], "host": (t_all - t_gpu)[seen]})
