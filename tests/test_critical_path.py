@@ -322,3 +322,46 @@ def test_real_pair_path_and_idle_agree(tmp_path):
     (moved,) = C.critical_path(gb, [C.parse_what_if(f"rank:{top}=0")]).what_if
     assert int(moved.processes["task_index"][0]) == other
     assert moved.processes["share"][0] > 0.9 and moved.predicted < moved.measured
+
+
+def test_nvtx_innermost_equals_the_paired_ranges():
+    """The range a run is reported in (`NvtxStacks.innermost`, from the raw push/pop
+    events) is the innermost of the closed ranges that `pair_stacked` pairs, at every
+    instant of random nested sequences on two rows and two domains, a range left open at
+    the end included."""
+    from nsys2prv.analysis.activities import pair_stacked
+
+    rng = np.random.default_rng(7)
+    rows, times, types, values = [], [], [], []
+    for row in (3, 5):
+        for typ in (9200, 9201):
+            t, depth = 0, 0
+            for _ in range(400):
+                t += int(rng.integers(1, 5))
+                push = depth == 0 or (depth < 4 and rng.random() < 0.55)
+                rows.append(row)
+                times.append(2 * t + typ - 9200)  # the two domains never start together
+                types.append(typ)
+                values.append(int(rng.integers(1, 6)) if push else 0)
+                depth += 1 if push else -1
+    order = np.argsort(np.array(times), kind="stable")  # file order: time order
+    ev = pl.DataFrame({"row": np.array(rows, np.int32)[order],
+                       "time": np.array(times, np.int64)[order],
+                       "type": np.array(types, np.int64)[order],
+                       "value": np.array(values, np.int64)[order]})
+    ev = ev.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("seq"))
+    pending = pl.DataFrame(schema={**ev.schema, "level": pl.Int64})
+    ranges, _ = pair_stacked(ev, pending)
+    ranges = ranges.with_columns((pl.col("start") + pl.col("dur")).alias("end"))
+    names = {t: {v: f"{t}:{v}" for v in range(1, 6)} for t in (9200, 9201)}
+    stacks = C.NvtxStacks(ev["row"].to_numpy(), ev["time"].to_numpy(), ev["type"].to_numpy(),
+                          ev["value"].to_numpy(), names)
+    checked = 0
+    for row in (3, 5, 4):
+        for t in range(0, int(ev["time"].max()) + 3, 3):
+            hit = (ranges.filter((pl.col("row") == row) & (pl.col("start") <= t)
+                                 & (pl.col("end") > t)).sort("level", "start"))
+            want = (f"{hit['type'][-1]}:{hit['value'][-1]}" if hit.height else None)
+            assert stacks.innermost(row, t) == want, (row, t)
+            checked += want is not None
+    assert checked > 500

@@ -51,7 +51,7 @@ from ..errors import UsageError
 from ..paraver.read import Trace, companion, read_layout, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
 from ..paraver.registry import mpi as mpi_reg
-from .activities import PUSHPOP, _names, _type_labels, pair_next, pair_stacked
+from .activities import PUSHPOP, _names, _type_labels, pair_next
 
 KERNEL, NCCL_KERNEL, MEMOP = cuda.CUDA_KERNEL, cuda.NCCL_KERNEL, cuda.MEMORY_OPERATION
 CUDA_CALL = cuda.CUDA_CALL
@@ -85,6 +85,53 @@ _LINES = {"send_row": np.int32, "send": np.int64, "recv_row": np.int32, "recv": 
 
 # ----------------------------------------------------------------------- reading --
 
+class NvtxStacks:
+    """The NVTX push/pop events of the trace's domains, as read (file order), so that the
+    range open at an instant is found for the few runs a report names, not paired for
+    all."""
+
+    def __init__(self, row: np.ndarray, time: np.ndarray, typ: np.ndarray,
+                 value: np.ndarray, names: dict[int, dict[int, str]]) -> None:
+        self.row, self.time, self.type, self.value = row, time, typ, value
+        self.names = names
+
+    @property
+    def height(self) -> int:
+        return int(self.row.size)
+
+    def innermost(self, row: int, t: int) -> str | None:
+        """The name of the innermost range open on `row` at `t` (start <= t < end) among
+        the ranges that close: per type, each level's open push is the last push that
+        reached it (depth clamped at 0: a pop without its push is ignored), open at `t`
+        while the depth stays at or above its level; the deepest level wins, then the
+        latest start."""
+        on_row = np.flatnonzero(self.row == row)
+        best = None
+        for typ in np.unique(self.type[on_row]).tolist():
+            j = on_row[self.type[on_row] == typ]
+            k = int(np.searchsorted(self.time[j], t, side="right"))  # events at or before t
+            if k == 0:
+                continue
+            push = self.value[j] != 0
+            walk = np.cumsum(np.where(push, 1, -1))
+            depth = walk - np.minimum(0, np.minimum.accumulate(walk))
+            later_min = np.minimum.accumulate(depth[::-1])[::-1]  # min over i..end
+            for level in range(int(depth[k - 1]), 0, -1):
+                at = np.flatnonzero(push[:k] & (depth[:k] == level))
+                if at.size == 0:
+                    continue
+                p = int(at[-1])
+                if p + 1 < depth.size and later_min[p + 1] < level:  # it closes
+                    key = (level, int(self.time[j[p]]))
+                    if best is None or key > best[0]:
+                        best = (key, typ, int(self.value[j[p]]))
+                    break
+        if best is None:
+            return None
+        _, typ, value = best
+        return self.names.get(typ, {}).get(value, str(value))
+
+
 class GraphCollector:
     """Collects, window by window (`add`), the intervals of the GPU work and the host calls
     and every communication line; `graph()` builds the graph. Memory: one window, and a few
@@ -96,10 +143,10 @@ class GraphCollector:
         self.path = Path(path)
         self.layout = read_layout(self.path)
         self.end = self.layout.end
-        events = {"row": pl.Int32, "time": pl.Int64, "type": pl.Int64, "value": pl.Int64,
-                  "seq": pl.Int64}
-        self._pending = pl.DataFrame(schema=events)
-        self._pending_nvtx = pl.DataFrame(schema={**events, "level": pl.Int64})
+        # the work's begin events still open
+        self._pending = pl.DataFrame(schema={"row": pl.Int32, "time": pl.Int64,
+                                             "type": pl.Int64, "value": pl.Int64,
+                                             "seq": pl.Int64})
         # the NVTX push/pop ranges of the trace's domains: what the path's runs are in
         self.pushpop = [t for t in _type_labels(companion(self.path, ".pcf"))
                         if t in PUSHPOP]
@@ -115,7 +162,8 @@ class GraphCollector:
     def add(self, w: Trace) -> None:
         self.end = max(self.end, w.end)
         ev = w.events.slice(w.carried).filter(pl.col("type").is_in(list(self.types)))
-        work = ev.filter(pl.col("type").is_in(list(TYPES)))
+        is_work = pl.col("type").is_in(list(TYPES))
+        work = ev.filter(is_work)
         if work.height or self._pending.height:
             done, self._pending = pair_next(work, self._pending)
             if done.height:
@@ -123,13 +171,9 @@ class GraphCollector:
                     "row", "start", (pl.col("start") + pl.col("dur")).alias("end"),
                     pl.col("type").cast(pl.Int32), pl.col("value").cast(pl.Int32)))
         if self.pushpop:
-            nv = ev.filter(pl.col("type").is_in(self.pushpop))
-            if nv.height or self._pending_nvtx.height:
-                done, self._pending_nvtx = pair_stacked(nv, self._pending_nvtx)
-                if done.height:
-                    self._nvtx.append(done.select(
-                        "row", "start", (pl.col("start") + pl.col("dur")).alias("end"),
-                        "type", "value", "level"))
+            nv = ev.filter(~is_work)
+            if nv.height:
+                self._nvtx.append(nv.select("row", "time", "type", "value"))
         if w.comms is not None and w.comms.height:
             self._comms.append(w.comms.select("send_row", "send", "recv_row", "recv",
                                               pl.col("tag").cast(pl.Int64)))
@@ -140,19 +184,13 @@ class GraphCollector:
             self._alive = pl.concat([self._alive, alive.cast(self._alive.schema)]).group_by(
                 "row").agg(pl.col("first").min(), pl.col("last").max())
 
-    def nvtx(self) -> pl.DataFrame:
-        """(row, start, end, level, name) of the NVTX push/pop ranges seen."""
+    def nvtx(self) -> NvtxStacks:
+        """The NVTX push/pop events seen (`NvtxStacks`)."""
         names = _names(companion(self.path, ".pcf"))
-        schema = {"row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "level": pl.Int64,
-                  "name": pl.Utf8}
-        if not self._nvtx:
-            return pl.DataFrame(schema=schema)
-        r = pl.concat(self._nvtx)
-        labels = pl.DataFrame([(t, v, names.get(t, {}).get(v, str(v))) for t, v in
-                               r.select("type", "value").unique().iter_rows()],
-                              schema={"type": pl.Int64, "value": pl.Int64, "name": pl.Utf8},
-                              orient="row")
-        return r.join(labels, on=["type", "value"], how="left").select(list(schema)).cast(schema)
+        cols = _columns(self._nvtx, {"row": np.int32, "time": np.int64, "type": np.int64,
+                                     "value": np.int64})
+        self._nvtx = []
+        return NvtxStacks(cols["row"], cols["time"], cols["type"], cols["value"], names)
 
     def graph(self, span: tuple[int, int] | None = None) -> "Graph":
         iv = _columns(self._iv, _IV)
@@ -207,7 +245,7 @@ class Graph:
     edge_kind: np.ndarray  # uint8 (E_*)
     names: dict[int, dict[int, str]]  # the .pcf's value labels by type
     counts: dict[str, int] = field(default_factory=dict)  # edges by kind, lines unmatched
-    nvtx: pl.DataFrame | None = None  # row, start, end, level, name: NVTX push/pop ranges
+    nvtx: NvtxStacks | None = None  # the NVTX push/pop events, for the runs' ranges
     # the previous node of each node's row (-1: none): the order edges, implicit (lag 0)
     row_prev: np.ndarray | None = None
     connected_rows: np.ndarray | None = None  # rows in the job's dependencies (`connected`)
@@ -1060,9 +1098,7 @@ def _nvtx_of(g: Graph, ev: Evaluation, run: dict) -> str | None:
         if pred[0] < 0 or kind[0] != E_LAUNCH:
             return None
         row, t = int(g.row[pred[0]]), int(ev.end[pred[0]] + lag[0])
-    hit = (g.nvtx.filter((pl.col("row") == row) & (pl.col("start") <= t) & (pl.col("end") > t))
-           .sort("level", "start"))
-    return hit["name"][-1] if hit.height else None
+    return g.nvtx.innermost(row, t)
 
 
 def _by_process(seg: pl.DataFrame, rows: pl.DataFrame, total: int) -> pl.DataFrame:
