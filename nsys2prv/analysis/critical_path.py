@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,80 +384,91 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
         if alive is not None and alive.height else []
     # every time a key is made of: the work, the lines, the threads' lives
     keys = _Keys([start, end, lines["send"], lines["recv"], *alive_times], nrows)
-    # -- GPU nodes (NCCL kernels that a collective line reaches: arrival + completion)
-    g = np.flatnonzero(np.isin(typ, GPU_TYPES) & is_gpu[row])
-    rg, sg, eg, tg, vg = row[g], start[g], end[g], typ[g], value[g]  # gathered once
-    memset_ids = [v for v, n in names.get(MEMOP, {}).items() if n.lower().startswith("memset")]
-    gk = np.full(g.size, N_MEMCPY, dtype=np.int8)
-    gk[tg == KERNEL] = N_KERNEL
-    gk[tg == NCCL_KERNEL] = N_NCCL
-    gk[(tg == MEMOP) & np.isin(vg, memset_ids)] = N_MEMSET
-    last = np.full(g.size, np.iinfo(np.int64).min, dtype=np.int64)
-    nl = ekind == E_NCCL
-    if nl.any():  # the NCCL kernels by (row, end): where each collective line ends
-        nk = np.flatnonzero(gk == N_NCCL)
-        sk = keys(rg[nk], eg[nk])
-        order = nk[np.argsort(sk, kind="stable")]
-        sk = np.sort(sk, kind="stable")
-        q = keys(lines["recv_row"][nl], lines["recv"][nl])
-        i = np.searchsorted(sk, q)
-        hit = (i < sk.size)
-        hit[hit] &= sk[i[hit]] == q[hit]
-        np.maximum.at(last, order[i[hit]], lines["send"][nl][hit])
-        del nk, sk, order
-    coll = (gk == N_NCCL) & (last > np.iinfo(np.int64).min)
-    comp = np.maximum(sg, np.minimum(last, eg))
-    ncoll = int(coll.sum())
-    gpu_parts = [
-        (rg, sg, np.where(coll, sg, eg) if ncoll else eg, sg,
-         np.where(coll, N_NCCL_ARRIVE, gk).astype(np.int8), vg, tg,
-         np.zeros(g.size, np.int8)),
-        (rg[coll], comp[coll], eg[coll], comp[coll],
-         np.full(ncoll, N_NCCL, np.int8), vg[coll], tg[coll], np.ones(ncoll, np.int8))]
-    del rg, sg, eg, tg, vg, comp, last
-    # -- host nodes: outermost calls, each from the previous call's end
-    h = np.flatnonzero(np.isin(typ, HOST_TYPES) & is_cpu[row])
-    h = h[_by_row_start(row[h], start[h], end[h], nrows)]
-    hr, hs, he = row[h], start[h], end[h]
-    reach = np.maximum.accumulate(keys(hr, he))  # within a row: rows are key-ordered
-    outer = np.ones(h.size, dtype=bool)
-    outer[1:] = keys(hr[1:], he[1:]) > reach[:-1]
-    h, hr, hs, he = h[outer], hr[outer], hs[outer], he[outer]
-    first_alive = np.full(nrows + 1, np.iinfo(np.int64).max, dtype=np.int64)
-    last_alive = np.full(nrows + 1, np.iinfo(np.int64).min, dtype=np.int64)
-    if alive is not None and alive.height:
-        ar = alive["row"].to_numpy()
-        first_alive[ar] = alive["first"].to_numpy()
-        last_alive[ar] = alive["last"].to_numpy()
-    new_row = np.ones(h.size, dtype=bool)
-    new_row[1:] = hr[1:] != hr[:-1]
-    seg = np.empty(h.size, dtype=np.int64)
-    seg[1:] = he[:-1]
-    seg[new_row] = np.minimum(first_alive[hr[new_row]], hs[new_row])
-    # calls that waited for other work: a sync, MPI message or collective line ends in them
-    w = np.isin(ekind, (E_HOST_SYNC, E_MPI, E_MPI_COLLECTIVE))
-    awaited = np.full(h.size, np.iinfo(np.int64).min, dtype=np.int64)
-    if w.any() and h.size:
-        hk = keys(hr, he)  # sorted: calls of a row do not overlap
-        qr, qt = lines["recv_row"][w], lines["recv"][w]
-        i = np.searchsorted(hk, keys(qr, qt))
-        ok = i < h.size
-        ok[ok] &= (hr[i[ok]] == qr[ok]) & (hs[i[ok]] <= qt[ok])
-        np.maximum.at(awaited, i[ok], lines["send"][w][ok])
-    split = awaited > np.iinfo(np.int64).min
-    ret = np.maximum(hs, np.minimum(awaited, he))
-    last_call = np.flatnonzero(np.append(hr[1:] != hr[:-1], True)) if h.size else h
-    tail = last_call[last_alive[hr[last_call]] > he[last_call]]
-    host_parts = [
-        (hr, seg, np.where(split, hs, he), hs, np.full(h.size, N_HOST, np.int8), value[h],
-         typ[h], np.zeros(h.size, np.int8)),
-        (hr[split], ret[split], he[split], ret[split],
-         np.full(int(split.sum()), N_RETURN, np.int8), value[h][split], typ[h][split],
-         np.ones(int(split.sum()), np.int8)),
-        (hr[tail], he[tail], last_alive[hr[tail]], last_alive[hr[tail]],
-         np.full(tail.size, N_HOST, np.int8), value[h][tail], typ[h][tail],
-         np.full(tail.size, 2, np.int8))]
-    del row, start, end, typ, value, h, g
+    def gpu_nodes() -> list[tuple]:
+        # -- GPU nodes (NCCL kernels that a collective line reaches: arrival + completion)
+        g = np.flatnonzero(np.isin(typ, GPU_TYPES) & is_gpu[row])
+        rg, sg, eg, tg, vg = row[g], start[g], end[g], typ[g], value[g]  # gathered once
+        memset_ids = [v for v, n in names.get(MEMOP, {}).items() if n.lower().startswith("memset")]
+        gk = np.full(g.size, N_MEMCPY, dtype=np.int8)
+        gk[tg == KERNEL] = N_KERNEL
+        gk[tg == NCCL_KERNEL] = N_NCCL
+        gk[(tg == MEMOP) & np.isin(vg, memset_ids)] = N_MEMSET
+        last = np.full(g.size, np.iinfo(np.int64).min, dtype=np.int64)
+        nl = ekind == E_NCCL
+        if nl.any():  # the NCCL kernels by (row, end): where each collective line ends
+            nk = np.flatnonzero(gk == N_NCCL)
+            sk = keys(rg[nk], eg[nk])
+            order = nk[np.argsort(sk, kind="stable")]
+            sk = np.sort(sk, kind="stable")
+            q = keys(lines["recv_row"][nl], lines["recv"][nl])
+            i = np.searchsorted(sk, q)
+            hit = (i < sk.size)
+            hit[hit] &= sk[i[hit]] == q[hit]
+            np.maximum.at(last, order[i[hit]], lines["send"][nl][hit])
+            del nk, sk, order
+        coll = (gk == N_NCCL) & (last > np.iinfo(np.int64).min)
+        comp = np.maximum(sg, np.minimum(last, eg))
+        ncoll = int(coll.sum())
+        gpu_parts = [
+            (rg, sg, np.where(coll, sg, eg) if ncoll else eg, sg,
+             np.where(coll, N_NCCL_ARRIVE, gk).astype(np.int8), vg, tg,
+             np.zeros(g.size, np.int8)),
+            (rg[coll], comp[coll], eg[coll], comp[coll],
+             np.full(ncoll, N_NCCL, np.int8), vg[coll], tg[coll], np.ones(ncoll, np.int8))]
+        return gpu_parts
+
+    def host_nodes() -> list[tuple]:
+        # -- host nodes: outermost calls, each from the previous call's end
+        h = np.flatnonzero(np.isin(typ, HOST_TYPES) & is_cpu[row])
+        h = h[_by_row_start(row[h], start[h], end[h], nrows)]
+        hr, hs, he = row[h], start[h], end[h]
+        reach = np.maximum.accumulate(keys(hr, he))  # within a row: rows are key-ordered
+        outer = np.ones(h.size, dtype=bool)
+        outer[1:] = keys(hr[1:], he[1:]) > reach[:-1]
+        h, hr, hs, he = h[outer], hr[outer], hs[outer], he[outer]
+        first_alive = np.full(nrows + 1, np.iinfo(np.int64).max, dtype=np.int64)
+        last_alive = np.full(nrows + 1, np.iinfo(np.int64).min, dtype=np.int64)
+        if alive is not None and alive.height:
+            ar = alive["row"].to_numpy()
+            first_alive[ar] = alive["first"].to_numpy()
+            last_alive[ar] = alive["last"].to_numpy()
+        new_row = np.ones(h.size, dtype=bool)
+        new_row[1:] = hr[1:] != hr[:-1]
+        seg = np.empty(h.size, dtype=np.int64)
+        seg[1:] = he[:-1]
+        seg[new_row] = np.minimum(first_alive[hr[new_row]], hs[new_row])
+        # calls that waited for other work: a sync, MPI message or collective line ends in them
+        w = np.isin(ekind, (E_HOST_SYNC, E_MPI, E_MPI_COLLECTIVE))
+        awaited = np.full(h.size, np.iinfo(np.int64).min, dtype=np.int64)
+        if w.any() and h.size:
+            hk = keys(hr, he)  # sorted: calls of a row do not overlap
+            qr, qt = lines["recv_row"][w], lines["recv"][w]
+            i = np.searchsorted(hk, keys(qr, qt))
+            ok = i < h.size
+            ok[ok] &= (hr[i[ok]] == qr[ok]) & (hs[i[ok]] <= qt[ok])
+            np.maximum.at(awaited, i[ok], lines["send"][w][ok])
+        split = awaited > np.iinfo(np.int64).min
+        ret = np.maximum(hs, np.minimum(awaited, he))
+        last_call = np.flatnonzero(np.append(hr[1:] != hr[:-1], True)) if h.size else h
+        tail = last_call[last_alive[hr[last_call]] > he[last_call]]
+        host_parts = [
+            (hr, seg, np.where(split, hs, he), hs, np.full(h.size, N_HOST, np.int8), value[h],
+             typ[h], np.zeros(h.size, np.int8)),
+            (hr[split], ret[split], he[split], ret[split],
+             np.full(int(split.sum()), N_RETURN, np.int8), value[h][split], typ[h][split],
+             np.ones(int(split.sum()), np.int8)),
+            (hr[tail], he[tail], last_alive[hr[tail]], last_alive[hr[tail]],
+             np.full(tail.size, N_HOST, np.int8), value[h][tail], typ[h][tail],
+             np.full(tail.size, 2, np.int8))]
+        return host_parts
+
+    # the GPU and the host nodes are independent: built in two threads (numpy gives the
+    # interpreter lock up in its sorts and array passes)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        gpu_future = pool.submit(gpu_nodes)
+        host_parts = host_nodes()
+        gpu_parts = gpu_future.result()
+    del row, start, end, typ, value
     parts = gpu_parts + host_parts
     del gpu_parts, host_parts
     # one column at a time: concatenated, then put in topological order
@@ -510,13 +522,17 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
     # ends are nearly in start order: a stable sort of them in `by_row` order is short work
     start_order = by_row
     rb = row[by_row]
-    start_keys = keys(rb, start[by_row])
-    end_keys = keys(rb, end[by_row])
+
+    def ends() -> tuple[np.ndarray, np.ndarray]:
+        end_keys = keys(rb, end[by_row])
+        resort = np.argsort(end_keys, kind="stable")
+        return by_row[resort], end_keys[resort]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two lookups, built side by side
+        end_future = pool.submit(ends)
+        start_keys = keys(rb, start[by_row])
+        end_order, end_keys = end_future.result()
     del rb
-    resort = np.argsort(end_keys, kind="stable")
-    end_order = by_row[resort]
-    end_keys = end_keys[resort]
-    del resort
     counts: dict[str, int] = {}
     ret = np.flatnonzero(kind == N_RETURN)
     ret_keys = keys(row[ret], end[ret])
@@ -526,7 +542,10 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
     chunks = [(ek, c) for ek in range(E_LAUNCH, E_MPI_COLLECTIVE + 1)
               for m in [np.flatnonzero(ekind == ek)] for c in
               np.array_split(m, max(1, -(-m.size // EDGE_CHUNK))) if c.size]
-    for ek, m in chunks:  # a chunk of lines of one kind at a time: bounded temporaries
+
+    def match(ek: int, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(pred, succ, lag) of the lines `m` of kind `ek` that became edges, and how many
+        did."""
         sr, st, rr, rt = (lines[c][m] for c in ("send_row", "send", "recv_row", "recv"))
         # the predecessor: the node of the sending row that holds the line's start (an NCCL
         # line leaves from the arrival of the participant that came last: the node starting
@@ -568,15 +587,23 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
             s_[~ok2] = -1
         good = okp & (s_ >= 0)
         good[good] &= p[good] != s_[good]
+        return (p[good].astype(np.int32), s_[good].astype(np.int32), st[good] - end[p[good]],
+                int(good.sum()))
+
+    # chunks of lines (a million at a time: bounded temporaries), two threads at once
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        matched = list(pool.map(lambda c: match(*c), chunks))
+    for (ek, m), (p, s_, lag, found) in zip(chunks, matched):
         name = EDGE_NAMES[ek]
-        counts[name] = counts.get(name, 0) + int(good.sum())
-        if m.size > good.sum():
+        counts[name] = counts.get(name, 0) + found
+        if m.size > found:
             lost = f"{name} lines without their work"
-            counts[lost] = counts.get(lost, 0) + int(m.size - good.sum())
-        preds.append(p[good].astype(np.int32))
-        succs.append(s_[good].astype(np.int32))
-        lags.append(st[good] - end[p[good]])
-        kinds.append(np.full(int(good.sum()), ek, dtype=np.int8))
+            counts[lost] = counts.get(lost, 0) + int(m.size - found)
+        preds.append(p)
+        succs.append(s_)
+        lags.append(lag)
+        kinds.append(np.full(found, ek, dtype=np.int8))
+    del matched
     # (two lines between the same two nodes make two equal edges: harmless to the
     # evaluation, which takes the latest ready time)
     if not preds:
