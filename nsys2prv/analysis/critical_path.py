@@ -869,14 +869,32 @@ def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int,
                      d0.astype(np.int32), n0.astype(np.int64), cats, dets)
 
 
-def _segment_parts(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int, int]
+@dataclass
+class _OnPath:
+    """An evaluation's times and bindings of a path's nodes only (`_on_path`)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    binding: np.ndarray
+
+
+def _on_path(ev: Evaluation, path: np.ndarray) -> _OnPath:
+    return _OnPath(ev.start[path], ev.end[path], ev.binding[path])
+
+
+def _segment_parts(g: Graph, ev: Evaluation | _OnPath, path: np.ndarray,
+                   span: tuple[int, int]
                    ) -> tuple[list[tuple[np.ndarray, ...]], list[str], list[str]]:
     """The path's segments as four parts, each in time order, not clipped to the span:
     (start, end, row, category code, detail code, node) columns; and the categories' and
-    details' names."""
+    details' names. `ev` may hold the path's nodes only (`_OnPath`)."""
     lo, hi = span
-    start, end = ev.start[path], ev.end[path]
-    _, lag, ekind = g.edges_of(path[1:], ev.binding[path[1:]])  # into each next node
+    if isinstance(ev, _OnPath):
+        start, end, binding = ev.start, ev.end, ev.binding
+    else:
+        start, end, binding = ev.start[path], ev.end[path], ev.binding[path]
+    _, lag, ekind = g.edges_of(path[1:], binding[1:])  # into each next node
+    del binding
     ready = end[:-1] + lag
     cut = np.maximum(np.append(np.minimum(ready, end[:-1]), end[-1]), start)
     host = g.kind[path] == N_HOST
@@ -1003,7 +1021,8 @@ def _by_category(seg: pl.DataFrame, total: int) -> pl.DataFrame:
             .sort("time", "category", descending=[True, False]))
 
 
-def _composition(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int, int],
+def _composition(g: Graph, ev: Evaluation | _OnPath, path: np.ndarray,
+                 span: tuple[int, int],
                  rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """`_by_category` and `_by_process` of a path without its table of segments (numpy
     sums: a what-if needs only its composition)."""
@@ -1147,34 +1166,41 @@ def _by_process(seg: pl.DataFrame, rows: pl.DataFrame, total: int) -> pl.DataFra
 
 
 def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> CriticalPath:
-    """The critical path over the graph's span, its composition, and each what-if."""
+    """The critical path over the graph's span, its composition, and each what-if (the
+    what-ifs, one after the other, on a second thread while the measured path's tables are
+    made: both are numpy and the engine, which give up the interpreter lock)."""
     lo, hi = g.span
     ev = evaluate(g)
     path = path_nodes(g, ev)
-    seg = path_segments(g, ev, path)
     total = hi - lo
-    by_cat = _by_category(seg, total)
-    d = pl.col("end") - pl.col("start")
-    by_detail = (seg.group_by("category", "detail").agg(d.sum().alias("time"))
-                 .with_columns(pl.col("category").cast(pl.Utf8), pl.col("detail").cast(pl.Utf8))
-                 .with_columns((pl.col("time") / max(total, 1)).alias("share"))
-                 .sort("time", "category", "detail", descending=[True, False, False]))
     rows = g.rows.select(pl.col("row").cast(pl.Int32), "task_index", "task_label", "kind",
                          "label", "device")
-    by_process = _by_process(seg, rows, total)
-    scenarios = []
     measured = int(ev.end[path[-1]]) - lo if path.size else 0
-    for w in what_if:
+    connected(g)  # computed once, before the threads ask for it
+
+    def scenario(w: WhatIf) -> Scenario:
         e2 = evaluate(g, w)
         p2 = path_nodes(g, e2)
         end2 = int(e2.end[p2[-1]]) if p2.size else lo
+        e2 = _on_path(e2, p2)  # the times of the path's nodes only: the rest is freed
         by_cat2, by_process2 = _composition(g, e2, p2, (lo, max(end2, lo)), rows)
-        del e2, p2
-        scenarios.append(Scenario(w.text, measured, end2 - lo, by_cat2, by_process2))
-    return CriticalPath((lo, hi), seg, by_cat, by_detail, by_process,
-                        _longest(seg, rows, top, g, ev), _bound(by_cat),
-                        dict(g.counts),
-                        scenarios)
+        return Scenario(w.text, measured, end2 - lo, by_cat2, by_process2)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        futures = [pool.submit(scenario, w) for w in what_if]
+        seg = path_segments(g, ev, path)
+        by_cat = _by_category(seg, total)
+        d = pl.col("end") - pl.col("start")
+        by_detail = (seg.group_by("category", "detail").agg(d.sum().alias("time"))
+                     .with_columns(pl.col("category").cast(pl.Utf8),
+                                   pl.col("detail").cast(pl.Utf8))
+                     .with_columns((pl.col("time") / max(total, 1)).alias("share"))
+                     .sort("time", "category", "detail", descending=[True, False, False]))
+        by_process = _by_process(seg, rows, total)
+        longest = _longest(seg, rows, top, g, ev)
+        scenarios = [f.result() for f in futures]
+    return CriticalPath((lo, hi), seg, by_cat, by_detail, by_process, longest,
+                        _bound(by_cat), dict(g.counts), scenarios)
 
 
 def step_paths(g: Graph, steps: pl.DataFrame) -> pl.DataFrame:
