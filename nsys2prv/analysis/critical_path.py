@@ -162,9 +162,8 @@ class GraphCollector:
 
     def add(self, w: Trace) -> None:
         self.end = max(self.end, w.end)
-        ev = w.events.slice(w.carried).filter(pl.col("type").is_in(list(self.types)))
-        is_work = pl.col("type").is_in(list(TYPES))
-        work = ev.filter(is_work)
+        ev = w.events.slice(w.carried)
+        work = ev.filter(pl.col("type").is_in(list(TYPES)))
         if work.height or self._pending.height:
             done, self._pending = pair_next(work, self._pending)
             if done.height:
@@ -172,7 +171,7 @@ class GraphCollector:
                     "row", "start", (pl.col("start") + pl.col("dur")).alias("end"),
                     pl.col("type").cast(pl.Int32), pl.col("value").cast(pl.Int32)))
         if self.pushpop:
-            nv = ev.filter(~is_work)
+            nv = ev.filter(pl.col("type").is_in(self.pushpop))
             if nv.height:
                 self._nvtx.append(nv.select("row", "time", "type", "value"))
         if w.comms is not None and w.comms.height:
@@ -478,10 +477,12 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
     n_end = np.concatenate([p[2] for p in parts])
     topo = _topological(n_start, n_end, n_row, n_part)
     del n_part
-    n_row, n_start, n_end = n_row[topo], n_start[topo], n_end[topo]
-    n_split, n_kind, n_value, n_type = (np.concatenate([p[c] for p in parts])[topo]
-                                        for c in (3, 4, 5, 6))
-    del parts, topo
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the columns in that order, two at once
+        later = [pool.submit(lambda c: np.concatenate([p[c] for p in parts])[topo], c)
+                 for c in (3, 4, 5, 6)]
+        n_row, n_start, n_end = n_row[topo], n_start[topo], n_end[topo]
+        n_split, n_kind, n_value, n_type = (f.result() for f in later)
+    del parts, topo, later
     n = n_start.size
     # the nodes by (row, start, end), ties in topological order: a stable sort on the row
     # alone keeps the topological order (start, end, ...) within each row
@@ -1091,10 +1092,19 @@ def _longest(seg: pl.DataFrame, rows: pl.DataFrame, top: int, g: Graph,
     """Runs of the path on one row (consecutive segments of a row), the longest first, with
     what takes most of each and the NVTX range it is in. In numpy over the path's millions
     of segments; only the `top` runs are looked into."""
-    on_row = seg.filter(pl.col("row").is_not_null())  # in time order
+    # the segments on a row (all but the time before the first work and after the last:
+    # the two ends of the span) as a slice, not a copy of the table
+    row_all = seg["row"].fill_null(-1).to_numpy()
+    idx = np.flatnonzero(row_all >= 0)
+    if idx.size and idx[-1] - idx[0] + 1 == idx.size:
+        on_row = seg.slice(int(idx[0]), int(idx.size))
+    else:
+        on_row = seg.filter(pl.col("row").is_not_null())  # in time order
+    del idx
     start = on_row["start"].to_numpy()
     end = on_row["end"].to_numpy()
-    row = on_row["row"].to_numpy()
+    row = on_row["row"].fill_null(-1).to_numpy()
+    del row_all
     first = np.flatnonzero(np.append(True, row[1:] != row[:-1])) if row.size else row
     schema = {"start": pl.Int64, "end": pl.Int64, "duration": pl.Int64, "label": pl.Utf8,
               "category": pl.Utf8, "detail": pl.Utf8, "nvtx": pl.Utf8}
@@ -1115,11 +1125,16 @@ def _longest(seg: pl.DataFrame, rows: pl.DataFrame, top: int, g: Graph,
     out = []
     for k in pick.tolist():
         lo, hi = int(first[k]), int(last[k])
-        pair, at = np.unique(cat_code[lo:hi] * width + det_code[lo:hi], return_index=True)
-        t = np.bincount(np.searchsorted(pair, cat_code[lo:hi] * width + det_code[lo:hi]),
-                        weights=end[lo:hi] - start[lo:hi])
-        best = np.flatnonzero(t == t.max())
-        main = min((category[lo + int(at[b])], detail[lo + int(at[b])]) for b in best)
+        code = cat_code[lo:hi] * width + det_code[lo:hi]
+        if (int(cat_code.max(initial=0)) + 1) * width <= 1 << 22:  # dense sums
+            t = np.bincount(code, weights=end[lo:hi] - start[lo:hi])
+            best = np.flatnonzero(t == t.max())
+            at = [int(np.argmax(code == b)) for b in best]  # a segment of each
+        else:
+            pair, first_at = np.unique(code, return_index=True)
+            t = np.bincount(np.searchsorted(pair, code), weights=end[lo:hi] - start[lo:hi])
+            at = [int(first_at[b]) for b in np.flatnonzero(t == t.max())]
+        main = min((category[lo + a], detail[lo + a]) for a in at)
         n0 = int(node[lo:hi].min())
         r = int(row[lo])
         run = {"row": r, "start": int(run_start[k]), "end": int(run_end[k]),
