@@ -205,14 +205,14 @@ class GraphCollector:
 
 
 def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
-    """The columns of window frames as contiguous numpy arrays, built one column at a time
-    (a copy of one column at once, not of the whole table)."""
-    out = {}
-    for name, dtype in schema.items():
-        parts = [f[name].to_numpy() for f in frames]
-        out[name] = (np.concatenate(parts) if parts else np.zeros(0)).astype(dtype, copy=False)
-        del parts
-    return out
+    """The columns of window frames as contiguous numpy arrays (read-only: polars' memory,
+    concatenated by polars on its threads, then viewed)."""
+    if not frames:
+        return {name: np.zeros(0, dtype) for name, dtype in schema.items()}
+    whole = pl.concat([f.select(list(schema)) for f in frames], rechunk=True)
+    frames.clear()  # the windows' copies go as the whole is made
+    return {name: whole[name].to_numpy().astype(dtype, copy=False)
+            for name, dtype in schema.items()}
 
 
 def read_graph(path: str | Path, span: tuple[int, int] | None = None) -> "Graph":
@@ -377,8 +377,11 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
                                                          "value"))
     ekind = _classify(comms, is_cpu)
     keep = ekind >= 0
-    lines = {k: v[keep] for k, v in comms.items()}
-    ekind = ekind[keep]
+    if not keep.all():
+        lines = {k: v[keep] for k, v in comms.items()}
+        ekind = ekind[keep]
+    else:
+        lines = dict(comms)
     alive_times = [alive["first"].to_numpy(), alive["last"].to_numpy()] \
         if alive is not None and alive.height else []
     # every time a key is made of: the work, the lines, the threads' lives
