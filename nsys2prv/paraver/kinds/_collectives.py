@@ -80,8 +80,12 @@ def lines_to_records(mctx: Any, pairs: pl.DataFrame, src: int, tag: int,
     for side, names in (("s", ("order", "cpu", "task", "thread")),
                         ("r", ("r_order", "rcpu", "rtask", "rthread"))):
         looked = []
-        for rep in pairs[f"{side}_rep"].unique().sort().to_list():
-            rows = pairs.filter(c(f"{side}_rep") == rep)[f"{side}_row"].unique().sort()
+        # the rows each report's lines touch, grouped in one pass (a filter per report
+        # would read every line once per report: quadratic in a job of 1,000 ranks)
+        used = pairs.select(f"{side}_rep", f"{side}_row").unique()
+        by_rep = used.partition_by(f"{side}_rep", as_dict=True)
+        for (rep,) in sorted(by_rep):
+            rows = by_rep[(rep,)][f"{side}_row"].sort()
             found = mctx.rows(rep, rows).rename(dict(zip(("order", "cpu", "task", "thread"),
                                                          names)))
             looked.append(found.rename({"row": f"{side}_row"}).with_columns(
@@ -103,8 +107,9 @@ def _follow_lanes(mctx: Any, pairs: pl.DataFrame, side: str, src: int) -> pl.Dat
     """`{side}_row` replaced by the overlap lane row its activity was moved to, if any."""
     c = pl.col
     parts = []
-    for rep in pairs[f"{side}_rep"].unique().sort().to_list():
-        part = pairs.filter(c(f"{side}_rep") == rep)
+    by_rep = pairs.partition_by(f"{side}_rep", maintain_order=True, as_dict=True)
+    for (rep,) in sorted(by_rep):  # one pass over the lines, not one per report
+        part = by_rep[(rep,)]
         moves = mctx.views[rep].moves
         if moves is not None and moves.height:
             lanes = moves.filter(c("src") == src).select(
