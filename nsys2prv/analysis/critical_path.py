@@ -284,8 +284,14 @@ class _Keys:
             self.base = 2**31
 
     def __call__(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
-        t = (np.searchsorted(self.ranks, t) if self.ranks is not None else t - self.lo)
-        return row.astype(np.int64) * self.base + t
+        key = row.astype(np.int64)  # one array, computed in place
+        key *= self.base
+        if self.ranks is not None:
+            key += np.searchsorted(self.ranks, t)
+        else:
+            key += t
+            key -= self.lo
+        return key
 
 
 def _classify(comms: dict[str, np.ndarray], is_cpu: np.ndarray) -> np.ndarray:
@@ -424,9 +430,11 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
         h = np.flatnonzero(np.isin(typ, HOST_TYPES) & is_cpu[row])
         h = h[_by_row_start(row[h], start[h], end[h], nrows)]
         hr, hs, he = row[h], start[h], end[h]
-        reach = np.maximum.accumulate(keys(hr, he))  # within a row: rows are key-ordered
+        end_key = keys(hr, he)
+        reach = np.maximum.accumulate(end_key)  # within a row: rows are key-ordered
         outer = np.ones(h.size, dtype=bool)
-        outer[1:] = keys(hr[1:], he[1:]) > reach[:-1]
+        outer[1:] = end_key[1:] > reach[:-1]
+        del end_key, reach
         h, hr, hs, he = h[outer], hr[outer], hs[outer], he[outer]
         first_alive = np.full(nrows + 1, np.iinfo(np.int64).max, dtype=np.int64)
         last_alive = np.full(nrows + 1, np.iinfo(np.int64).min, dtype=np.int64)
