@@ -76,21 +76,8 @@ def lines_to_records(mctx: Any, pairs: pl.DataFrame, src: int, tag: int,
     c = pl.col
     if lane_src is not None:
         pairs = _follow_lanes(mctx, _follow_lanes(mctx, pairs, "s", lane_src), "r", lane_src)
-    ends = []
-    for side, names in (("s", ("order", "cpu", "task", "thread")),
-                        ("r", ("r_order", "rcpu", "rtask", "rthread"))):
-        looked = []
-        # the rows each report's lines touch, grouped in one pass (a filter per report
-        # would read every line once per report: quadratic in a job of 1,000 ranks)
-        used = pairs.select(f"{side}_rep", f"{side}_row").unique()
-        by_rep = used.partition_by(f"{side}_rep", as_dict=True)
-        for (rep,) in sorted(by_rep):
-            rows = by_rep[(rep,)][f"{side}_row"].sort()
-            found = mctx.rows(rep, rows).rename(dict(zip(("order", "cpu", "task", "thread"),
-                                                         names)))
-            looked.append(found.rename({"row": f"{side}_row"}).with_columns(
-                pl.lit(rep, pl.Int32).alias(f"{side}_rep")))
-        ends.append(pl.concat(looked, how="vertical"))
+    ends = [endpoint_rows(mctx, pairs, "s", ("order", "cpu", "task", "thread")),
+            endpoint_rows(mctx, pairs, "r", ("r_order", "rcpu", "rtask", "rthread"))]
     out = pairs.join(ends[0], on=["s_rep", "s_row"], how="left").join(
         ends[1], on=["r_rep", "r_row"], how="left")
     out = out.select(
@@ -101,6 +88,24 @@ def lines_to_records(mctx: Any, pairs: pl.DataFrame, src: int, tag: int,
         c("r_end").alias("d"), pl.lit(0, pl.Int64).alias("e"),
         pl.lit(tag).alias("f"), "cpu", "task", "thread", "rcpu", "rtask", "rthread")
     return mctx.final(out)
+
+
+def endpoint_rows(mctx: Any, pairs: pl.DataFrame, side: str,
+                  names: tuple[str, str, str, str]) -> pl.DataFrame:
+    """({side}_rep, {side}_row, and the trace-wide order, cpu, task, thread named `names`) of
+    every row the `side` ends of `pairs` ("s" or "r") touch: each report's rows grouped in
+    one pass (a filter per report would read every pair once per report: quadratic in a job
+    of 1,000 ranks)."""
+    used = pairs.select(f"{side}_rep", f"{side}_row").unique()
+    by_rep = used.partition_by(f"{side}_rep", as_dict=True)
+    looked = []
+    for (rep,) in sorted(by_rep):
+        rows = by_rep[(rep,)][f"{side}_row"].sort()
+        found = mctx.rows(rep, rows).rename(dict(zip(("order", "cpu", "task", "thread"),
+                                                     names)))
+        looked.append(found.rename({"row": f"{side}_row"}).with_columns(
+            pl.lit(rep, used.schema[f"{side}_rep"]).alias(f"{side}_rep")))
+    return pl.concat(looked, how="vertical")
 
 
 def _follow_lanes(mctx: Any, pairs: pl.DataFrame, side: str, src: int) -> pl.DataFrame:

@@ -23,7 +23,7 @@ from ...sources import mpi as source
 from .. import records as R
 from ..registry import deps as dreg
 from ..registry import mpi as mreg
-from ._collectives import collective_lines, lines_to_records, match
+from ._collectives import collective_lines, endpoint_rows, lines_to_records, match
 from .base import REPORT_END, Context, Translator, fix_times, intervals, push, start_end
 
 SRC_MPI = R.SRC_MPI
@@ -483,24 +483,8 @@ def _message_records(mctx: Any) -> pl.DataFrame:
         _count(mctx, k, v)
     if pairs.height == 0:
         return pl.DataFrame()
-    sender, receiver = [], []
-    # the rows each report's messages use, grouped in one pass (a filter per report would
-    # read every message once per report: quadratic in a job of 1,000 ranks)
-    senders = pairs.select("s_rep", "s_row").unique().partition_by("s_rep", as_dict=True)
-    for (rep,) in sorted(senders):
-        part = senders[(rep,)].sort("s_row")
-        sender.append(pl.concat([part, mctx.rows(rep, part["s_row"]).drop("row")],
-                                how="horizontal"))
-    receivers = pairs.select("r_rep", "r_row").unique().partition_by("r_rep", as_dict=True)
-    for (rep,) in sorted(receivers):
-        part = receivers[(rep,)].sort("r_row")
-        receiver.append(pl.concat([part, mctx.rows(rep, part["r_row"])
-                                   .drop("row").rename({"order": "r_order", "cpu": "rcpu",
-                                                        "task": "rtask",
-                                                        "thread": "rthread"})],
-                                  how="horizontal"))
-    s_look = pl.concat(sender, how="vertical").unique(["s_rep", "s_row"])
-    r_look = pl.concat(receiver, how="vertical").unique(["r_rep", "r_row"])
+    s_look = endpoint_rows(mctx, pairs, "s", ("order", "cpu", "task", "thread"))
+    r_look = endpoint_rows(mctx, pairs, "r", ("r_order", "rcpu", "rtask", "rthread"))
     out = pairs.join(s_look, on=["s_rep", "s_row"], how="left").join(
         r_look, on=["r_rep", "r_row"], how="left")
     out = out.select(
