@@ -216,8 +216,8 @@ def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
 
 
 def read_graph(path: str | Path, span: tuple[int, int] | None = None) -> "Graph":
-    """The dependency graph of a trace (one pass, window by window), with its NVTX ranges
-    (`Graph.nvtx`)."""
+    """The dependency graph of a trace (one pass, window by window), with its NVTX push/pop
+    events (`Graph.nvtx`)."""
     collector = GraphCollector(path)
     for w in windows(path, collector.types, state_rows="cpu", comms=True):
         collector.add(w)
@@ -321,6 +321,17 @@ def _search(keys: np.ndarray, q: np.ndarray, side: str = "left") -> np.ndarray:
     return out
 
 
+def _node_at(keys: np.ndarray, order: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """For queries `q`, the node of `order` (sorted by `keys`) whose key equals the query
+    (the first of equal ones); -1 where none."""
+    i = _search(keys, q)
+    out = np.full(q.size, -1, dtype=np.int64)
+    ok = i < keys.size
+    ok[ok] &= keys[i[ok]] == q[ok]
+    out[ok] = order[i[ok]]
+    return out
+
+
 def _first_ending(keys: np.ndarray, order: np.ndarray, q: np.ndarray) -> np.ndarray:
     """For queries `q` (keys of (row, t)), the index (into the nodes) of the first node of
     `order` (nodes sorted by their (row, end) key, `keys` = those keys in that order) whose
@@ -332,6 +343,17 @@ def _first_ending(keys: np.ndarray, order: np.ndarray, q: np.ndarray) -> np.ndar
     return out
 
 
+def _sort_ties(order: np.ndarray, tie: np.ndarray, keys_of) -> None:
+    """Sort in place the groups of `order` that an earlier sort left tied (`tie`: the
+    positions equal to the next one) by `keys_of(nodes)` (np.lexsort's keys, last the major
+    one; the groups' common key among them, so that they stay where they are), then by
+    index."""
+    if tie.size:
+        pos = np.union1d(tie, tie + 1)
+        sub = order[pos]
+        order[pos] = sub[np.lexsort((sub, *keys_of(sub)))]
+
+
 def _topological(start: np.ndarray, end: np.ndarray, row: np.ndarray, part: np.ndarray
                  ) -> np.ndarray:
     """The nodes' order by (start, end, row, part), ties in index order: a stable sort on
@@ -341,10 +363,7 @@ def _topological(start: np.ndarray, end: np.ndarray, row: np.ndarray, part: np.n
     s = start[order]
     tie = np.flatnonzero(s[1:] == s[:-1])
     del s
-    if tie.size:
-        pos = np.union1d(tie, tie + 1)  # positions of the groups that share a start
-        sub = order[pos]
-        order[pos] = sub[np.lexsort((sub, part[sub], row[sub], end[sub], start[sub]))]
+    _sort_ties(order, tie, lambda i: (part[i], row[i], end[i], start[i]))
     return order
 
 
@@ -359,10 +378,7 @@ def _by_row_start(row: np.ndarray, start: np.ndarray, end: np.ndarray, nrows: in
     r, s_ = row[order], start[order]
     tie = np.flatnonzero((r[1:] == r[:-1]) & (s_[1:] == s_[:-1]))
     del r, s_
-    if tie.size:
-        pos = np.union1d(tie, tie + 1)
-        sub = order[pos]
-        order[pos] = sub[np.lexsort((sub, -end[sub], start[sub], row[sub]))]
+    _sort_ties(order, tie, lambda i: (-end[i], start[i], row[i]))
     return order
 
 
@@ -408,12 +424,10 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
             sk = keys(rg[nk], eg[nk])
             order = nk[np.argsort(sk, kind="stable")]
             sk = np.sort(sk, kind="stable")
-            q = keys(lines["recv_row"][nl], lines["recv"][nl])
-            i = np.searchsorted(sk, q)
-            hit = (i < sk.size)
-            hit[hit] &= sk[i[hit]] == q[hit]
-            np.maximum.at(last, order[i[hit]], lines["send"][nl][hit])
-            del nk, sk, order
+            at = _node_at(sk, order, keys(lines["recv_row"][nl], lines["recv"][nl]))
+            hit = at >= 0
+            np.maximum.at(last, at[hit], lines["send"][nl][hit])
+            del nk, sk, order, at
         coll = (gk == N_NCCL) & (last > np.iinfo(np.int64).min)
         comp = np.maximum(sg, np.minimum(last, eg))
         ncoll = int(coll.sum())
@@ -525,7 +539,6 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
     """(pred, succ, lag, kind) of every edge (node ids in topological order), and how many
     lines of each kind became one; `by_row`: the nodes by (row, start), ties in id
     order."""
-    n = start.size
     preds: list[np.ndarray] = []
     succs: list[np.ndarray] = []
     lags: list[np.ndarray] = []
@@ -563,12 +576,7 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
         # line leaves from the arrival of the participant that came last: the node starting
         # there)
         if ek == E_NCCL:
-            q = keys(sr, st)
-            i = _search(start_keys, q)
-            p = np.full(q.size, -1, dtype=np.int64)
-            ok = i < n
-            ok[ok] &= start_keys[i[ok]] == q[ok]
-            p[ok] = start_order[i[ok]]
+            p = _node_at(start_keys, start_order, keys(sr, st))
         else:
             p = _first_ending(end_keys, end_order, keys(sr, st))
         okp = p >= 0
@@ -576,12 +584,7 @@ def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray
         # the successor: the GPU node starting at the line's end (launch, stream wait), the
         # NCCL completion ending there, or the return the line ends in (sync, MPI)
         if ek in (E_LAUNCH, E_STREAM_WAIT):
-            q = keys(rr, rt)
-            i = _search(start_keys, q)
-            s_ = np.full(q.size, -1, dtype=np.int64)
-            ok = i < n
-            ok[ok] &= start_keys[i[ok]] == q[ok]
-            s_[ok] = start_order[i[ok]]
+            s_ = _node_at(start_keys, start_order, keys(rr, rt))
         elif ek == E_NCCL:
             q = keys(rr, rt)
             i = _search(end_keys, q, side="right") - 1  # the last node ending there
@@ -791,16 +794,10 @@ def _call_category(name: str) -> str:
     return "other CUDA calls"
 
 
-def _labels(g: Graph, nodes: np.ndarray | None = None) -> pl.DataFrame:
-    """(vtype, value, nkind, category, detail) of every (type, value, kind) of the nodes
-    (all, or `nodes`)."""
-    sel = slice(None) if nodes is None else nodes
-    return _labels_of(g.vtype[sel], g.value[sel], g.kind[sel], g.names)
-
-
 def _labels_of(vtype: np.ndarray, value: np.ndarray, kind: np.ndarray,
                names: dict[int, dict[int, str]]) -> pl.DataFrame:
-    """`_labels` of (type, value, kind) columns."""
+    """(vtype, value, nkind, category, detail) of every distinct (type, value, kind) of the
+    columns given."""
     pairs = pl.DataFrame({"vtype": np.asarray(vtype, np.int64),
                           "value": np.asarray(value, np.int64),
                           "nkind": np.asarray(kind, np.int8)}).unique()
@@ -865,7 +862,7 @@ def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int,
                     ) -> _Segments:
     """`path_segments` in numpy columns (a path that is not empty)."""
     lo, hi = span
-    parts, cats, dets = _segment_parts(g, ev, path, span)
+    parts, cats, dets = _segment_parts(g, _on_path(ev, path), path, span)
     s0 = np.clip(np.concatenate([p[0] for p in parts]), lo, hi)
     e0 = np.clip(np.concatenate([p[1] for p in parts]), lo, hi)
     keep = np.flatnonzero(e0 > s0)
@@ -881,32 +878,20 @@ def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int,
                      d0.astype(np.int32), n0.astype(np.int64), cats, dets)
 
 
-@dataclass
-class _OnPath:
-    """An evaluation's times and bindings of a path's nodes only (`_on_path`)."""
-
-    start: np.ndarray
-    end: np.ndarray
-    binding: np.ndarray
+def _on_path(ev: Evaluation, path: np.ndarray) -> Evaluation:
+    """The evaluation of `path`'s nodes only, in its order (what its segments need; the
+    whole graph's can then be freed)."""
+    return Evaluation(ev.start[path], ev.end[path], ev.binding[path])
 
 
-def _on_path(ev: Evaluation, path: np.ndarray) -> _OnPath:
-    return _OnPath(ev.start[path], ev.end[path], ev.binding[path])
-
-
-def _segment_parts(g: Graph, ev: Evaluation | _OnPath, path: np.ndarray,
-                   span: tuple[int, int]
+def _segment_parts(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[int, int]
                    ) -> tuple[list[tuple[np.ndarray, ...]], list[str], list[str]]:
     """The path's segments as four parts, each in time order, not clipped to the span:
     (start, end, row, category code, detail code, node) columns; and the categories' and
-    details' names. `ev` may hold the path's nodes only (`_OnPath`)."""
+    details' names. `on_path`: the evaluation of the path's nodes (`_on_path`)."""
     lo, hi = span
-    if isinstance(ev, _OnPath):
-        start, end, binding = ev.start, ev.end, ev.binding
-    else:
-        start, end, binding = ev.start[path], ev.end[path], ev.binding[path]
-    _, lag, ekind = g.edges_of(path[1:], binding[1:])  # into each next node
-    del binding
+    start, end = on_path.start, on_path.end
+    _, lag, ekind = g.edges_of(path[1:], on_path.binding[1:])  # into each next node
     ready = end[:-1] + lag
     cut = np.maximum(np.append(np.minimum(ready, end[:-1]), end[-1]), start)
     host = g.kind[path] == N_HOST
@@ -1033,17 +1018,17 @@ def _by_category(seg: pl.DataFrame, total: int) -> pl.DataFrame:
             .sort("time", "category", descending=[True, False]))
 
 
-def _composition(g: Graph, ev: Evaluation | _OnPath, path: np.ndarray,
-                 span: tuple[int, int],
+def _composition(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[int, int],
                  rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """`_by_category` and `_by_process` of a path without its table of segments (numpy
-    sums: a what-if needs only its composition)."""
+    sums: a what-if needs only its composition); `on_path`: the evaluation of the path's
+    nodes (`_on_path`)."""
     total = span[1] - span[0]
     if path.size == 0:
-        seg = path_segments(g, ev, path, span)
+        seg = path_segments(g, on_path, path, span)
         return _by_category(seg, total), _by_process(seg, rows, total)
     lo, hi = span
-    parts, cats, dets = _segment_parts(g, ev, path, span)
+    parts, cats, dets = _segment_parts(g, on_path, path, span)
     ncat = len(cats)
     gpu_cat = np.isin(np.array(cats, dtype=object), GPU_CATEGORIES)
     rr = rows.select("row", "task_index")
@@ -1208,7 +1193,7 @@ def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> Cr
         e2 = evaluate(g, w)
         p2 = path_nodes(g, e2)
         end2 = int(e2.end[p2[-1]]) if p2.size else lo
-        e2 = _on_path(e2, p2)  # the times of the path's nodes only: the rest is freed
+        e2 = _on_path(e2, p2)  # the path's nodes only: the whole graph's times are freed
         by_cat2, by_process2 = _composition(g, e2, p2, (lo, max(end2, lo)), rows)
         return Scenario(w.text, measured, end2 - lo, by_cat2, by_process2)
 
