@@ -53,6 +53,29 @@ static void release(Buf *bufs, int n) {
         if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
 }
 
+/* The buffers of the objects `o` (an entry NULL: none), with their item sizes, whether
+ * written, and their names for errors; on failure every buffer taken is released. */
+static int get_all(PyObject **o, Buf *b, int count, const Py_ssize_t *size,
+                   const int *writable, const char *const *names) {
+    memset(b, 0, sizeof(Buf) * (size_t)count);
+    for (int i = 0; i < count; i++)
+        if (o[i] != NULL && get(o[i], &b[i], size[i], writable[i], names[i]) < 0) {
+            release(b, count);
+            return -1;
+        }
+    return 0;
+}
+
+/* The graph's buffers, the first seven of graph_replay and graph_float (start end pred_ptr
+ * pred_node pred_lag edge_kind kind_on): their node and edge counts, or -1 when their
+ * lengths do not agree. */
+static int graph_sizes(const Buf *b, Py_ssize_t *n, Py_ssize_t *m) {
+    *n = b[0].view.len / 8;
+    *m = b[3].view.len / 4;
+    return (b[1].view.len / 8 != *n || b[2].view.len / 8 != *n + 1 ||
+            b[4].view.len / 8 != *m || b[5].view.len != *m || b[6].view.len < 256) ? -1 : 0;
+}
+
 #define NBUF 12
 #define ORDER_EDGE (-2) /* binding: the previous node of the row */
 
@@ -65,21 +88,14 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
      * binding row_prev */
     static const Py_ssize_t size[NBUF] = {8, 8, 8, 4, 8, 1, 1, 8, 8, 8, 8, 4};
     static const int writable[NBUF] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0};
-    static const char *names[NBUF] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
-                                      "edge_kind", "kind_on", "scale", "new_start", "new_end",
-                                      "binding", "row_prev"};
+    static const char *const names[NBUF] = {
+        "start", "end", "pred_ptr", "pred_node", "pred_lag", "edge_kind", "kind_on", "scale",
+        "new_start", "new_end", "binding", "row_prev"};
     Buf b[NBUF];
-    memset(b, 0, sizeof b);
-    for (int i = 0; i < NBUF; i++)
-        if (get(o[i], &b[i], size[i], writable[i], names[i]) < 0) {
-            release(b, NBUF);
-            return NULL;
-        }
-    Py_ssize_t n = b[0].view.len / 8, m = b[3].view.len / 4;
-    if (b[1].view.len / 8 != n || b[2].view.len / 8 != n + 1 || b[4].view.len / 8 != m ||
-        b[5].view.len != m || b[6].view.len < 256 || b[7].view.len / 8 != n ||
-        b[8].view.len / 8 != n || b[9].view.len / 8 != n || b[10].view.len / 8 != n ||
-        b[11].view.len / 4 != n) {
+    if (get_all(o, b, NBUF, size, writable, names) < 0) return NULL;
+    Py_ssize_t n, m;
+    if (graph_sizes(b, &n, &m) < 0 || b[7].view.len / 8 != n || b[8].view.len / 8 != n ||
+        b[9].view.len / 8 != n || b[10].view.len / 8 != n || b[11].view.len / 4 != n) {
         release(b, NBUF);
         PyErr_SetString(PyExc_ValueError, "graph_replay: array lengths do not match");
         return NULL;
@@ -195,23 +211,16 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOLOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
                           &o[6], &until, &o[8], &o[9]))
         return NULL;
-    o[7] = NULL;
+    o[7] = NULL; /* (no scale: the float is of the graph as measured) */
     static const Py_ssize_t size[10] = {8, 8, 8, 4, 8, 1, 1, 0, 8, 4};
-    static const char *names[10] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
-                                    "edge_kind", "kind_on", "", "latest_end", "row_prev"};
+    static const int writable[10] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 0};
+    static const char *const names[10] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
+                                          "edge_kind", "kind_on", "", "latest_end",
+                                          "row_prev"};
     Buf b[10];
-    memset(b, 0, sizeof b);
-    for (int i = 0; i < 10; i++) {
-        if (i == 7) continue;
-        if (get(o[i], &b[i], size[i], i == 8, names[i]) < 0) {
-            release(b, 10);
-            return NULL;
-        }
-    }
-    Py_ssize_t n = b[0].view.len / 8, m = b[3].view.len / 4;
-    if (b[1].view.len / 8 != n || b[2].view.len / 8 != n + 1 || b[4].view.len / 8 != m ||
-        b[5].view.len != m || b[6].view.len < 256 || b[8].view.len / 8 != n ||
-        b[9].view.len / 4 != n) {
+    if (get_all(o, b, 10, size, writable, names) < 0) return NULL;
+    Py_ssize_t n, m;
+    if (graph_sizes(b, &n, &m) < 0 || b[8].view.len / 8 != n || b[9].view.len / 4 != n) {
         release(b, 10);
         PyErr_SetString(PyExc_ValueError, "graph_float: array lengths do not match");
         return NULL;
