@@ -38,6 +38,17 @@ class Comms:
     comms: list[tuple]  # the communication records of a trace (15 ints each)
 
 
+def without_event_records(db: Path) -> Path:
+    """`db` without its CUDA_EVENT table (as exports that did not trace event records)."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT")
+    con.commit()
+    con.close()
+    return db
+
+
 def translate(dbs: list[Path], out: Path, check: bool = False):
     """Translate; the trace's communications (only they are parsed: real traces are large)."""
     result = nsys2prv.translate(dbs, out)
@@ -91,13 +102,7 @@ def test_synthetic_streams_closed_form(tmp_path, layout):
 def test_synthetic_streams_without_the_event_table(tmp_path):
     """With no CUDA_EVENT table the traced record of the first wait is inferred, and the
     inference finds the same work (the record follows the launch of K1 on A)."""
-    import sqlite3
-
-    db = sd.streams_export(tmp_path / "s.sqlite")
-    con = sqlite3.connect(db)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT")
-    con.commit()
-    con.close()
+    db = without_event_records(sd.streams_export(tmp_path / "s.sqlite"))
     result, tr = translate([db], tmp_path / "s.prv")
     shift = result.alignment.shifts[0]
     assert sorted((c[5] - shift, c[11] - shift) for c in lines(tr, *WAIT_TAGS)) == \
@@ -247,16 +252,11 @@ def test_inferred_records_agree_with_the_traced_ones(tmp_path):
     it draws 14 more (records on streams that had no work, attributed to the work the thread
     had just launched), 24 in all."""
     import shutil
-    import sqlite3
 
     db = tmp_path / "noev.sqlite"
     shutil.copy(corpus_db("exported/dlprof_nsys_profile.nsys2022.4.sqlite"), db)
     db.chmod(0o644)
-    con = sqlite3.connect(db)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT")
-    con.commit()
-    con.close()
-    result, tr = translate([db], tmp_path / "n.prv")
+    result, tr = translate([without_event_records(db)], tmp_path / "n.prv")
     shift = result.alignment.shifts[0]
     traced, _ = expected_stream_waits(corpus_db("exported/dlprof_nsys_profile.nsys2022.4.sqlite"))
     got = Counter((c[5] - shift, c[11] - shift) for c in lines(tr, dreg.TAG_STREAM_WAIT_INFERRED))
