@@ -79,6 +79,39 @@ def test_windows_of_any_size_give_the_whole_trace_report(traces, cause, monkeypa
     assert whole.job.causes == gen.expected(cause)
 
 
+@pytest.mark.parametrize("cause", gen.CAUSES)
+def test_causes_swept_only_where_asked_are_the_same_there(traces, cause):
+    """`host_segments` with a cover sweeps only the states and calls that touch it: the time
+    of each cause between two instants of the cover must not change. Pieces of every length
+    and phase, touching, nested in calls or spanning several, on every CPU row."""
+    t = read_trace(traces[cause], idle.CAUSE_TYPES, comms=False)
+    rows = t.rows.filter(pl.col("kind") == "cpu")["row"]
+    step = max(1, t.end // 97)
+    pieces = pl.DataFrame(
+        [(r, a, min(a + w, t.end)) for r in rows.to_list()
+         for i, a in enumerate(range(0, t.end, step)) for w in (step // 3 + i % 5,)
+         if i % 4 == 1],  # three pieces in four left out: the cover has holes
+        schema={"row": pl.Int32, "a": pl.Int64, "b": pl.Int64}, orient="row"
+    ).with_row_index("qid").with_columns(pl.col("qid").cast(pl.Int64))
+    cover = idle.union(pieces.select("row", pl.col("a").alias("start"),
+                                     pl.col("b").alias("end")), ["row"])
+
+    def causes(seg: pl.DataFrame) -> pl.DataFrame:
+        pre = idle._prefix(seg)
+        fa, fb = idle._at(pre, pieces, "a"), idle._at(pre, pieces, "b")
+        return fb.join(fa, on="qid", suffix="_a").select(
+            "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in idle.CAUSE_KEYS)
+        ).sort("qid")
+
+    everything = idle.host_segments(t, rows)
+    covered = idle.host_segments(t, rows, cover)
+    # something was left out (in the launch-bound run, every state touches the cover)
+    assert covered.height < everything.height or cause == "launch"
+    got, want = causes(covered), causes(everything)
+    assert got.equals(want)
+    assert want.select(pl.sum_horizontal(idle.CAUSE_KEYS).sum()).item() > 0
+
+
 def test_no_launch_record_is_unknown_host(tmp_path):
     spec, _ = gen.spec_of("compute", 4)
     spec.api = [a for a in spec.api if a.correlation != 3]  # the 2nd kernel's launch

@@ -18,7 +18,8 @@ gaps, 5 numbers a gap):
    reach has started, and the one reaching a gap's end names its host thread.
    `LaunchStats` completes CUDA calls and kernels across windows (`IntervalStream`) and
    times every launch.
-2. `CauseSums` partitions the host threads' time into causes, evaluates per row the
+2. `CauseSums` partitions the host threads' time into causes (only where a gap is: the
+   states and calls that touch no gap of their row are not swept), evaluates per row the
    cumulative time in each cause (prefix sums) at both ends of every gap - no join of gaps
    with states - and names the NVTX push/pop range open on the thread at the gap's middle
    (`NvtxStacks`, whose open ranges are carried from window to window). A gap is folded
@@ -41,7 +42,7 @@ from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
                                      STATE_FORK_JOIN, STATE_FREE, STATE_IO,
                                      STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
-from .intervals import asof, open_intervals
+from .intervals import asof, open_intervals, union
 
 # what the host thread was doing, in priority order: (key, label)
 CAUSES: tuple[tuple[str, str], ...] = (
@@ -282,11 +283,29 @@ CALL_SETS = {"mpi": MPI_CALLS, "nccl": (nccl.NCCL_RANGE,), "cuda": (cuda.CUDA_CA
              "osrt": (osrt.OSRT_CALL,)}
 
 
-def host_segments(window: Trace, rows: pl.Series) -> pl.DataFrame:
+def _touching(iv: pl.DataFrame, cover: pl.DataFrame, start: str) -> pl.DataFrame:
+    """The intervals of `iv` (row, `start`, end) that overlap `cover` (row, start, end:
+    disjoint per row), in no particular order: the last cover piece starting before an
+    interval's end is the only one that can reach past its start."""
+    if iv.height == 0:
+        return iv
+    hit = asof(iv.with_columns((pl.col("end") - 1).alias("__q")),
+               cover.select("row", pl.col("start").alias("__cs"), pl.col("end").alias("__ce")),
+               "__q", "__cs", "row")
+    return hit.filter(pl.col("__ce") > pl.col(start)).select(iv.columns)
+
+
+def host_segments(window: Trace, rows: pl.Series, cover: pl.DataFrame | None = None
+                  ) -> pl.DataFrame:
     """The window's time on each of `rows` cut into segments of one cause: (row, s, e,
-    cause)."""
+    cause). With `cover` (row, start, end: disjoint, sorted per row), only the states and
+    calls that overlap it are swept: the segments inside `cover` are the same (states tile
+    a row, so every instant of it keeps the state and the open calls that hold it), and a
+    cause's time summed between two instants of it too, which is all the gaps need."""
     zero = {k: pl.lit(0, pl.Int8) for k in CALL_SETS}
     states = window.states.filter(pl.col("row").is_in(rows.implode()))
+    if cover is not None:
+        states = _touching(states, cover, "begin")
     parts = [
         # a state's end before a state's begin at one time: the begin's state wins
         states.select("row", pl.col("end").alias("t"), pl.lit(0, pl.Int8).alias("ord"),
@@ -295,6 +314,8 @@ def host_segments(window: Trace, rows: pl.Series) -> pl.DataFrame:
                       pl.col("state").cast(pl.Int32).alias("st"), **zero)]
     for name, types in CALL_SETS.items():
         iv = open_intervals(window, types).filter(pl.col("row").is_in(rows.implode()))
+        if cover is not None:
+            iv = _touching(iv, cover, "start")
         for col, sign in (("start", 1), ("end", -1)):
             parts.append(iv.select("row", pl.col(col).alias("t"),
                                    pl.lit(2, pl.Int8).alias("ord"),
@@ -478,7 +499,9 @@ class CauseSums:
             pl.max_horizontal("start", pl.lit(lo)).alias("a"),
             pl.min_horizontal("end", pl.lit(hi)).alias("b"))
         if pieces.height:
-            seg = host_segments(window, self.rows)
+            cover = union(pieces.select("row", pl.col("a").alias("start"),
+                                        pl.col("b").alias("end")), ["row"])
+            seg = host_segments(window, self.rows, cover)
             if seg.height:
                 pre = _prefix(seg)
                 fa, fb = _at(pre, pieces, "a"), _at(pre, pieces, "b")
