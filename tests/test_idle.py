@@ -96,18 +96,11 @@ def test_causes_swept_only_where_asked_are_the_same_there(traces, cause):
     cover = idle.union(pieces.select("row", pl.col("a").alias("start"),
                                      pl.col("b").alias("end")), ["row"])
 
-    def causes(seg: pl.DataFrame) -> pl.DataFrame:
-        pre = idle._prefix(seg)
-        fa, fb = idle._at(pre, pieces, "a"), idle._at(pre, pieces, "b")
-        return fb.join(fa, on="qid", suffix="_a").select(
-            "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in idle.CAUSE_KEYS)
-        ).sort("qid")
-
     everything = idle.host_segments(t, rows)
     covered = idle.host_segments(t, rows, cover)
     # something was left out (in the launch-bound run, every state touches the cover)
     assert covered.height < everything.height or cause == "launch"
-    got, want = causes(covered), causes(everything)
+    got, want = (idle.cause_times(seg, pieces).sort("qid") for seg in (covered, everything))
     assert got.equals(want)
     assert want.select(pl.sum_horizontal(idle.CAUSE_KEYS).sum()).item() > 0
 

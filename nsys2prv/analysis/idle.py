@@ -298,7 +298,7 @@ def _touching(iv: pl.DataFrame, cover: pl.DataFrame, start: str) -> pl.DataFrame
 def host_segments(window: Trace, rows: pl.Series, cover: pl.DataFrame | None = None
                   ) -> pl.DataFrame:
     """The window's time on each of `rows` cut into segments of one cause: (row, s, e,
-    cause). With `cover` (row, start, end: disjoint, sorted per row), only the states and
+    cause). With `cover` (row, start, end: disjoint per row), only the states and
     calls that overlap it are swept: the segments inside `cover` are the same (states tile
     a row, so every instant of it keeps the state and the open calls that hold it), and a
     cause's time summed between two instants of it too, which is all the gaps need."""
@@ -347,6 +347,15 @@ def _at(prefix: pl.DataFrame, queries: pl.DataFrame, t: str) -> pl.DataFrame:
     return hit.select("qid", *(
         (pl.col(f"c_{k}") + pl.when(pl.col("cause") == k).then(part).otherwise(0))
         .fill_null(0).alias(k) for k in CAUSE_KEYS))
+
+
+def cause_times(seg: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:
+    """(qid, *CAUSE_KEYS): per piece (qid, row, a, b), the time of each cause on its row
+    from a to b, from the host segments `seg` of the window (prefix sums at both ends)."""
+    pre = _prefix(seg)
+    fa, fb = _at(pre, pieces, "a"), _at(pre, pieces, "b")
+    return fb.join(fa, on="qid", suffix="_a").select(
+        "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in CAUSE_KEYS))
 
 
 class NvtxStacks:
@@ -503,10 +512,7 @@ class CauseSums:
                                         pl.col("b").alias("end")), ["row"])
             seg = host_segments(window, self.rows, cover)
             if seg.height:
-                pre = _prefix(seg)
-                fa, fb = _at(pre, pieces, "a"), _at(pre, pieces, "b")
-                diff = fb.join(fa, on="qid", suffix="_a").select(
-                    "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in CAUSE_KEYS))
+                diff = cause_times(seg, pieces)
                 self._open = (pl.concat([self._open, diff]).group_by("qid")
                               .agg(pl.all().sum()) if self._open.height else diff)
         in_window = (mid >= lo) & (mid < hi)
