@@ -155,3 +155,19 @@ def sql(db: str | Path, query: str) -> list[tuple]:
 
 def tables(db: str | Path) -> set[str]:
     return {r[0] for r in sql(db, "SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def without_detail(full: dict) -> dict:
+    """An analysis' dict as `analyze_path(detail=False)` must give it: no per-process
+    groups, launch statistics or NVTX ranges; every other number the same."""
+    out = {**full, "processes": []}
+    if full["idle"] is not None:
+        i = full["idle"]
+        out["idle"] = {
+            **i, "launches": [], "short_kernel_share": None,
+            "notes": [n for n in i["notes"] if not n.startswith("no kernel launch could")],
+            "devices": [{**g, "nvtx": {}} for g in i["devices"]],
+            "processes": [{**g, "nvtx": {}} for g in i["processes"]],
+            "job": {**i["job"], "nvtx": {}},
+            "top": [{**f, "nvtx": None} for f in i["top"]]}
+    return out

@@ -97,3 +97,20 @@ def test_worker_environment_sets_allocator_only_for_workers(monkeypatch):
     with budget.worker_environment():
         assert os.environ["_RJEM_MALLOC_CONF"] == budget.WORKER_MALLOC_CONF
     assert os.environ["_RJEM_MALLOC_CONF"] == ours
+
+
+def test_worker_environment_shares_the_cores_between_workers_that_run_at_once(monkeypatch):
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    with budget.worker_environment(share=2):
+        assert os.environ["POLARS_MAX_THREADS"] == "8"
+    assert "POLARS_MAX_THREADS" not in os.environ
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    with budget.worker_environment(share=2):  # never fewer than one thread
+        assert os.environ["POLARS_MAX_THREADS"] == "1"
+    with budget.worker_environment():  # workers that do not all run at once: polars decides
+        assert "POLARS_MAX_THREADS" not in os.environ
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")  # the user's choice wins
+    with budget.worker_environment(share=2):
+        assert os.environ["POLARS_MAX_THREADS"] == "3"
+    assert os.environ["POLARS_MAX_THREADS"] == "3"

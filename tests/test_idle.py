@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prvtools import without_detail
+
 from nsys2prv.analysis import idle
 from nsys2prv.analysis.model import TYPES, analyze_path, analyze_trace
 from nsys2prv.cli.analyze import main as analyze_main
@@ -103,6 +105,14 @@ def test_causes_swept_only_where_asked_are_the_same_there(traces, cause):
     got, want = (idle.cause_times(seg, pieces).sort("qid") for seg in (covered, everything))
     assert got.equals(want)
     assert want.select(pl.sum_horizontal(idle.CAUSE_KEYS).sum()).item() > 0
+
+
+@pytest.mark.parametrize("cause", gen.CAUSES)
+def test_without_detail_the_compared_numbers_are_the_same(traces, cause):
+    full = analyze_path(traces[cause])
+    assert full.processes and full.idle.job.causes  # something to leave out, and to keep
+    assert analyze_path(traces[cause], detail=False).to_dict() == without_detail(
+        full.to_dict())
 
 
 def test_no_launch_record_is_unknown_host(tmp_path):

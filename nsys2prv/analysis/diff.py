@@ -695,7 +695,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             from .model import analyze_path
 
             collector = ActivityCollector(out)
-            analysis = analyze_path(out, idle, 10, observers=[collector])
+            analysis = analyze_path(out, idle, 10, observers=[collector], detail=False)
             acts = collector.result()
         else:
             acts = read_activities(out)
@@ -788,7 +788,7 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
 
             from ..pipeline.budget import worker_environment
 
-            with worker_environment(), ProcessPoolExecutor(
+            with worker_environment(share=2), ProcessPoolExecutor(
                     max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
                 sides = list(pool.map(_read_side_args, args))
         else:

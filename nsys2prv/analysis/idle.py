@@ -487,7 +487,8 @@ class CauseSums:
     carried), so that memory grows with a window, not with the number of gaps."""
 
     def __init__(self, gaps: pl.DataFrame, top: int = 10,
-                 buckets: pl.DataFrame | None = None) -> None:
+                 buckets: pl.DataFrame | None = None, nvtx: bool = True) -> None:
+        self.nvtx = nvtx  # False: no NVTX range is looked up (the gaps' ranges stay null)
         self.all_gaps = gaps
         self.gaps = gaps.filter(pl.col("host_row").is_not_null())
         self.rows = self.gaps["host_row"].unique()
@@ -515,13 +516,14 @@ class CauseSums:
                 diff = cause_times(seg, pieces)
                 self._open = (pl.concat([self._open, diff]).group_by("qid")
                               .agg(pl.all().sum()) if self._open.height else diff)
-        in_window = (mid >= lo) & (mid < hi)
-        queries = self.gaps.filter(pl.Series(in_window)).select(
-            pl.col("gid").alias("qid"), pl.col("host_row").alias("row"),
-            pl.Series("t", mid[in_window]))
-        hits = self.stacks.add(window, self.rows, queries)
-        if hits.height:
-            self._open_nvtx = pl.concat([self._open_nvtx, hits])
+        if self.nvtx:
+            in_window = (mid >= lo) & (mid < hi)
+            queries = self.gaps.filter(pl.Series(in_window)).select(
+                pl.col("gid").alias("qid"), pl.col("host_row").alias("row"),
+                pl.Series("t", mid[in_window]))
+            hits = self.stacks.add(window, self.rows, queries)
+            if hits.height:
+                self._open_nvtx = pl.concat([self._open_nvtx, hits])
         ended = (self._end > self._done_until) & (self._end <= hi)
         self._finish(self.gaps.filter(pl.Series(ended)))
         self._done_until = max(self._done_until, hi)
@@ -685,13 +687,15 @@ def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
                       short / kernel_time if kernel_time else None)
 
 
-def explain(finder: GapFinder, launches: LaunchStats,
+def explain(finder: GapFinder, launches: LaunchStats | None,
             source: Callable[..., Iterable[Trace]], end: int, rows: pl.DataFrame,
             devices: pl.DataFrame, pcf: Path | None, top: int = 10,
-            buckets: pl.DataFrame | None = None) -> IdleReport:
+            buckets: pl.DataFrame | None = None, nvtx: bool = True) -> IdleReport:
     """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
     report. Names come from the trace's .pcf when there is one. `buckets` (instance, start,
-    end: the steps of the run) adds the idle time and causes of each step."""
+    end: the steps of the run) adds the idle time and causes of each step. Without
+    `launches` (None) or `nvtx`, the report has no launch statistics or NVTX ranges (what a
+    comparison of two runs leaves out: the causes are the same)."""
     values: dict[int, dict[int, str]] = {}
     type_labels: dict[int, str] = {}
     if pcf is not None and pcf.exists():
@@ -699,11 +703,12 @@ def explain(finder: GapFinder, launches: LaunchStats,
         values = parse_pcf(text)[0]
         type_labels = pcf_type_labels(text)
     kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
-    launch_list = launches.result(end, kernel_names)
+    launch_list = launches.result(end, kernel_names) if launches is not None else []
     gaps = finder.gaps()
-    sums = CauseSums(gaps, top, buckets)
+    sums = CauseSums(gaps, top, buckets, nvtx)
+    types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)
     if sums.rows.len():
-        for window in source(types=CAUSE_TYPES, state_rows=sums.rows.to_list()):
+        for window in source(types=types, state_rows=sums.rows.to_list()):
             sums.add(window)
     fold = sums.result()
 
@@ -719,7 +724,7 @@ def explain(finder: GapFinder, launches: LaunchStats,
                    .iter_rows()}
     report = build_report(fold, finder.spans(), devices, labels, gpu_rows_of, nvtx_label,
                           launch_list, top)
-    report.notes = _notes(report)
+    report.notes = _notes(report, timed_launches=launches is not None)
     if buckets is not None:
         report.instances = [{"instance": r["instance"], "gaps": r["gaps"], "idle": r["idle"],
                              "causes": _causes_of(r)}
@@ -727,7 +732,7 @@ def explain(finder: GapFinder, launches: LaunchStats,
     return report
 
 
-def _notes(report: IdleReport) -> list[str]:
+def _notes(report: IdleReport, timed_launches: bool = True) -> list[str]:
     """What the data cannot tell, one line each."""
     notes = []
     job = report.job
@@ -743,6 +748,6 @@ def _notes(report: IdleReport) -> list[str]:
     if no_data:
         notes.append(f"{no_data / 1e6:.3f} ms of idle time falls where the launching thread "
                      "has no record (not alive, or not traced)")
-    if report.launches == [] and job.gaps:
+    if timed_launches and report.launches == [] and job.gaps:
         notes.append("no kernel launch could be timed (no launch arrows to kernels)")
     return notes

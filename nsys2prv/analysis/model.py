@@ -319,7 +319,8 @@ class ModelSums:
     """The model's additive sums over the windows of one trace (`trace.windows`): feed
     every window to `add`, then `result`. A trace read whole is one window."""
 
-    def __init__(self) -> None:
+    def __init__(self, processes: bool = True) -> None:
+        self.processes = processes  # False: the per-process groups are not summed
         self._dev: list[pl.DataFrame] = []
         self._proc: list[pl.DataFrame] = []
         self._host: list[pl.DataFrame] = []
@@ -336,7 +337,8 @@ class ModelSums:
         steps = _steps(window)
         device_segments = _sweep(window, steps, DEVICE_GROUP)
         self._dev.append(_segment_sums(device_segments))
-        self._proc.append(_segment_sums(_sweep(window, steps, PROCESS_GROUP)))
+        if self.processes:
+            self._proc.append(_segment_sums(_sweep(window, steps, PROCESS_GROUP)))
         self._host.append(_host_sums(window, self._main))
         self.end = window.end
         return device_segments
@@ -355,8 +357,8 @@ class ModelSums:
                                    pl.lit(None, pl.Int64).alias("device")))
         devices = _groups(_add(self._dev, ["g"]), dev_keys.select("g", "name", "task",
                                                                     "device"), T)
-        processes = _groups(_add(self._proc, ["g"]), proc_keys.select("g", "name", "task",
-                                                                        "device"), T)
+        processes = _groups(_add(self._proc, ["g"]), proc_keys.select(
+            "g", "name", "task", "device"), T) if self.processes else []
         hosts = _hosts(self._main, _add(self._host, ["row"]))
         return Analysis(str(trace.path), T, devices, processes,
                         efficiency(devices, T, "talp"), efficiency(devices, T, "nccl"),
@@ -369,15 +371,18 @@ PROCESS_GROUP = pl.col("task_index")
 
 def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
              pcf: Path | None, observers: Sequence = (),
-             steps: Callable[[], pl.DataFrame | None] | None = None) -> Analysis:
+             steps: Callable[[], pl.DataFrame | None] | None = None,
+             detail: bool = True) -> Analysis:
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
     (`idle.explain`). `observers` (objects with `types` and `add(window)`) see every window
     of the first pass too, read with their types added (and the communications, for an
     observer whose `comms` is true): one pass serves them all. `steps`,
     called between the passes (when the observers have seen the trace), gives the steps
-    (instance, start, end) whose idle causes the second pass sums too."""
-    model = ModelSums()
+    (instance, start, end) whose idle causes the second pass sums too. Without `detail`,
+    only what a comparison of two runs reads is computed (devices, hosts, the idle causes):
+    no per-process groups, launch statistics or NVTX range of each gap."""
+    model = ModelSums(processes=detail)
     finder = launches = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
     comms = explain or any(getattr(o, "comms", False) for o in observers)
@@ -392,15 +397,16 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
         if explain:
             if finder is None:
                 finder = idle.GapFinder(gpu_row_groups(window.rows))
-                launches = idle.LaunchStats()
+                launches = idle.LaunchStats() if detail else None
             finder.add(window, device_segments)
-            launches.add(window)
+            if launches is not None:
+                launches.add(window)
     result = model.result()
-    if finder is not None and launches is not None and result.devices:
+    if finder is not None and result.devices:
         rows = model._first.rows if model._first is not None else None
         result.idle = idle.explain(finder, launches, source, result.end, rows,
                                    device_keys(rows), pcf, top,
-                                   steps() if steps is not None else None)
+                                   steps() if steps is not None else None, nvtx=detail)
     return result
 
 
@@ -420,10 +426,11 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
 
 def analyze_path(path: str | Path, explain: bool = True, top: int = 10,
                  observers: Sequence = (),
-                 steps: Callable[[], pl.DataFrame | None] | None = None) -> Analysis:
+                 steps: Callable[[], pl.DataFrame | None] | None = None,
+                 detail: bool = True) -> Analysis:
     """The analysis of a trace file, read window by window (memory of one window): the
     model, and with `explain` why the GPUs wait (a second pass). `observers` see the
-    windows of the first pass, `steps` gives the steps whose idle causes are summed too
-    (see `_analyze`)."""
+    windows of the first pass, `steps` gives the steps whose idle causes are summed too,
+    `detail=False` leaves out what a comparison does not read (see `_analyze`)."""
     return _analyze(lambda **kw: windows(path, **kw), explain, top,
-                    companion(Path(path), ".pcf"), observers, steps)
+                    companion(Path(path), ".pcf"), observers, steps, detail)

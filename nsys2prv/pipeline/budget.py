@@ -95,21 +95,27 @@ WORKER_MALLOC_CONF = "narenas:1,background_thread:true,dirty_decay_ms:200,muzzy_
 _MALLOC_VAR = "_RJEM_MALLOC_CONF"
 
 
+POLARS_THREADS_VAR = "POLARS_MAX_THREADS"
+
+
 @contextmanager
-def worker_environment() -> Iterator[None]:
+def worker_environment(share: int | None = None) -> Iterator[None]:
     """Environment for starting worker processes (they read it when polars loads); a value
-    the user set wins."""
+    the user set wins. `share`: the number of workers that run at once, each busy all the
+    time (the two sides of a diff): each gets that share of the cores for polars' threads,
+    whose pools would otherwise all be as wide as the machine and fight for it."""
     from .. import _alloc
 
-    if _alloc.users_choice(os.environ.get(_MALLOC_VAR)):  # the user's choice wins
-        yield
-        return
-    before = os.environ.get(_MALLOC_VAR)
-    os.environ[_MALLOC_VAR] = WORKER_MALLOC_CONF
+    saved = {k: os.environ.get(k) for k in (_MALLOC_VAR, POLARS_THREADS_VAR)}
+    if not _alloc.users_choice(os.environ.get(_MALLOC_VAR)):
+        os.environ[_MALLOC_VAR] = WORKER_MALLOC_CONF
+    if share and saved[POLARS_THREADS_VAR] is None:
+        os.environ[POLARS_THREADS_VAR] = str(max(1, (os.cpu_count() or 1) // share))
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(_MALLOC_VAR, None)
-        else:
-            os.environ[_MALLOC_VAR] = before
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
