@@ -120,6 +120,36 @@ def test_api_time_per_name_matches_sql(translated):
     assert dict(got) == dict(want)
 
 
+# CUPTI's synchronisation types (the event's value - 1) and words their labels must hold
+SYNC_MEANING = {1: ("event", "sync"), 2: ("wait",), 3: ("stream", "sync"),
+                4: ("context", "sync")}
+
+
+def test_sync_kinds_follow_the_ids_not_sync_type(translated):
+    """Each CUDA synchronisation event says what the record was by its ids (a stream and an
+    event: stream wait; an event: event sync; a stream: stream sync; neither: context
+    sync), counted per kind against SQL over the records whose CUDA call is in the export;
+    the value's label says the same (most nsys versions number syncType otherwise)."""
+    db, _, out = translated
+    s, r = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if s not in tables(db) or r not in tables(db):
+        pytest.skip("no synchronisation records with CUDA calls in this export")
+    has = lambda c, lo: f"({c} IS NOT NULL AND {c} >= {lo} AND {c} < 4294967295)"  # noqa: E731
+    stream, event = has("s.streamId", 0), has("s.eventId", 1)
+    kind = (f"CASE WHEN {stream} AND {event} THEN 2 WHEN {event} THEN 1 "
+            f"WHEN {stream} THEN 3 ELSE 4 END")
+    pid = lambda c: f"(({c} >> 24) % 16777216)"  # noqa: E731
+    want = dict(sql(db, f"SELECT {kind}, count(*) FROM {s} s WHERE EXISTS (SELECT 1 FROM {r} "
+                        f"r WHERE r.correlationId = s.correlationId AND "
+                        f"{pid('r.globalTid')} = {pid('s.globalPid')}) GROUP BY 1"))
+    ev = read_trace(out, {reg.CUDA_SYNC_TYPE}).events.filter(pl.col("value") != 0)
+    got = {v - 1: n for v, n in ev.group_by("value").len().iter_rows()}
+    assert got == want
+    labels = read_prv(out).pcf_labels(reg.CUDA_SYNC_TYPE)
+    for k in got:
+        assert all(w in labels[k + 1].lower() for w in SYNC_MEANING[k]), labels[k + 1]
+
+
 def test_pertalde_counts_agree(translated):
     """pertalde's own reader counts the same kernel and CUDA call records."""
     db, _, out = translated

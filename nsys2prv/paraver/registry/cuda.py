@@ -55,7 +55,10 @@ EVENT_TYPES = (
                "Non-zero return code of a CUDA call (written only when the call failed).",
                kinds=API),
     event_type(CUDA_SYNC_TYPE, "CUDA synchronization", "CUDA API",
-               "CUPTI synchronization record on the calling thread (value = kind; 0 = end).",
+               "CUPTI synchronization record on the calling thread (value = kind, read from "
+               "which ids the record has: a stream and an event = stream wait, an event = "
+               "event sync, a stream = stream sync, neither = context sync; not from "
+               "`syncType`, which most nsys versions number otherwise; 0 = end).",
                values="sync_type", kinds=SYNC),
     event_type(CORRELATION_ID, "CUDA correlation ID", "CUDA API",
                "CUPTI correlation id, on the API call and on the GPU activity it launched.",
