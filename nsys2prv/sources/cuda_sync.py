@@ -29,8 +29,7 @@ KIND = "cuda_sync"
 TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 EVENT_TABLE = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 
-COLUMNS = GPU_ACTIVITY + (
-    Column("sync_type", ("syncType",)),
+COLUMNS = GPU_ACTIVITY + (  # no syncType: the kind is read from the ids (see above)
     Column("event", ("eventId",)),
     Column("event_sync_id", ("eventSyncId",)),
 )
