@@ -1116,13 +1116,14 @@ def _longest(seg: pl.DataFrame, rows: pl.DataFrame, top: int, g: Graph,
     cat_code = category.to_physical().to_numpy().astype(np.int64)
     det_code = detail.to_physical().to_numpy().astype(np.int64)
     width = int(det_code.max(initial=0)) + 1
+    dense = (int(cat_code.max(initial=0)) + 1) * width <= 1 << 22  # sums in a dense array
     label_of = dict(rows.select(pl.col("row").cast(pl.Int64), "label").iter_rows())
     kind_of = dict(rows.select(pl.col("row").cast(pl.Int64), "kind").iter_rows())
     out = []
     for k in pick.tolist():
         lo, hi = int(first[k]), int(last[k])
         code = cat_code[lo:hi] * width + det_code[lo:hi]
-        if (int(cat_code.max(initial=0)) + 1) * width <= 1 << 22:  # dense sums
+        if dense:
             t = np.bincount(code, weights=end[lo:hi] - start[lo:hi])
             best = np.flatnonzero(t == t.max())
             at = [int(np.argmax(code == b)) for b in best]  # a segment of each
