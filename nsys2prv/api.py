@@ -25,7 +25,7 @@ from .pipeline.budget import plan as budget_plan
 from .pipeline.budget import worker_environment
 from .pipeline.facts import Facts, nvtx_ranges, report_facts
 from .pipeline.merge import (Application, ApplicationWindowMoved, MergeOptions, MergeResult,
-                             merge, merge_applications)
+                             TraceStream, merge, merge_applications, stream)
 from .pipeline.prepare import PrepareOptions, prepare
 from .pipeline.window import Filter, NvtxFilter, WindowMoved, parse_filter, resolve
 from .report.export import export_report, is_report
@@ -113,6 +113,19 @@ def merge_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.
                  progress=on_merge)
 
 
+def stream_partials(partials: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str],
+                    *, sync: str | None = "auto", sync_by_task: bool = False,
+                    hosts: Sequence[str | None] | None = None,
+                    window: Filter | str | None = None, facts: list[Facts] | None = None,
+                    allow_empty: bool = False, **_ignored: Any) -> TraceStream:
+    """`merge_partials` without writing the .prv: a `TraceStream` (its .pcf and .row written
+    at `output`), read as many times as needed while the partials stay."""
+    return stream([Path(p) for p in partials], output,
+                  MergeOptions(hosts=list(hosts) if hosts else None, sync=sync,
+                               sync_by_task=sync_by_task, filter=_window_filter(window),
+                               facts=facts, allow_empty=allow_empty))
+
+
 def _window_filter(window: Filter | str | None) -> Filter | None:
     """A window given as nsys' text parsed (see `translate`)."""
     if isinstance(window, str):
@@ -191,6 +204,39 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     the same name. Returns what was written and a summary (counts, warnings, clock offsets
     and residual skew).
     """
+    return _translate(inputs, output, only=only, exclude=exclude, compress=compress, jobs=jobs,
+                      hosts=hosts, workdir=workdir, chunk_rows=chunk_rows,
+                      spill_rows=spill_rows, sync=sync, sync_nvtx=sync_nvtx,
+                      sync_by_task=sync_by_task, dask=dask, memory=memory, window=window,
+                      allow_empty=allow_empty, on_report=on_report, on_merge=on_merge,
+                      values_like=values_like)
+
+
+def translate_stream(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                     directory: str | os.PathLike[str], *, name: str = "trace",
+                     jobs: int = 1, memory: int | None = None,
+                     window: Filter | str | None = None, allow_empty: bool = False,
+                     on_report: Callable[[int, int], None] | None = None) -> TraceStream:
+    """The trace `translate` would write, for an analysis that reads it and needs no file
+    (`nsys2prv analyze`/`diff` of reports): the reports are prepared into `directory`,
+    which must stay until the stream is no longer read, and the trace's .pcf and .row are
+    written there as NAME.pcf/.row; the .prv text is merged again on every read of the
+    stream (`paraver.read` takes it wherever it takes a trace file)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return _translate(inputs, directory / f"{name}.prv", jobs=jobs, memory=memory,
+                      window=window, allow_empty=allow_empty, on_report=on_report,
+                      streamed=directory / f"{name}-partials")
+
+
+def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1, hosts=None,
+               workdir=None, chunk_rows=None, spill_rows=None, sync="auto", sync_nvtx=None,
+               sync_by_task=False, dask=None, memory=None, window=None, allow_empty=False,
+               on_report=None, on_merge=None, values_like=None,
+               streamed: Path | None = None):
+    """`translate`, or with `streamed` (where the partials are kept) `translate_stream`."""
+
+
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [Path(p) for p in expand_inputs(inputs)]
@@ -212,8 +258,14 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         options.spill_rows = spill_rows
     sqlite_paths = [_sqlite_of(p, out_dir) for p in inputs]
     names = _report_names(inputs)
-    work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
-    register_temp(work)
+    if streamed is not None:
+        work = streamed
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
+        register_temp(work)
+    merged = merge_partials if streamed is None else \
+        lambda dirs, out, **kw: stream_partials(dirs, out, **kw)
     try:
         dirs = [work / f"report-{i:05d}" for i in range(len(sqlite_paths))]
         merge_args = dict(compress=compress, sync=sync, sync_by_task=sync_by_task,
@@ -222,7 +274,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         if window is None:
             _run_prepare([(str(sp), name, d, options) for sp, name, d in
                           zip(sqlite_paths, names, dirs)], budget.workers, dask, on_report)
-            return merge_partials(dirs, output, **merge_args)
+            return merged(dirs, output, **merge_args)
         facts, local = _window_estimate(sqlite_paths, names, options, window, hosts, sync,
                                         sync_by_task)
         for attempt in range(3):
@@ -230,7 +282,7 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                           for sp, name, d, w, f in zip(sqlite_paths, names, dirs, local, facts)],
                          budget.workers, dask, on_report)
             try:
-                return merge_partials(dirs, output, window=window, facts=facts,
+                return merged(dirs, output, window=window, facts=facts,
                                       allow_empty=allow_empty, **merge_args)
             except WindowMoved as moved:  # the exact clocks moved it: read those windows
                 local = moved.local
@@ -238,7 +290,8 @@ def translate(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                     shutil.rmtree(d, ignore_errors=True)
         raise InputError("the window's place on the trace did not settle")  # pragma: no cover
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if streamed is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]

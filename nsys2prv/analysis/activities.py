@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ..paraver.read import Trace, companion, read_layout, windows
+from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
 
@@ -219,12 +219,12 @@ class ActivityCollector:
     The analysis' own pass can feed it (`model.analyze_path(observers=...)`), so that the
     comparison reads each trace once for both."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Source) -> None:
+        self.path = source_path(path)
         pcf = companion(self.path, ".pcf")
         self.names = _names(pcf)
         self.labels = _type_labels(pcf)
-        self.layout = read_layout(self.path)
+        self.layout = read_layout(path)
         self.nvtx_types = [t for t in self.labels if t in PUSHPOP or t in STARTEND]
         self.pushpop = [t for t in self.nvtx_types if t in PUSHPOP]
         self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
@@ -333,7 +333,7 @@ class ActivityCollector:
                           _table(names.get(MEMOP, {})), _table(nvtx_names), domains)
 
 
-def read_activities(path: str | Path, window: tuple[int, int] | None = None) -> Activities:
+def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:
     """Every kernel, memory operation and NVTX range of the trace `path` with its duration,
     and the synchronisation time of its CPU threads (one pass); with `window` (trace ns,
     [start, end)), only activities that start inside it (whole activities are counted where

@@ -49,7 +49,7 @@ import polars as pl
 
 from ..engine import graph_float, graph_path, graph_replay
 from ..errors import UsageError
-from ..paraver.read import Trace, companion, read_layout, windows
+from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
 from ..paraver.registry import mpi as mpi_reg
 from .activities import PUSHPOP, _names, _type_labels, pair_next
@@ -140,9 +140,9 @@ class GraphCollector:
 
     comms = True  # an observer of `model.analyze_path` that needs the lines
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.layout = read_layout(self.path)
+    def __init__(self, path: Source) -> None:
+        self.path = source_path(path)
+        self.layout = read_layout(path)
         self.end = self.layout.end
         # the work's begin events still open
         self._pending = pl.DataFrame(schema={"row": pl.Int32, "time": pl.Int64,
@@ -215,7 +215,7 @@ def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
             for name, dtype in schema.items()}
 
 
-def read_graph(path: str | Path, span: tuple[int, int] | None = None) -> "Graph":
+def read_graph(path: Source, span: tuple[int, int] | None = None) -> "Graph":
     """The dependency graph of a trace (one pass, window by window), with its NVTX push/pop
     events (`Graph.nvtx`)."""
     collector = GraphCollector(path)

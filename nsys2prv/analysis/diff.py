@@ -643,12 +643,13 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
 
 def read_side(inputs: list[str], label: str, workdir: Path, window=None,
               models: bool = True, rules: bool = True, jobs: int = 1,
-              on_report=None, on_merge=None, idle: bool = True, isolate: bool = False
+              on_report=None, idle: bool = True, isolate: bool = False
               ) -> Side:
-    """One side: its trace (translated from the reports into `workdir`, or the trace
-    given, cut to `window`), its activities, its models and, for exports, the rows nsys'
-    rules find. Errors name the side. `isolate` translates in a process of its own, so that
-    the peak of the translation and that of the analysis do not add up in one process."""
+    """One side: its trace (the reports' translation read as it is merged, never written:
+    `api.translate_stream` into `workdir`; or the trace given, cut to `window`), its
+    activities, its models and, for exports, the rows nsys' rules find. Errors name the
+    side. `isolate` prepares the reports in a process of its own, so that the peak of the
+    preparation and that of the analysis do not add up in one process."""
     from ..errors import InputError, UsageError
     from ..report.inputs import expand_inputs
 
@@ -676,18 +677,19 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                 lo, hi = trace_window(src, window)
                 cut_trace(src, out, lo, hi)
         else:
-            from ..api import translate
+            from ..api import translate_stream
 
-            if isolate:  # its memory is given back before the analysis starts
+            # the side's trace is never written: the analysis reads it as it is merged
+            if isolate:  # the preparation's memory is given back before the analysis starts
                 import multiprocessing
                 from concurrent.futures import ProcessPoolExecutor
 
                 with ProcessPoolExecutor(
                         max_workers=1, mp_context=multiprocessing.get_context("spawn")) as p:
-                    p.submit(_translate, paths, out, window, jobs).result()
+                    out = p.submit(_translate, paths, workdir, label, window, jobs).result()
             else:
-                translate(paths, out, window=window, jobs=jobs, on_report=on_report,
-                          on_merge=on_merge)
+                out = translate_stream(paths, workdir, name=label, window=window, jobs=jobs,
+                                       on_report=on_report)
             exports = paths
         analysis = None
         if models:  # one pass for the model and the activities, one for the idle causes
@@ -725,10 +727,10 @@ def _read_side_args(args: tuple) -> Side:
     return read_side(*args, isolate=True)
 
 
-def _translate(paths: list[str], out: Path, window, jobs: int) -> None:
-    from ..api import translate
+def _translate(paths: list[str], workdir: Path, label: str, window, jobs: int):
+    from ..api import translate_stream
 
-    translate(paths, out, window=window, jobs=jobs)
+    return translate_stream(paths, workdir, name=label, window=window, jobs=jobs)
 
 
 def _rules(exports: list[str]) -> dict[str, int]:
@@ -778,7 +780,7 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
         for label, inputs in (("before", before), ("after", after)):
             inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
             args.append(([str(i) for i in inputs], label, Path(tmp), window, models, rules,
-                         jobs, None, None, idle))
+                         jobs, None, idle))
         if parallel is None:
             parallel = min(_size(a[0]) for a in args) > PARALLEL_BYTES
         if parallel:

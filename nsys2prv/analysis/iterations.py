@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from ..errors import InputError
+from ..paraver.read import Source
 from .activities import Activities, ActivityCollector
 from .diff import (Comparison, Side, _split_range, compare_sides, explain_changes,
                    instance_windows, instances, pick_range)
@@ -253,7 +253,7 @@ class NoLoop(InputError):
     """No range to pick: the run repeats no top-level NVTX range that covers it."""
 
 
-def analyze_steps(path: str | Path, iterations: str | None, explain: bool = True,
+def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
                   top: int = 10, observers: Sequence = ()
                   ) -> tuple[Analysis, Activities, IterationReport | str]:
     """`analyze_path` on a trace with its activities collected on the same pass and the

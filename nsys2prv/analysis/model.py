@@ -29,7 +29,7 @@ import polars as pl
 from ..paraver.registry import cuda
 from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
-from ..paraver.read import Trace, companion, windows
+from ..paraver.read import Source, Trace, companion, source_path, windows
 from . import idle
 from .intervals import open_intervals, overlap_time, total_time
 
@@ -424,7 +424,7 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
                     companion(trace.path, ".pcf"))
 
 
-def analyze_path(path: str | Path, explain: bool = True, top: int = 10,
+def analyze_path(path: Source, explain: bool = True, top: int = 10,
                  observers: Sequence = (),
                  steps: Callable[[], pl.DataFrame | None] | None = None,
                  detail: bool = True) -> Analysis:
@@ -433,4 +433,4 @@ def analyze_path(path: str | Path, explain: bool = True, top: int = 10,
     windows of the first pass, `steps` gives the steps whose idle causes are summed too,
     `detail=False` leaves out what a comparison does not read (see `_analyze`)."""
     return _analyze(lambda **kw: windows(path, **kw), explain, top,
-                    companion(Path(path), ".pcf"), observers, steps, detail)
+                    companion(source_path(path), ".pcf"), observers, steps, detail)

@@ -37,7 +37,7 @@ from ..errors import InputError
 from ..paraver.check import parse_pcf
 from ..paraver.registry import gpu_metrics
 from .model import KERNEL, TYPES, Analysis, ModelSums
-from ..paraver.read import Trace, companion, windows
+from ..paraver.read import Source, Trace, companion, windows
 
 # GPU metrics that explain computational scalability: key -> type on the kernels' rows
 KERNEL_METRICS = {
@@ -195,8 +195,8 @@ def run_of(source: Trace | Iterable[Trace], label: str) -> Run:
                sum(a.cpu.useful) if a.cpu is not None else None, metrics, kernel_metrics)
 
 
-def run_of_path(path: str | Path, label: str) -> Run:
-    """`run_of` a trace file, window by window (memory of one window)."""
+def run_of_path(path: Source, label: str) -> Run:
+    """`run_of` a trace (a file or a stream), window by window (memory of one window)."""
     return run_of(windows(path, SCALING_TYPES), label)
 
 

@@ -94,18 +94,25 @@ def _is_trace(path: str) -> bool:
 
 
 def _translate(inputs: list[str], out: Path, what: str = "", window=None,
-               allow_empty: bool = False) -> None:
+               allow_empty: bool = False, keep: bool = False):
     """Translate reports for the analysis: reports prepared in parallel (as many processes
     as cores, within the default memory budget), progress bars on a terminal; only
-    `window` of the run when one is given."""
-    from ..api import translate
+    `window` of the run when one is given. The trace is written to `out` only when it is
+    kept (`keep`); else the analysis reads it as it is merged (`api.translate_stream`, its
+    partials beside `out`), which writes no trace. Returns what the analysis reads."""
+    from ..api import translate, translate_stream
 
     if what and stderr_is_terminal():
         print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
     bars = Progress(enabled=True)
     try:
+        if not keep:
+            return translate_stream(inputs, out.parent, name=out.name[:-len(".prv")],
+                                    jobs=os.cpu_count() or 1, window=window,
+                                    allow_empty=allow_empty, on_report=bars.report)
         translate(inputs, str(out), jobs=os.cpu_count() or 1, window=window,
                   allow_empty=allow_empty, on_report=bars.report, on_merge=bars.merge)
+        return out
     finally:
         bars.close()
 
@@ -199,7 +206,8 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
         else:
             out = place / (Path(inputs[0]).name.split(".")[0] + ".prv" if keep_in
                            else "trace.prv")
-            _translate(inputs, out, window=window, allow_empty=allow_empty)
+            out = _translate(inputs, out, window=window, allow_empty=allow_empty,
+                             keep=keep_in is not None)
         result, extras = _analysis_of(out, explain, top, iterations, modality, what_if)
     result.trace = " ".join(inputs) if len(inputs) <= 4 else \
         f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
@@ -539,10 +547,10 @@ def scaling_main(args) -> int:
             if len(files) == 1 and _is_trace(files[0]):
                 out = _cut(files[0], Path(tmp), window, args.allow_empty)
             else:
-                out = Path(tmp) / "trace.prv"
-                _translate(files, out, f"run {label} ({len(files)} report"
-                                       f"{'s' if len(files) > 1 else ''})", window,
-                           args.allow_empty)
+                out = _translate(files, Path(tmp) / "trace.prv",
+                                 f"run {label} ({len(files)} report"
+                                 f"{'s' if len(files) > 1 else ''})", window,
+                                 args.allow_empty)
             runs.append(scaling.run_of_path(out, label))
     columns = scaling.table(runs, weak=args.weak)
     if args.json:

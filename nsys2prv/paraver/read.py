@@ -17,6 +17,7 @@ import threading
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import polars as pl
@@ -139,10 +140,32 @@ class Layout:
     rows: pl.DataFrame
 
 
-def read_layout(path: str | Path) -> Layout:
-    path = Path(path)
-    with open_text(path) as f:
-        header = f.readline()
+@runtime_checkable
+class Streamed(Protocol):
+    """A trace that is not a file (`pipeline.merge.TraceStream`): its .pcf and .row are at
+    `path`, its text comes from `blocks()` (header first), again on every call."""
+
+    path: Path
+    header: str
+
+    def blocks(self) -> Iterator[bytes]: ...
+
+
+Source = str | Path | Streamed  # what every reader here takes: a trace file, or a stream
+
+
+def source_path(source: Source) -> Path:
+    """Where the trace is (a stream's .pcf and .row are there)."""
+    return source.path if isinstance(source, Streamed) else Path(source)
+
+
+def read_layout(source: Source) -> Layout:
+    path = source_path(source)
+    if isinstance(source, Streamed):
+        header = source.header.split("\n", 1)[0]
+    else:
+        with open_text(path) as f:
+            header = f.readline()
     end, tasks = _parse_header(header)
     labels, task_labels, appl_labels = _row_labels(companion(path, ".row"))
     return Layout(path, end, tasks, _rows(tasks, labels, task_labels, appl_labels))
@@ -161,8 +184,13 @@ def make_scanner(layout: Layout, **options):
     return PrvScanner(task_rows, appl_offsets, **options)
 
 
-def _blocks(path: Path, size: int):
-    """The trace file in blocks of `size` bytes (a .gz decompressed as it is read)."""
+def _blocks(source: Source, size: int):
+    """The trace in blocks of `size` bytes (a .gz decompressed as it is read); a stream's
+    blocks as it gives them."""
+    if isinstance(source, Streamed):
+        yield from source.blocks()
+        return
+    path = Path(source)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
         while block := f.read(size):
@@ -218,7 +246,7 @@ def _check_sorted(path: Path, events: pl.DataFrame, states: pl.DataFrame) -> Non
             raise InputError(f"{path}: records are not sorted by time")
 
 
-def read_trace(path: str | Path, types: set[int] | frozenset[int],
+def read_trace(path: Source, types: set[int] | frozenset[int],
                state_rows: StateRows = "cpu", comms: bool = False) -> Trace:
     """Read a whole trace into memory, keeping events of `types` (all rows), the states of
     the rows of kind `state_rows` ('cpu', 'gpu', 'metrics', 'all', 'none') and, with
@@ -226,7 +254,7 @@ def read_trace(path: str | Path, types: set[int] | frozenset[int],
     layout = read_layout(path)
     scanner = make_scanner(layout, types=sorted(types),
                        state_rows=_state_mask(layout.rows, state_rows), comms=comms)
-    for block in _blocks(layout.path, BLOCK):
+    for block in _blocks(path, BLOCK):
         scanner.feed(block)
     events, states, communications = _frames(scanner.take(final=True), comms, 0)
     _check_sorted(layout.path, events, states)
@@ -234,12 +262,16 @@ def read_trace(path: str | Path, types: set[int] | frozenset[int],
     return Trace(layout.path, end, layout.rows, events, states, communications)
 
 
-def _scanned(path: Path, scanner, block: int) -> Iterator[tuple[dict, bool]]:
-    """(columns of the next block, whether it is the last) - the scanner fed block by
-    block."""
+def _scanned(path: Source, scanner, block: int) -> Iterator[tuple[dict, bool]]:
+    """(columns of the next `block` bytes or so, whether it is the last) - the scanner fed
+    block by block."""
+    fed = 0
     for chunk in _blocks(path, block):
         scanner.feed(chunk)
-        yield scanner.take(), False
+        fed += len(chunk)
+        if fed >= block:
+            yield scanner.take(), False
+            fed = 0
     yield scanner.take(final=True), True
 
 
@@ -283,7 +315,7 @@ def _read_ahead(items: Iterator, depth: int = 1) -> Iterator:
         stop.set()
 
 
-def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: StateRows = "cpu",
+def windows(path: Source, types: set[int] | frozenset[int], state_rows: StateRows = "cpu",
             comms: bool = False, block: int | None = None) -> Iterator[Trace]:
     """The trace as consecutive time windows [start, end), each a `Trace` that answers for
     its window exactly as the whole trace would: the last event of every (row, type) before
@@ -305,7 +337,7 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: Stat
     carry_st = pl.DataFrame(schema={"row": pl.Int32, "begin": pl.Int64, "end": pl.Int64,
                                     "state": pl.Int32})
     last = False
-    scanned = _read_ahead(_scanned(layout.path, scanner, block or BLOCK))
+    scanned = _read_ahead(_scanned(path, scanner, block or BLOCK))
     while not last:
         cols, last = next(scanned)
         events, states, communications = _frames(cols, comms, seq)
@@ -340,10 +372,10 @@ def windows(path: str | Path, types: set[int] | frozenset[int], state_rows: Stat
         yield window
 
 
-def event_types(path: str | Path) -> set[int]:
+def event_types(path: Source) -> set[int]:
     """Every event type written in a trace (to check that a cfg's types occur in it)."""
     layout = read_layout(path)
     scanner = make_scanner(layout, types=None, state_rows=b"", distinct_types=True)
-    for block in _blocks(layout.path, BLOCK):
+    for block in _blocks(path, BLOCK):
         scanner.feed(block)
     return set(scanner.take(final=True)["types"])

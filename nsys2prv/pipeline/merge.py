@@ -29,7 +29,7 @@ from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
-from ..paraver.output import TraceWriter, output_error
+from ..paraver.output import TraceWriter, output_error, trace_paths
 from ..paraver.values import (REPORT_INFO_LABEL, ValuesLike, clean_label, global_numbering,
                                labels_of)
 from ..supervise import register_temp
@@ -400,13 +400,30 @@ def _merger(plan: _Plan, window: tuple[int, int] | None = None) -> engine.Merger
                          run_pool_size(len(runs)))
 
 
-def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
-          progress=None) -> MergeResult:
-    """Write the trace for prepared partials (in rank/input order) to `output`.
+@dataclass
+class _Job:
+    """What a merge writes, decided before any record is: the plan, the trace's header
+    and comments, its end, the time windows merged apart, and the summary."""
 
-    With `options.jobs` > 1 and enough records, the time axis is cut into windows merged and
-    formatted by separate processes, then concatenated in order: the bytes are the same."""
-    options = options or MergeOptions()
+    plan: _Plan
+    options: MergeOptions
+    header: str
+    counts: dict[str, int]
+    warns: dict[str, int]
+    notes: list[str]
+    end_time: int
+    windows: list[tuple[int, int]]
+    application: str
+
+    def pcf_text(self) -> str:
+        return pcf_mod.render(self.plan.dictionary.pcf_types(self.plan.metas)
+                              + [_reports_type(self.plan.alignment)])
+
+    def row_text(self) -> str:
+        return row_mod.render(self.plan.model, self.application)
+
+
+def _job(partials: list[str | Path], options: MergeOptions) -> _Job:
     plan = _plan(partials, options)
     metas, alignment = plan.metas, plan.alignment
     comments = alignment_comments(alignment, len(metas))
@@ -439,27 +456,115 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
         comments.append(f"window: [{lo}, {hi}) ns of the whole trace's time; add {lo} ns to "
                         "a time of this trace to get the whole trace's")
         windows = [(-_FAR, _FAR)]  # one stream through the cut
+    header = (prv_mod.header(plan.model, end_time, epoch)
+              + "".join(f"# {clean_label(c)}\n" for c in comments))
+    return _Job(plan, options, header, counts, warns, notes, end_time, windows, application)
+
+
+def _emit_records(job: _Job, write, progress=None, writer: TraceWriter | None = None,
+                  partials: list[str] | None = None) -> None:
+    """The .prv lines after the header, in order, to `write` (the windows of a trace merged
+    in several processes need the `writer`'s directory and the `partials`)."""
+    plan, options = job.plan, job.options
+    if options.window is not None:
+        rows = [0]
+        for t in plan.model.tasks:
+            rows.append(rows[-1] + len(t.rows))
+        cut = CutStream(rows, (options.window[0], options.window[0] + job.end_time), write)
+        _write_records(_merger(plan), cut.feed, job.warns, progress, plan.end_time)
+        cut.close()
+    elif len(job.windows) == 1:
+        _write_records(_merger(plan), write, job.warns, progress, plan.end_time)
+    else:
+        _write_windows(partials or [], options, job.windows, writer, job.warns, progress,
+                       plan.end_time)
+
+
+def merge(partials: list[str | Path], output: str | Path, options: MergeOptions | None = None,
+          progress=None) -> MergeResult:
+    """Write the trace for prepared partials (in rank/input order) to `output`.
+
+    With `options.jobs` > 1 and enough records, the time axis is cut into windows merged and
+    formatted by separate processes, then concatenated in order: the bytes are the same."""
+    options = options or MergeOptions()
+    job = _job(partials, options)
     with TraceWriter(output, options.compress) as writer:
-        writer.write(prv_mod.header(plan.model, end_time, epoch))
-        writer.write("".join(f"# {clean_label(c)}\n" for c in comments))
-        if options.window is not None:
+        writer.write(job.header)
+        _emit_records(job, writer.write_bytes, progress, writer, [str(p) for p in partials])
+        writer.commit(job.pcf_text(), job.row_text())
+    return MergeResult(writer.prv, job.plan.model, job.plan.alignment, job.end_time,
+                       writer.bytes_written, job.counts, job.warns, job.notes)
+
+
+class TraceStream:
+    """A trace that is never written: its `.pcf` and `.row` are written at `path` (as the
+    trace's would be), its `.prv` text is merged again from the partials on every
+    `blocks()`. What an analysis of reports reads instead of a temporary trace: writing
+    the text and reading it back cost as much CPU time as merging it (the copies into and
+    out of the page cache), and the disk space of a whole trace."""
+
+    def __init__(self, partials: list[str | Path], path: Path, options: MergeOptions) -> None:
+        self.partials = [str(p) for p in partials]
+        self.path = path
+        self._options = replace(options)  # as given: the job is planned again after pickling
+        self.job = self._planned()
+        self.header = self.job.header
+        self.end_time = self.job.end_time
+
+    def __getstate__(self) -> dict:
+        """Pickled without its plan (another process plans it again from the partials)."""
+        return {k: v for k, v in self.__dict__.items() if k != "job"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.job = self._planned()
+
+    def _planned(self) -> _Job:
+        job = _job(self.partials, replace(self._options))
+        # the merge hooks' records (MPI messages, ...) are made once: kept for every read
+        job.plan.hooks = [list(h) for h in job.plan.hooks]
+        return job
+
+    def blocks(self) -> Iterator[bytes | memoryview]:
+        """The .prv text (header first) in blocks of whole lines, merged as they are asked
+        for; a block is valid until the next one is asked for (read it, do not keep it)."""
+        yield self.header.encode("utf-8")
+        job = self.job
+        plan, window = job.plan, job.options.window
+        merger = _merger(plan)
+        if window is None:
+            while (block := merger.next(BLOCK_BYTES)) is not None:
+                yield block
+        else:  # only the window's lines, as `merge` writes them (CutStream)
             rows = [0]
             for t in plan.model.tasks:
                 rows.append(rows[-1] + len(t.rows))
-            cut = CutStream(rows, (options.window[0], options.window[0] + end_time),
-                            writer.write_bytes)
-            _write_records(_merger(plan), cut.feed, warns, progress, plan.end_time)
+            held: list = []
+            cut = CutStream(rows, (window[0], window[0] + job.end_time), held.append)
+            while (block := merger.next(BLOCK_BYTES)) is not None:
+                cut.feed(block)
+                yield from held
+                held.clear()
             cut.close()
-        elif len(windows) == 1:
-            _write_records(_merger(plan), writer.write_bytes, warns, progress, plan.end_time)
-        else:
-            _write_windows([str(p) for p in partials], options, windows, writer, warns,
-                           progress, plan.end_time)
-        writer.commit(pcf_mod.render(plan.dictionary.pcf_types(metas)
-                                     + [_reports_type(alignment)]),
-                      row_mod.render(plan.model, application))
-    return MergeResult(writer.prv, plan.model, alignment, end_time, writer.bytes_written,
-                       counts, warns, notes)
+            yield from held
+        if merger.dropped:  # a bug guard, as `merge` has it: counted, never silent
+            job.warns[DROPPED] = job.warns.get(DROPPED, 0) + merger.dropped
+            warnings.warn(f"{self.path}: {merger.dropped} {DROPPED}", RuntimeWarning,
+                          stacklevel=2)
+
+
+def stream(partials: list[str | Path], path: str | Path,
+           options: MergeOptions | None = None) -> TraceStream:
+    """The trace of prepared partials as a `TraceStream` (its .pcf and .row written at
+    `path`): what `merge` would write, read without writing it. The partials must stay
+    until the stream is no longer read."""
+    options = replace(options or MergeOptions(), jobs=1, compress=False)
+    path = Path(path)
+    trace = TraceStream(partials, path, options)
+    _, pcf, row = trace_paths(path)
+    pcf.write_text(trace.job.pcf_text(), encoding="utf-8")
+    row.write_text(trace.job.row_text(), encoding="utf-8")
+    return trace
 
 
 # -- a trace of several runs ------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""A trace read as it is merged (`api.translate_stream`), the way `analyze` and `diff` read
+reports: the same bytes `translate` writes, read by every reader, and no .prv written."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+import nsys2prv
+from nsys2prv.analysis.activities import read_activities
+from nsys2prv.analysis.model import analyze_path
+from nsys2prv.paraver.read import event_types, read_layout, windows
+from nsys2prv.testing.multi import job
+from nsys2prv.testing.samples import sample_spec
+from nsys2prv.testing.synth import write_export
+
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded"
+
+
+def _text(stream) -> bytes:
+    return b"".join(bytes(b) for b in stream.blocks())
+
+
+@pytest.fixture(scope="module")
+def multi_job(tmp_path_factory) -> list[Path]:
+    """Four GPU ranks on two hosts (multi-event lines, arrows, overlap lanes) and the
+    recorded MPI run (message arrows from the merge hook)."""
+    d = tmp_path_factory.mktemp("stream")
+    paths = [write_export(d / f"rank{info.rank}.sqlite", spec) for info, spec in job()]
+    return paths + sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite"))
+
+
+@pytest.mark.parametrize("window", [None, "iteration 1", "3ms/9ms"])
+def test_stream_is_the_translated_trace(multi_job, tmp_path, window):
+    """Its text, .pcf and .row are those `translate` writes (whole, an NVTX window and a
+    time window), read twice (an analysis reads a trace twice), and it writes no .prv."""
+    written = nsys2prv.translate(multi_job, tmp_path / "t.prv", window=window)
+    stream = nsys2prv.api.translate_stream(multi_job, tmp_path / "s", name="t", window=window)
+    text = (tmp_path / "t.prv").read_bytes()
+    assert _text(stream) == text and _text(stream) == text
+    assert written.counts["MPI messages"] == 60 or window is not None
+    for ext in (".pcf", ".row"):
+        assert (tmp_path / "s" / f"t{ext}").read_bytes() == (tmp_path / f"t{ext}").read_bytes()
+    assert not list((tmp_path / "s").rglob("*.prv"))
+    # a stream pickled to another process plans its merge again: the same text
+    assert _text(pickle.loads(pickle.dumps(stream))) == text
+
+
+def test_readers_take_a_stream(multi_job, tmp_path):
+    """Layout, event types, windows, activities and the whole analysis (with the idle causes'
+    second pass) read from the stream are those read from the file."""
+    out = tmp_path / "t.prv"
+    nsys2prv.translate(multi_job, out)
+    stream = nsys2prv.api.translate_stream(multi_job, tmp_path / "s", name="t")
+    assert read_layout(stream).rows.equals(read_layout(out).rows)
+    assert read_layout(stream).end == read_layout(out).end
+    assert event_types(stream) == event_types(out)
+    types = event_types(out)
+    a = [(w.start, w.end, w.events.height, w.states.height) for w in windows(out, types)]
+    b = [(w.start, w.end, w.events.height, w.states.height) for w in windows(stream, types)]
+    assert sum(x[2] for x in a) == sum(x[2] for x in b) > 0
+    assert a[-1][1] == b[-1][1]
+    x, y = read_activities(out), read_activities(stream)
+    assert x.kernels.height > 0 and x.kernels.equals(y.kernels) and x.ranges.equals(y.ranges)
+    full, streamed = analyze_path(out).to_dict(), analyze_path(stream).to_dict()
+    assert full.pop("trace") != streamed.pop("trace")  # each names what it read
+    assert full["idle"] is not None and full == streamed
+
+
+def test_analyze_of_reports_writes_no_trace(tmp_path, monkeypatch, capsys):
+    """`nsys2prv analyze REPORT` reads the translation as it is merged: the numbers are
+    those of the translated trace, and no .prv is written on the way."""
+    from nsys2prv.cli import main
+    from nsys2prv.pipeline import merge as merge_mod
+
+    export = write_export(tmp_path / "s4.sqlite", sample_spec(4))
+    nsys2prv.translate([str(export)], tmp_path / "t.prv")
+    wrote = []
+    real = merge_mod.TraceWriter.__enter__
+
+    def spy(self):
+        wrote.append(self.prv)
+        return real(self)
+
+    monkeypatch.setattr(merge_mod.TraceWriter, "__enter__", spy)
+    assert main(["analyze", str(export), "--json"]) == 0
+    from_reports = capsys.readouterr().out
+    assert wrote == []
+    assert main(["analyze", str(tmp_path / "t.prv"), "--json"]) == 0
+    from_trace = capsys.readouterr().out
+    drop = lambda s: [ln for ln in s.splitlines() if '"trace":' not in ln]  # noqa: E731
+    assert drop(from_reports) == drop(from_trace)
