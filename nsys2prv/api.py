@@ -235,8 +235,6 @@ def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1,
                on_report=None, on_merge=None, values_like=None,
                streamed: Path | None = None):
     """`translate`, or with `streamed` (where the partials are kept) `translate_stream`."""
-
-
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [Path(p) for p in expand_inputs(inputs)]
@@ -264,8 +262,7 @@ def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1,
     else:
         work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
         register_temp(work)
-    merged = merge_partials if streamed is None else \
-        lambda dirs, out, **kw: stream_partials(dirs, out, **kw)
+    merged = merge_partials if streamed is None else stream_partials
     try:
         dirs = [work / f"report-{i:05d}" for i in range(len(sqlite_paths))]
         merge_args = dict(compress=compress, sync=sync, sync_by_task=sync_by_task,
@@ -283,7 +280,7 @@ def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1,
                          budget.workers, dask, on_report)
             try:
                 return merged(dirs, output, window=window, facts=facts,
-                                      allow_empty=allow_empty, **merge_args)
+                              allow_empty=allow_empty, **merge_args)
             except WindowMoved as moved:  # the exact clocks moved it: read those windows
                 local = moved.local
                 for d in dirs:

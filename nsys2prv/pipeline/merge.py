@@ -422,6 +422,15 @@ class _Job:
     def row_text(self) -> str:
         return row_mod.render(self.plan.model, self.application)
 
+    def cut(self, write) -> CutStream:
+        """What keeps only the window's lines of the merged text (`options.window` set),
+        handing them to `write`."""
+        rows = [0]
+        for t in self.plan.model.tasks:
+            rows.append(rows[-1] + len(t.rows))
+        lo = self.options.window[0]
+        return CutStream(rows, (lo, lo + self.end_time), write)
+
 
 def _job(partials: list[str | Path], options: MergeOptions) -> _Job:
     plan = _plan(partials, options)
@@ -467,10 +476,7 @@ def _emit_records(job: _Job, write, progress=None, writer: TraceWriter | None = 
     in several processes need the `writer`'s directory and the `partials`)."""
     plan, options = job.plan, job.options
     if options.window is not None:
-        rows = [0]
-        for t in plan.model.tasks:
-            rows.append(rows[-1] + len(t.rows))
-        cut = CutStream(rows, (options.window[0], options.window[0] + job.end_time), write)
+        cut = job.cut(write)
         _write_records(_merger(plan), cut.feed, job.warns, progress, plan.end_time)
         cut.close()
     elif len(job.windows) == 1:
@@ -509,7 +515,6 @@ class TraceStream:
         self._options = replace(options)  # as given: the job is planned again after pickling
         self.job = self._planned()
         self.header = self.job.header
-        self.end_time = self.job.end_time
 
     def __getstate__(self) -> dict:
         """Pickled without its plan (another process plans it again from the partials)."""
@@ -530,17 +535,13 @@ class TraceStream:
         for; a block is valid until the next one is asked for (read it, do not keep it)."""
         yield self.header.encode("utf-8")
         job = self.job
-        plan, window = job.plan, job.options.window
-        merger = _merger(plan)
-        if window is None:
+        merger = _merger(job.plan)
+        if job.options.window is None:
             while (block := merger.next(BLOCK_BYTES)) is not None:
                 yield block
-        else:  # only the window's lines, as `merge` writes them (CutStream)
-            rows = [0]
-            for t in plan.model.tasks:
-                rows.append(rows[-1] + len(t.rows))
+        else:  # only the window's lines, as `merge` writes them
             held: list = []
-            cut = CutStream(rows, (window[0], window[0] + job.end_time), held.append)
+            cut = job.cut(held.append)
             while (block := merger.next(BLOCK_BYTES)) is not None:
                 cut.feed(block)
                 yield from held
