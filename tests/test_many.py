@@ -219,3 +219,36 @@ def test_analyze_of_a_big_job_lists_the_worst(reference_trace, monkeypatch, caps
     out = capsys.readouterr().out
     assert len([ln for ln in out.splitlines() if ln.startswith("rank ")]) == RANKS
     assert "more processes" not in out
+
+
+def test_diff_of_a_big_job_lists_the_devices_that_moved(ranks, tmp_path, capsys):
+    """A diff of two jobs of RANKS ranks where only rank 7's compute kernels got 1 ms shorter:
+    the devices block shows the --top devices whose times moved most (rank 7 first, with its
+    numbers), says how many more there are and how many did not move; --json has them all."""
+    import dataclasses
+    import json
+
+    from nsys2prv.cli import main
+
+    after = tmp_path / "after"
+    after.mkdir()
+    hosts = tuple(f"node{i}" for i in range(RANKS // 4))
+    for info, spec in job(ranks=RANKS, hosts=hosts):
+        if info.rank == 7:
+            spec.kernels = [dataclasses.replace(k, end=k.end - 1_000_000)
+                            if k.name == "compute_kernel" else k for k in spec.kernels]
+        write_export(after / f"rank{info.rank}.sqlite", spec)
+    args = ["diff", str(ranks), str(after), "--no-rules", "--no-idle", "--top", "3"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    block = out[out.index("\ndevices ("):out.index("\nmodels")].strip().splitlines()
+    assert block[0] == f"devices ({RANKS}; the 3 whose times moved most; ms, before -> after)"
+    names = [ln.split("  |  ")[0].strip() for ln in block[1:-1:2]]
+    assert len(names) == 3 and names[0].startswith("rank 7 ")
+    # 5 kernels of 1.99 ms each, 1 ms shorter after
+    assert "compute kernels 9.950 -> 4.950" in block[2]
+    assert block[-1] == (f"  ... {RANKS - 3} more devices ({RANKS - 1} of all {RANKS} "
+                         f"unchanged); every device is in --json and --csv")
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["tables"]["devices"]) == RANKS

@@ -116,28 +116,46 @@ def format_text(c, top: int = 15) -> str:
               f"{_ms(r['total_before']):>11}{_ms(r['total_after']):>11}{_ms(r['delta']):>11}"
               f"{_ratio(r['ratio']):>7}\n")
     if c.devices is not None:
-        w("\ndevices (ms; before -> after)\n")
-        cats = [col[: -len("_before")] for col in c.devices.columns
-                if col.endswith("_before") and col != "device_before"]
-        for r in c.devices.iter_rows(named=True):
-            w(f"  {r['device_before']}  |  {r['device_after']}\n")
-            w("    " + ", ".join(f"{cat} {_ms(r[cat + '_before'])} -> {_ms(r[cat + '_after'])}"
-                                 for cat in cats if r[cat + "_before"] or r[cat + "_after"])
-              + "\n")
+        _devices(w, c.devices, top)
     if c.models.height and c.before.analysis is not None:
-        w("\nmodels                              before      after      delta\n")
+        w(f"\n{'models':<30}{'before':>16}{'after':>16}{'delta':>16}\n")
         for r in c.models.iter_rows(named=True):
             idle = r["metric"].startswith("idle.")
             fmt = (lambda v: "-" if v is None else f"{v / 1e6:.3f} ms") if idle else \
                 (lambda v: "-" if v is None else f"{v:.3f}")
-            w(f"  {r['metric']:<30}{fmt(r['before']):>11}{fmt(r['after']):>11}"
-              f"{fmt(r['delta']):>11}\n")
+            w(f"  {r['metric']:<28}{fmt(r['before']):>16}{fmt(r['after']):>16}"
+              f"{fmt(r['delta']):>16}\n")
     if c.rules is not None:
-        w("\nnsys rules (rows found)            before      after\n")
+        w(f"\n{'nsys rules (rows found)':<30}{'before':>16}{'after':>16}\n")
         for r in c.rules.iter_rows(named=True):
-            w(f"  {r['rule']:<30}{'-' if r['before'] is None else r['before']:>11}"
-              f"{'-' if r['after'] is None else r['after']:>11}\n")
+            w(f"  {r['rule']:<28}{'-' if r['before'] is None else r['before']:>16}"
+              f"{'-' if r['after'] is None else r['after']:>16}\n")
     return out.getvalue()
+
+
+def _devices(w, devices: pl.DataFrame, top: int) -> None:
+    """The devices side by side: all of them in order when they are few; else the `top` whose
+    times moved most (summed over the categories), and how many more there are - a job of a
+    thousand GPUs is not a thousand blocks of text (--json and --csv carry every device)."""
+    cats = [col[: -len("_before")] for col in devices.columns
+            if col.endswith("_before") and col != "device_before"]
+    moved = pl.sum_horizontal([pl.col(f"{c}_delta").abs() for c in cats]) if cats \
+        else pl.lit(0)
+    devices = devices.with_columns(moved.alias("_moved"))
+    n = devices.height
+    shown = devices if n <= top else devices.sort("_moved", "index",
+                                                  descending=[True, False]).head(top)
+    w(f"\ndevices ({n}" + ("" if n <= top else f"; the {top} whose times moved most")
+      + "; ms, before -> after)\n")
+    for r in shown.iter_rows(named=True):
+        w(f"  {r['device_before']}  |  {r['device_after']}\n")
+        w("    " + ", ".join(f"{cat} {_ms(r[cat + '_before'])} -> {_ms(r[cat + '_after'])}"
+                             for cat in cats if r[cat + "_before"] or r[cat + "_after"])
+          + "\n")
+    if n > top:
+        still = devices.filter(pl.col("_moved") == 0).height
+        w(f"  ... {n - top} more devices ({still} of all {n} unchanged); every device is in "
+          f"--json and --csv\n")
 
 
 def format_csv(c) -> str:
