@@ -305,3 +305,28 @@ def test_cli_trace_of_both_runs(sample_trace, tmp_path):
     r = _cli(str(SAMPLE), str(sample_trace), "--no-rules", "--trace", str(bad))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--trace needs" in r.stderr
     assert not bad.exists()
+
+
+def test_text_columns_hold_a_thousand_gpus(sample_trace, tmp_path):
+    """The text tables keep their columns apart at the totals of a big job (a diff of two
+    1,024-rank jobs printed '0.000-508728.000'): every time column of the sample's comparison
+    scaled by 10^5 (hundreds of seconds summed over devices) still has blanks between numbers."""
+    import dataclasses
+    import re
+
+    from nsys2prv.cli.diff import format_text
+
+    c = D.compare(str(SAMPLE), str(sample_trace), workdir=tmp_path, rules=False)
+
+    def scaled(df):
+        return df.with_columns(
+            [(pl.col(n) * 100_000 * (1 if n.endswith("before") else -1)).alias(n)
+             for n, t in df.schema.items()
+             if t.is_numeric() and not n.startswith(("count", "ratio", "index"))
+             and n not in ("before", "after", "delta")])
+
+    big = dataclasses.replace(c, kernels=scaled(c.kernels), nvtx=scaled(c.nvtx),
+                              categories=scaled(c.categories))
+    text = format_text(big)
+    assert "-" in text and re.search(r"\d{6}\.\d{3}", text)  # the numbers are that big
+    assert not re.search(r"\.\d{3}[-\d]", text), text

@@ -86,23 +86,23 @@ def format_text(c, top: int = 15) -> str:
             w(f"  {key:<18}{s.median_before / 1e6:>12.3f} ms{s.median_after / 1e6:>12.3f} ms"
               f"{ch:>10}  {s.verdict}{p}\n")
     w(f"\n{c.paragraph}\n")
-    w("\ncategory                          before ms     after ms     delta ms   ratio\n")
+    w(f"\n{'category':<32}{'before ms':>14}{'after ms':>14}{'delta ms':>14}{'ratio':>8}\n")
     for r in c.categories.iter_rows(named=True):
         name = r["category"] + (f" {r['detail']}" if r["detail"] else "")
-        w(f"{_short(name, 32):<32}{_ms(r['total_before']):>12}{_ms(r['total_after']):>13}"
-          f"{_ms(r['delta']):>13}{_ratio(r['ratio']):>8}\n")
+        w(f"{_short(name, 31):<32}{_ms(r['total_before']):>14}{_ms(r['total_after']):>14}"
+          f"{_ms(r['delta']):>14}{_ratio(r['ratio']):>8}\n")
     k = c.kernels
     w(f"\nkernels ({k.height}; {top} largest changes; totals in ms)\n")
-    w(f"{'kernel':<44}{'n before':>9}{'n after':>8}{'before':>11}{'after':>11}{'delta':>11}"
+    w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'before':>13}{'after':>13}{'delta':>13}"
       f"{'ratio':>7}  match\n")
     for r in k.head(top).iter_rows(named=True):
         name = r["short"] if r["matched_by"] != "normalised" else r["kernel"]
-        w(f"{_short(name or r['kernel'], 43):<44}{r['count_before']:>9}{r['count_after']:>8}"
-          f"{_ms(r['total_before']):>11}{_ms(r['total_after']):>11}{_ms(r['delta']):>11}"
+        w(f"{_short(name or r['kernel'], 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
+          f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
           f"{_ratio(r['ratio']):>7}  {r['matched_by']}\n")
     tb, ta = int(k["total_before"].sum()), int(k["total_after"].sum())
-    w(f"{'all kernels':<44}{int(k['count_before'].sum()):>9}{int(k['count_after'].sum()):>8}"
-      f"{_ms(tb):>11}{_ms(ta):>11}{_ms(ta - tb):>11}\n")
+    w(f"{'all kernels':<44}{int(k['count_before'].sum()):>9}{int(k['count_after'].sum()):>9}"
+      f"{_ms(tb):>13}{_ms(ta):>13}{_ms(ta - tb):>13}\n")
     norm = k.filter(pl.col("matched_by") == "normalised")
     for r in norm.iter_rows(named=True):
         w(f"  matched by normalised name: {_short(r['kernel'], 60)} <- "
@@ -112,8 +112,8 @@ def format_text(c, top: int = 15) -> str:
         w(f"\nNVTX ranges ({n.height}; digits folded to #; {top} largest changes; ms)\n")
         for r in n.head(top).iter_rows(named=True):
             name = r["range"] + (f" @{r['domain']}" if r["domain"] else "")
-            w(f"{_short(name, 44):<44}{r['count_before']:>9}{r['count_after']:>8}"
-              f"{_ms(r['total_before']):>11}{_ms(r['total_after']):>11}{_ms(r['delta']):>11}"
+            w(f"{_short(name, 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
+              f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
               f"{_ratio(r['ratio']):>7}\n")
     if c.devices is not None:
         _devices(w, c.devices, top)
