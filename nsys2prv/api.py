@@ -342,7 +342,6 @@ def translate_applications(sides: Sequence[Inputs], output: str | os.PathLike[st
     try:
         dirs = [[work / f"run-{k}" / f"report-{i:05d}" for i in range(len(ps))]
                 for k, ps in enumerate(sqlite)]
-        merge_options = MergeOptions(memory=memory, filter=window, values_like=like)
         facts: list[list[Facts] | None] = [None] * len(sides)
         local: list[list[tuple[int, int]] | None] = [None] * len(sides)
         if window is not None:
@@ -360,9 +359,9 @@ def translate_applications(sides: Sequence[Inputs], output: str | os.PathLike[st
                     jobs_args.append((str(sp), name, d, opts))
             _run_prepare(jobs_args, budget.workers, None, on_report)
             try:
-                return merge_applications(
+                return _merge_applications(
                     [Application(d, label, f) for d, label, f in zip(dirs, names, facts)],
-                    output, merge_options, progress=on_merge)
+                    output, window, like, on_merge, memory)
             except ApplicationWindowMoved as moved:  # read that side's window again
                 k = moved.application
                 local[k] = moved.local
@@ -371,6 +370,35 @@ def translate_applications(sides: Sequence[Inputs], output: str | os.PathLike[st
         raise InputError("the window's place on the trace did not settle")  # pragma: no cover
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def merge_application_partials(applications: Sequence[Application],
+                               output: str | os.PathLike[str], *,
+                               window: Filter | str | None = None,
+                               values_like: str | os.PathLike[str] | None = None,
+                               on_merge: Callable[[int, int], None] | None = None
+                               ) -> MergeResult:
+    """The merge stage of `translate_applications` alone, for runs whose reports are
+    already prepared (`Application`: each run's partial directories in rank order, its
+    label, and for a window the facts its preparation was given, as a `TraceStream` of it
+    holds them): what `nsys2prv diff --trace` writes from the partials its sides were
+    read from, instead of preparing every report again. Raises `ApplicationWindowMoved`
+    when a run's partials do not hold its window (prepare that run again)."""
+    apps = list(applications)
+    if not apps:
+        raise UsageError("no side given")
+    _side_labels(len(apps), [a.label for a in apps])  # the labels' rules
+    output = _check_output(Path(output), [], False)
+    return _merge_applications(apps, output, _window_filter(window),
+                               _values_like(values_like), on_merge)
+
+
+def _merge_applications(apps: list[Application], output: Path, window: Filter | None,
+                        like: ValuesLike | None, on_merge, memory: int | None = None
+                        ) -> MergeResult:
+    return merge_applications(apps, output, MergeOptions(memory=memory, filter=window,
+                                                         values_like=like),
+                              progress=on_merge)
 
 
 def _side_labels(n: int, labels: Sequence[str] | None) -> list[str]:

@@ -330,3 +330,29 @@ def test_text_columns_hold_a_thousand_gpus(sample_trace, tmp_path):
     text = format_text(big)
     assert "-" in text and re.search(r"\d{6}\.\d{3}", text)  # the numbers are that big
     assert not re.search(r"\.\d{3}[-\d]", text), text
+
+
+@pytest.mark.parametrize("window", [None, "iteration 2", "2ms/9ms"])
+def test_trace_of_both_equals_translate_applications(tmp_path, window):
+    """`diff --trace` merges both runs from the partials its sides were read from: the
+    .prv, .pcf and .row equal `translate_applications` of the reports (which prepares
+    them again), whole and with an NVTX or a time window; a side of 4 rank exports."""
+    from nsys2prv.api import translate_applications
+    from nsys2prv.testing.multi import job
+    from nsys2prv.testing.synth import write_export
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for info, spec in job(ranks=4):
+        write_export(ranks / f"rank{info.rank}.sqlite", spec)
+    if window == "iteration 2":
+        before, after = str(SAMPLE), str(SAMPLE)
+    else:
+        before, after = str(SAMPLE), str(ranks)
+    both, ref = tmp_path / "both.prv", tmp_path / "ref.prv"
+    D.compare(before, after, window=window, workdir=tmp_path, rules=False, idle=False,
+              trace=both)
+    translate_applications([before, after], ref, window=window)
+    for ext in (".prv", ".pcf", ".row"):
+        assert both.with_suffix(ext).read_bytes() == ref.with_suffix(ext).read_bytes(), ext
+    assert not list(tmp_path.glob("nsys2prv-diff-*"))  # the sides' partials are gone

@@ -516,6 +516,11 @@ class TraceStream:
         self.job = self._planned()
         self.header = self.job.header
 
+    @property
+    def facts(self) -> list[Facts] | None:
+        """The facts of the whole reports a window was prepared with (None: no window)."""
+        return self._options.facts
+
     def __getstate__(self) -> dict:
         """Pickled without its plan (another process plans it again from the partials)."""
         return {k: v for k, v in self.__dict__.items() if k != "job"}
