@@ -150,3 +150,43 @@ def test_overlapping_instances_are_no_loop(tmp_path):
     trace = tmp_path / "par.prv"
     nsys2prv.translate(export, trace)
     assert pick_range(read_activities(trace)) == ("iteration #", None)
+
+
+def test_a_call_range_of_many_ranks_is_no_loop(tmp_path):
+    """The loop must cover a tenth of the run on one process, not summed over the ranks: on
+    8 ranks, 'allreduce' (4 x 1 ms a rank, about 5 % of each rank's run) is no loop, though
+    its 32 ms over the job are more than a tenth of the trace (a 1,024-rank job's 50 us NCCL
+    call ranges were picked as its iterations). Counted per process, 'step #' (3 x 5 ms on
+    every rank) is a loop of 3 instances holding 15 ms."""
+    from nsys2prv.analysis.activities import read_activities
+    from nsys2prv.analysis.diff import _loop_candidates, pick_range
+    from nsys2prv.testing.multi import job
+    from nsys2prv.testing.synth import Nvtx, write_export
+
+    def run(steps: bool) -> Path:
+        d = tmp_path / f"steps{int(steps)}"
+        d.mkdir()
+        for info, spec in job(ranks=8):
+            pid = spec.processes[0][0]
+            local = info.session_delay
+            spec.nvtx += [Nvtx(52_000_000 + 3_000_000 * k - local,
+                               53_000_000 + 3_000_000 * k - local, pid, pid, "pushpop",
+                               "allreduce", None) for k in range(4)]
+            if steps:
+                spec.nvtx += [Nvtx(51_000_000 + 5_000_000 * k - local,
+                                   56_000_000 + 5_000_000 * k - local, pid, pid, "pushpop",
+                                   f"step {k}", None) for k in range(3)]
+            write_export(d / f"rank{info.rank}.sqlite", spec)
+        out = tmp_path / f"steps{int(steps)}.prv"
+        nsys2prv.translate(d, out)
+        return out
+
+    acts = read_activities(run(False))
+    c = _loop_candidates(acts).row(0, named=True)
+    assert (c["name"], c["n"], c["dur"]) == ("allreduce", 4, 4_000_000)
+    assert 10 * c["dur"] < acts.end < 10 * 8 * c["dur"]  # a loop only if summed over ranks
+    assert pick_range(acts) is None
+    acts = read_activities(run(True))
+    c = {r["name"]: (r["n"], r["dur"]) for r in _loop_candidates(acts).iter_rows(named=True)}
+    assert c["step #"] == (3, 15_000_000)
+    assert pick_range(acts) == ("step #", None)

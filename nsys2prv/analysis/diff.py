@@ -349,24 +349,34 @@ def rules_table(rb: dict[str, int] | None, ra: dict[str, int] | None) -> pl.Data
 # ------------------------------------------------------------------- iterations --
 
 def _loop_candidates(acts: Activities) -> pl.DataFrame:
-    """name, domain, n, dur of the top-level ranges of one side that look like a loop."""
+    """name, domain, n, dur of the top-level ranges of one side that look like a loop: n
+    instances and dur ns of them on the process that holds most (a step is the k-th instance
+    on each process: summed over the ranks of a job, a 50 us call range of 1,024 ranks would
+    look like a loop covering the run)."""
     top = acts.ranges.filter(pl.col("top")).join(acts.domains, on="type", how="left")
     schema = {"name": pl.Utf8, "domain": pl.Utf8, "n": pl.UInt32, "dur": pl.Int64}
     if top.height == 0:
         return pl.DataFrame(schema=schema)
     fams = _range_families(acts).with_columns(
         pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64, strict=False).alias("k"))
-    top = top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
+    tasks = acts.rows.select("row", "task_index")
+    top = (top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
+           .join(tasks, on="row", how="left"))
     # a loop's steps follow each other on each process: a text whose instances overlap
     # there (the same range on several threads at once) is no loop
-    tasks = acts.rows.select("row", "task_index")
     end = pl.col("start") + pl.col("dur")
-    overlap = (top.join(tasks, on="row", how="left").sort("start", "row")
+    overlap = (top.sort("start", "row")
                .with_columns((pl.col("start") < end.cum_max().shift(1)
                               .over("text", "domain", "task_index")).fill_null(False)
                              .alias("overlap"))
                .group_by("text", "domain").agg(pl.col("overlap").any()))
-    exact = (top.group_by("text", "domain").agg(pl.len().alias("n"), pl.col("dur").sum())
+
+    def busiest(df: pl.DataFrame, key: str) -> pl.DataFrame:
+        return (df.group_by(key, "domain", "task_index")
+                .agg(pl.len().alias("n"), pl.col("dur").sum())
+                .group_by(key, "domain").agg(pl.col("n").max(), pl.col("dur").max()))
+
+    exact = (busiest(top, "text")
              .join(overlap, on=["text", "domain"], how="left", nulls_equal=True)
              .filter((pl.col("n") > 1) & ~pl.col("overlap"))
              .drop("overlap").rename({"text": "name"}))
@@ -374,9 +384,9 @@ def _loop_candidates(acts: Activities) -> pl.DataFrame:
            .sort("row", "start")
            .with_columns((pl.col("k").diff().over("row", "family", "domain") == 1)
                          .fill_null(True).alias("step")))
-    loops = (fam.group_by("family", "domain")
-             .agg(pl.len().alias("n"), pl.col("dur").sum(), pl.col("step").all(),
-                  pl.col("text").n_unique().alias("texts"))
+    kinds = (fam.group_by("family", "domain")
+             .agg(pl.col("step").all(), pl.col("text").n_unique().alias("texts")))
+    loops = (busiest(fam, "family").join(kinds, on=["family", "domain"], nulls_equal=True)
              .filter(pl.col("step") & (pl.col("n") > 1) & (pl.col("texts") > 1))
              .select(pl.col("family").alias("name"), "domain", "n", "dur"))
     return pl.concat([exact.select("name", "domain", "n", "dur"), loops]).cast(schema)
@@ -389,7 +399,7 @@ def pick_range(before: Activities, after: Activities | None = None
     repeated ('train_step') whose instances never overlap on a process, or texts that differ by one counter that goes up by one on each
     thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
     are not a loop. A loop covers the run: its instances must hold a tenth of the trace's
-    time at least and, with `after`, be found there too with no more than twice or half as
+    time at least on one process and, with `after`, be found there too with no more than twice or half as
     many instances (a step count that changes tenfold is not the program's loop). Of the
     candidates whose instances cover at least half the time of the one that covers most, the
     most repeated wins (then the longer in total, then the name): a short per-call range
