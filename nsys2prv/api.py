@@ -117,13 +117,21 @@ def stream_partials(partials: Sequence[str | os.PathLike[str]], output: str | os
                     *, sync: str | None = "auto", sync_by_task: bool = False,
                     hosts: Sequence[str | None] | None = None,
                     window: Filter | str | None = None, facts: list[Facts] | None = None,
-                    allow_empty: bool = False, **_ignored: Any) -> TraceStream:
+                    allow_empty: bool = False,
+                    values_like: str | os.PathLike[str] | ValuesLike | None = None,
+                    compress: bool = False, jobs: int = 1, memory: int | None = None,
+                    on_merge: Callable[[int, int], None] | None = None) -> TraceStream:
     """`merge_partials` without writing the .prv: a `TraceStream` (its .pcf and .row written
-    at `output`), read as many times as needed while the partials stay."""
+    at `output`), read as many times as needed while the partials stay. `jobs`, `memory`
+    and `on_merge` are `merge_partials`' and mean nothing here (the reader merges the text
+    as it reads it); there is no compressed stream."""
+    if compress:
+        raise UsageError("a trace stream is never written: it cannot be compressed")
     return stream([Path(p) for p in partials], output,
                   MergeOptions(hosts=list(hosts) if hosts else None, sync=sync,
                                sync_by_task=sync_by_task, filter=_window_filter(window),
-                               facts=facts, allow_empty=allow_empty))
+                               facts=facts, allow_empty=allow_empty,
+                               values_like=_values_like(values_like)))
 
 
 def _window_filter(window: Filter | str | None) -> Filter | None:

@@ -92,3 +92,31 @@ def test_analyze_of_reports_writes_no_trace(tmp_path, monkeypatch, capsys):
     from_trace = capsys.readouterr().out
     drop = lambda s: [ln for ln in s.splitlines() if '"trace":' not in ln]  # noqa: E731
     assert drop(from_reports) == drop(from_trace)
+
+
+def test_stream_of_partials_numbers_values_like(tmp_path):
+    """`stream_partials(values_like=)` numbers names as that trace did, as `merge_partials`
+    does (it was dropped silently); a compressed stream is refused."""
+    from nsys2prv.api import merge_partials, prepare_report, stream_partials
+    from nsys2prv.errors import UsageError
+    from nsys2prv.paraver.check import parse_pcf
+
+    spec = sample_spec()
+    like = tmp_path / "like.prv"
+    nsys2prv.translate(write_export(tmp_path / "a.sqlite", spec), like)
+    spec.kernels.reverse()  # the other run meets its kernel names in another order
+    for k in spec.kernels[:3]:
+        k.name = k.name + "_v2"
+    part = tmp_path / "part"
+    prepare_report(write_export(tmp_path / "b.sqlite", spec), part)
+    merged = tmp_path / "m.prv"
+    merge_partials([part], merged, values_like=like)
+    stream = stream_partials([part], tmp_path / "s.prv", values_like=like)
+    assert _text(stream) == merged.read_bytes()
+    assert (tmp_path / "s.pcf").read_bytes() == merged.with_suffix(".pcf").read_bytes()
+    plain = stream_partials([part], tmp_path / "p.prv")
+    assert _text(plain) != _text(stream)  # the numbering is not that of a run alone
+    pcf = [parse_pcf((tmp_path / f"{n}.pcf").read_text())[0] for n in ("s", "p")]
+    assert pcf[0] != pcf[1]
+    with pytest.raises(UsageError, match="cannot be compressed"):
+        stream_partials([part], tmp_path / "c.prv", compress=True)
