@@ -81,6 +81,40 @@ def test_windows_of_any_size_give_the_whole_trace_report(traces, cause, monkeypa
     assert whole.job.causes == gen.expected(cause)
 
 
+@pytest.mark.parametrize("detail", [True, False])
+@pytest.mark.parametrize("cause", gen.CAUSES)
+def test_second_pass_reads_the_first_ones_spill(traces, cause, detail, monkeypatch):
+    """A trace file or stream is read once: pass 2 reads the windows pass 1 kept
+    (`idle.WindowSpill`), with the same report as reading the trace again (windows of a few
+    lines, so that calls and ranges cross them), and the spill is removed after."""
+    from nsys2prv.analysis.model import _analyze
+
+    monkeypatch.setattr(read, "BLOCK", 997)
+    calls = []
+
+    def source(**kw):
+        calls.append(sorted(kw))
+        return read.windows(traces[cause], **kw)
+
+    pcf = traces[cause].with_suffix(".pcf")
+    twice = _analyze(source, True, 10, pcf, detail=detail)
+    assert calls == [["comms", "types"], ["state_rows", "types"]]
+    calls.clear()
+    made = []
+    init = idle.WindowSpill.__init__
+
+    def spy(self, types):
+        init(self, types)
+        made.append(self.dir)
+
+    monkeypatch.setattr(idle.WindowSpill, "__init__", spy)
+    once = _analyze(source, True, 10, pcf, detail=detail, spill=True)
+    assert calls == [["comms", "types"]]
+    assert once.to_dict() == twice.to_dict()
+    assert once.idle.job.causes == gen.expected(cause)
+    assert len(made) == 1 and not made[0].exists()
+
+
 @pytest.mark.parametrize("cause", gen.CAUSES)
 def test_causes_swept_only_where_asked_are_the_same_there(traces, cause):
     """`host_segments` with a cover sweeps only the states and calls that touch it: the time

@@ -10,8 +10,10 @@ thread was doing, one cause at each instant (`CAUSES`, in priority order: the ou
 call a thread is in explains it best: MPI and NCCL calls run CUDA calls, CUDA calls run OS
 calls).
 
-Two passes over the trace, window by window (memory: one window, and pass 1's table of the
-gaps, 5 numbers a gap):
+Two passes, window by window (memory: one window, and pass 1's table of the gaps, 5 numbers
+a gap); the trace is read once: pass 1 keeps what pass 2 reads (the CPU rows' states and
+the calls' events: `WindowSpill`, lz4-compressed Arrow files in a temporary directory,
+about a tenth of the trace's text), as reading it again cost as much as pass 1's reading:
 
 1. `GapFinder` takes each window's device segments from the efficiency model's sweep: gaps
    are the holes between a device's active pieces; arrows are kept until the activity they
@@ -29,8 +31,8 @@ gaps, 5 numbers a gap):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -558,6 +560,52 @@ class CauseSums:
                 (pl.col("end") - pl.col("start")).alias(UNKNOWN_HOST),
                 pl.lit(None, pl.Int64).alias("type"), pl.lit(None, pl.Int64).alias("value")))
         return self.fold
+
+
+class WindowSpill:
+    """Pass 2's input kept from pass 1: each window's events of `types` and its CPU rows'
+    states, written to a temporary directory as they are read and given back as the same
+    windows (filtered as pass 2 asks). Reading the trace again for pass 2 cost as much as
+    pass 1's own reading (merging or scanning the whole text: 10 CPU-s on 10M activities);
+    the spill is about a tenth of the text. Memory: one window."""
+
+    def __init__(self, types: frozenset[int]) -> None:
+        import tempfile
+
+        from ..supervise import register_temp
+
+        self.types = types
+        self._keep = list(types)
+        self.dir = Path(tempfile.mkdtemp(prefix="nsys2prv-idle-"))
+        register_temp(self.dir)
+        self._windows: list[tuple[Trace, Path]] = []
+
+    def add(self, window: Trace) -> None:
+        keep = window.events["type"].is_in(self._keep)
+        base = self.dir / f"w{len(self._windows):06d}"
+        window.events.filter(keep).write_ipc(base.with_suffix(".ev"), compression="lz4")
+        window.states.write_ipc(base.with_suffix(".st"), compression="lz4")
+        shell = replace(window, events=window.events.clear(), states=window.states.clear(),
+                        comms=None, carried=int(keep.head(window.carried).sum()))
+        self._windows.append((shell, base))
+
+    def windows(self, types: Iterable[int], state_rows: Iterable[int]) -> Iterator[Trace]:
+        """The windows again, with the events of `types` (a subset of the spill's) and the
+        states of the rows `state_rows`, as `paraver.read.windows` would read them."""
+        types = list(types)
+        rows = pl.Series(list(state_rows), dtype=pl.Int32).implode()
+        for shell, base in self._windows:
+            events = pl.read_ipc(base.with_suffix(".ev"))
+            keep = events["type"].is_in(types)
+            states = pl.read_ipc(base.with_suffix(".st"))
+            yield replace(shell, events=events.filter(keep),
+                          states=states.filter(pl.col("row").is_in(rows)),
+                          carried=int(keep.head(shell.carried).sum()))
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------- the report --

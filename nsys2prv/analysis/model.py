@@ -372,11 +372,13 @@ PROCESS_GROUP = pl.col("task_index")
 def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
              pcf: Path | None, observers: Sequence = (),
              steps: Callable[[], pl.DataFrame | None] | None = None,
-             detail: bool = True) -> Analysis:
+             detail: bool = True, spill: bool = False) -> Analysis:
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
-    (`idle.explain`). `observers` (objects with `types` and `add(window)`) see every window
-    of the first pass too, read with their types added (and the communications, for an
+    (`idle.explain`): over the first pass's windows kept on disk with `spill`
+    (`idle.WindowSpill`, for a trace that would be read again), else over `source` again.
+    `observers` (objects with `types` and `add(window)`) see every window of the first
+    pass too, read with their types added (and the communications, for an
     observer whose `comms` is true): one pass serves them all. `steps`,
     called between the passes (when the observers have seen the trace), gives the steps
     (instance, start, end) whose idle causes the second pass sums too. Without `detail`,
@@ -385,28 +387,40 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     model = ModelSums(processes=detail)
     finder = launches = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
+    cause_types = idle.CAUSE_TYPES if detail else idle.CAUSE_TYPES - frozenset(idle.PUSHPOP)
+    kept = idle.WindowSpill(cause_types) if explain and spill else None
+    if kept is not None:
+        types = types | cause_types
     comms = explain or any(getattr(o, "comms", False) for o in observers)
-    for window in source(types=types, comms=comms):
-        for o in observers:
-            o.add(window)
-        if types != TYPES:  # the model sees what it would have read alone
-            keep = window.events["type"].is_in(list(TYPES))
-            window = replace(window, events=window.events.filter(keep),
-                             carried=int(keep.head(window.carried).sum()))
-        device_segments = model.add(window)
-        if explain:
-            if finder is None:
-                finder = idle.GapFinder(gpu_row_groups(window.rows))
-                launches = idle.LaunchStats() if detail else None
-            finder.add(window, device_segments)
-            if launches is not None:
-                launches.add(window)
-    result = model.result()
-    if finder is not None and result.devices:
-        rows = model._first.rows if model._first is not None else None
-        result.idle = idle.explain(finder, launches, source, result.end, rows,
-                                   device_keys(rows), pcf, top,
-                                   steps() if steps is not None else None, nvtx=detail)
+    try:
+        for window in source(types=types, comms=comms):
+            for o in observers:
+                o.add(window)
+            if kept is not None:
+                kept.add(window)
+            if types != TYPES:  # the model sees what it would have read alone
+                keep = window.events["type"].is_in(list(TYPES))
+                window = replace(window, events=window.events.filter(keep),
+                                 carried=int(keep.head(window.carried).sum()))
+            device_segments = model.add(window)
+            if explain:
+                if finder is None:
+                    finder = idle.GapFinder(gpu_row_groups(window.rows))
+                    launches = idle.LaunchStats() if detail else None
+                finder.add(window, device_segments)
+                if launches is not None:
+                    launches.add(window)
+        result = model.result()
+        if finder is not None and result.devices:
+            rows = model._first.rows if model._first is not None else None
+            again = source if kept is None else \
+                (lambda types, state_rows: kept.windows(types, state_rows))
+            result.idle = idle.explain(finder, launches, again, result.end, rows,
+                                       device_keys(rows), pcf, top,
+                                       steps() if steps is not None else None, nvtx=detail)
+    finally:
+        if kept is not None:
+            kept.close()
     return result
 
 
@@ -429,8 +443,10 @@ def analyze_path(path: Source, explain: bool = True, top: int = 10,
                  steps: Callable[[], pl.DataFrame | None] | None = None,
                  detail: bool = True) -> Analysis:
     """The analysis of a trace file, read window by window (memory of one window): the
-    model, and with `explain` why the GPUs wait (a second pass). `observers` see the
+    model, and with `explain` why the GPUs wait (a second pass, over what the first one
+    kept: the trace is read once). `observers` see the
     windows of the first pass, `steps` gives the steps whose idle causes are summed too,
     `detail=False` leaves out what a comparison does not read (see `_analyze`)."""
     return _analyze(lambda **kw: windows(path, **kw), explain, top,
-                    companion(source_path(path), ".pcf"), observers, steps, detail)
+                    companion(source_path(path), ".pcf"), observers, steps, detail,
+                    spill=True)

@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-models", action="store_true",
                    help="skip the efficiency model and the causes of GPU idle time")
     p.add_argument("--no-idle", action="store_true",
-                   help="skip the causes of GPU idle time (a second pass over each trace)")
+                   help="skip the causes of GPU idle time (a second pass over each side)")
     add_window_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
