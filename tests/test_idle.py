@@ -320,3 +320,33 @@ def _balanced(events, row) -> bool:
             if depth < 0:
                 return False
     return True
+
+
+def test_a_spill_without_room_reads_the_trace_again(traces, monkeypatch):
+    """A temporary directory that fills up (ENOSPC on a login node's small /tmp) does not
+    fail the analysis: the spill is dropped and pass 2 reads the trace again."""
+    import errno
+
+    from nsys2prv.analysis.model import _analyze
+
+    calls = []
+    made = []
+    init = idle.WindowSpill.__init__
+
+    def spy(self, types):
+        init(self, types)
+        made.append(self.dir)
+
+    def full(self, window):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def source(**kw):
+        calls.append(sorted(kw))
+        return read.windows(traces["sync"], **kw)
+
+    monkeypatch.setattr(idle.WindowSpill, "__init__", spy)
+    monkeypatch.setattr(idle.WindowSpill, "add", full)
+    r = _analyze(source, True, 10, traces["sync"].with_suffix(".pcf"), spill=True)
+    assert calls == [["comms", "types"], ["state_rows", "types"]]
+    assert r.idle.job.causes == gen.expected("sync")
+    assert len(made) == 1 and not made[0].exists()

@@ -388,7 +388,12 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     finder = launches = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
     cause_types = idle.CAUSE_TYPES if detail else idle.CAUSE_TYPES - frozenset(idle.PUSHPOP)
-    kept = idle.WindowSpill(cause_types) if explain and spill else None
+    kept = None
+    if explain and spill:
+        try:
+            kept = idle.WindowSpill(cause_types)
+        except OSError:  # no temporary directory: pass 2 reads the trace again
+            pass
     if kept is not None:
         types = types | cause_types
     comms = explain or any(getattr(o, "comms", False) for o in observers)
@@ -397,7 +402,11 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
             for o in observers:
                 o.add(window)
             if kept is not None:
-                kept.add(window)
+                try:
+                    kept.add(window)
+                except (OSError, pl.exceptions.PolarsError):  # no room: read it again
+                    kept.close()
+                    kept = None
             if types != TYPES:  # the model sees what it would have read alone
                 keep = window.events["type"].is_in(list(TYPES))
                 window = replace(window, events=window.events.filter(keep),
