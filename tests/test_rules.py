@@ -213,6 +213,31 @@ def gpu_export(tmp_path_factory) -> Path:
     return write_export(tmp_path_factory.mktemp("rules") / "gpu.sqlite", _gpu_spec())
 
 
+def test_rules_of_one_run_read_the_operations_once(gpu_export: Path, monkeypatch) -> None:
+    """`run_all` reads the GPU operations once for gpu_gaps and gpu_time_util (they read
+    the same), and every rule's rows equal those of the rule run alone; a window of the
+    options is another read."""
+    from nsys2prv.rules import gpu_ops
+
+    reads = []
+    read = gpu_ops._operations
+
+    def counted(inp, api, tables):
+        reads.append((api.name, inp.window))
+        return read(inp, api, tables)
+
+    monkeypatch.setattr(gpu_ops, "_operations", counted)
+    specs = ["gpu_gaps:gap=0", "gpu_time_util:threshold=60:chunks=7"]
+    together = rules.run_all(gpu_export, specs)
+    assert len(reads) == 1
+    for spec, r in zip(specs, together):
+        alone = rules.run(gpu_export, spec)
+        assert r.rows.height and r.rows.equals(alone.rows)
+    reads.clear()
+    rules.run_all(gpu_export, ["gpu_gaps:gap=0", "gpu_time_util:start=50:end=200"])
+    assert len(reads) == 2 and reads[0][1] != reads[1][1]
+
+
 def test_gaps_closed_form(gpu_export: Path) -> None:
     """Gaps are the holes of the union of operations per (process, device)."""
     r = rules.run(gpu_export, "gpu_gaps:gap=0")

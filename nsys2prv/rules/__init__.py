@@ -62,8 +62,9 @@ def open_export(path: str | os.PathLike[str]) -> Report:
 
 
 def evaluate(report: Report, rule: Rule, options: dict[str, object],
-             given: tuple[str, ...] = ()) -> RuleResult:
-    """Run one parsed rule on an opened export."""
+             given: tuple[str, ...] = (), shared: dict | None = None) -> RuleResult:
+    """Run one parsed rule on an opened export (`shared`: what the rules of one run read
+    alike, kept between them: `run_all`)."""
     result = RuleResult(rule.name, rule.title, report.path, options, rule.columns,
                         pl.DataFrame(schema={c.name: c.dtype for c in rule.columns}),
                         rule.advice(options), rule.no_result(options), given=given)
@@ -71,7 +72,7 @@ def evaluate(report: Report, rule: Rule, options: dict[str, object],
     try:
         if rule.check is not None:
             rule.check(whole)
-        rows = rule.find(RuleInput(report, build_window(whole, options)), options)
+        rows = rule.find(RuleInput(report, build_window(whole, options), shared), options)
     except Skip as skip:
         result.skipped = str(skip)
         return result
@@ -91,7 +92,9 @@ def run_all(export_path: str | os.PathLike[str], specs: Iterable[str] = DEFAULT_
     """Several rules on one export, opened once (all specs are checked first)."""
     parsed = [resolve(s) for s in specs]
     report = open_export(export_path)
+    shared: dict = {}  # gpu_gaps and gpu_time_util read the same GPU operations
     try:
-        return [evaluate(report, rule, values, given) for rule, values, given in parsed]
+        return [evaluate(report, rule, values, given, shared)
+                for rule, values, given in parsed]
     finally:
         report.close()

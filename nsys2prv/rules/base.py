@@ -201,10 +201,13 @@ class Window:
 class RuleInput:
     """One export opened for rules: table lookup and reads limited to the window."""
 
-    def __init__(self, report: Report, window: Window | None) -> None:
+    def __init__(self, report: Report, window: Window | None,
+                 shared: dict | None = None) -> None:
         self.report = report
         self.window = window
         self.name = str(report.path)
+        # what several rules of one run read alike (gpu_ops.operations), by key
+        self.shared = {} if shared is None else shared
 
     def table(self, logical: str) -> str | None:
         return self.report.table(logical)
