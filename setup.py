@@ -1,7 +1,7 @@
-"""Build of the compiled engine (nsys2prv/engine/_engine.c, _scan.c, _graph.c); everything
-pyproject.toml. Plain C against the CPython API: a C compiler and the Python headers are all
-it needs. Wheels need neither; a source build without them stops with one line saying what
-to install (`toolchain_problem`), not a compiler command line."""
+"""Build of the compiled engine (nsys2prv/engine/_engine.c, _scan.c, _graph.c, _timeline.c);
+everything else is in pyproject.toml. Plain C against the CPython API: a C compiler and the
+Python headers are all it needs. Wheels need neither; a source build without them stops with
+one line saying what to install (`toolchain_problem`), not a compiler command line."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ class BuildEngine(build_ext):
 
 ENGINE = Extension("nsys2prv.engine._engine", ["nsys2prv/engine/_engine.c",
                                                "nsys2prv/engine/_scan.c",
-                                               "nsys2prv/engine/_graph.c"],
+                                               "nsys2prv/engine/_graph.c",
+                                               "nsys2prv/engine/_timeline.c"],
                    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra",
                                        "-Wno-unused-parameter",
                                        "-Wno-missing-field-initializers",

@@ -20,7 +20,6 @@ from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate, withou
 from nsys2prv.analysis import scaling
 from nsys2prv.analysis.model import (CUDA_CALL, CUDA_STATES, TYPES, _main_rows, analyze_path,
                                      analyze_trace, analyze_windows, host)
-from nsys2prv.analysis.intervals import open_intervals
 from nsys2prv.analysis.idle import CAUSE_TYPES
 from nsys2prv.paraver import read as read_module
 from nsys2prv.paraver.read import read_trace, windows
@@ -221,7 +220,12 @@ def test_main_thread_cuda_time_by_prefix_sums(translated):
     _, _, out = translated
     trace = read_trace(out, TYPES)
     main = _main_rows(trace)
-    calls = open_intervals(trace, (CUDA_CALL,))
+    # CUDA calls: from an event with a value != 0 to the row's next CUDA-call event
+    ev = trace.events.filter(pl.col("type") == CUDA_CALL).sort("seq")
+    calls = (ev.with_columns(pl.col("time").shift(-1).over("row").fill_null(trace.end)
+                             .alias("end"))
+             .filter((pl.col("value") != 0) & (pl.col("end") > pl.col("time")))
+             .select("row", pl.col("time").alias("start"), "end"))
     hosts = {h.task: h for h in host(trace)}
     for r in main.iter_rows(named=True):
         iv = calls.filter(pl.col("row") == r["row"]).sort("start")

@@ -115,30 +115,69 @@ def test_second_pass_reads_the_first_ones_spill(traces, cause, detail, monkeypat
     assert len(made) == 1 and not made[0].exists()
 
 
+def _causes_instant_by_instant(t: Trace, row: int, a: int, b: int) -> dict[str, int]:
+    """The time of each cause on `row` from a to b, the cause of each instant computed from
+    the records directly: the state covering it and, per call set, whether the set's last
+    event at or before it opened a call (Paraver's Last Evt Val, closed at the trace's
+    end). Instants before the row's first record or after its last change have none."""
+    states = t.states.filter(pl.col("row") == row).sort("begin")
+    sets = {}
+    for name, types in idle.CALL_SETS.items():
+        sets[name] = t.events.filter((pl.col("row") == row) & pl.col("type").is_in(types)
+                                     ).sort("seq").select("time", "value").rows()
+    cuts = set(states["begin"].to_list()) | set(states["end"].to_list())
+    for evs in sets.values():
+        cuts |= {time for time, _ in evs}
+        if evs and evs[-1][1] != 0:
+            cuts.add(t.end)
+    cuts = sorted(cuts)
+    out: dict[str, int] = {}
+    spans = states.select("begin", "end", "state").rows()
+    for x, y in zip(cuts, cuts[1:]):
+        lo, hi = max(x, a), min(y, b)
+        if hi <= lo:
+            continue
+        state = next((s for b0, e0, s in spans if b0 <= x < e0), None)
+        opened = {name for name, evs in sets.items() if x < t.end and
+                  [v for time, v in evs if time <= x][-1:] not in ([], [0])}
+        cause = idle.cause_of(opened, state)
+        out[cause] = out.get(cause, 0) + hi - lo
+    return out
+
+
 @pytest.mark.parametrize("cause", gen.CAUSES)
-def test_causes_swept_only_where_asked_are_the_same_there(traces, cause):
-    """`host_segments` with a cover sweeps only the states and calls that touch it: the time
-    of each cause between two instants of the cover must not change. Pieces of every length
-    and phase, touching, nested in calls or spanning several, on every CPU row."""
+def test_cause_times_equal_the_cause_of_every_instant(traces, cause):
+    """`cause_times` (one compiled walk of each host row, engine/_timeline.c) against the
+    cause of every instant computed from the records: pieces of every length and phase,
+    touching, nested in calls or spanning several, on every CPU row."""
     t = read_trace(traces[cause], idle.CAUSE_TYPES, comms=False)
     rows = t.rows.filter(pl.col("kind") == "cpu")["row"]
     step = max(1, t.end // 97)
     pieces = pl.DataFrame(
         [(r, a, min(a + w, t.end)) for r in rows.to_list()
          for i, a in enumerate(range(0, t.end, step)) for w in (step // 3 + i % 5,)
-         if i % 4 == 1],  # three pieces in four left out: the cover has holes
+         if i % 4 == 1],
         schema={"row": pl.Int32, "a": pl.Int64, "b": pl.Int64}, orient="row"
     ).with_row_index("qid").with_columns(pl.col("qid").cast(pl.Int64))
-    cover = idle.union(pieces.select("row", pl.col("a").alias("start"),
-                                     pl.col("b").alias("end")), ["row"])
-
-    everything = idle.host_segments(t, rows)
-    covered = idle.host_segments(t, rows, cover)
-    # something was left out (in the launch-bound run, every state touches the cover)
-    assert covered.height < everything.height or cause == "launch"
-    got, want = (idle.cause_times(seg, pieces).sort("qid") for seg in (covered, everything))
-    assert got.equals(want)
-    assert want.select(pl.sum_horizontal(idle.CAUSE_KEYS).sum()).item() > 0
+    got = idle.cause_times(t, rows.to_list(), pieces)
+    assert got["qid"].to_list() == pieces["qid"].to_list()
+    for piece, times in zip(pieces.iter_rows(named=True), got.iter_rows(named=True)):
+        want = _causes_instant_by_instant(t, piece["row"], piece["a"], piece["b"])
+        assert {k: v for k, v in times.items() if k != "qid" and v} == want
+    assert got.select(pl.sum_horizontal(idle.CAUSE_KEYS).sum()).item() > 0
+    # window by window (calls open at a window's end close there, and reopen with the
+    # values carried into the next): the pieces' parts add up to the same times
+    parts = []
+    for w in read.windows(traces[cause], idle.CAUSE_TYPES, state_rows=rows.to_list(),
+                          block=600):
+        inside = pieces.filter((pl.col("a") < w.end) & (pl.col("b") > w.start)).with_columns(
+            pl.col("a").clip(lower_bound=w.start), pl.col("b").clip(upper_bound=w.end))
+        parts.append(idle.cause_times(w, rows.to_list(), inside))
+    assert len(parts) >= 8
+    summed = pl.concat(parts).group_by("qid").agg(pl.all().sum())
+    assert got.join(summed, on="qid", how="left").fill_null(0).select(
+        (pl.col(k) == pl.col(f"{k}_right")).all() for k in idle.CAUSE_KEYS).row(0) == \
+        (True,) * len(idle.CAUSE_KEYS)
 
 
 @pytest.mark.parametrize("cause", gen.CAUSES)

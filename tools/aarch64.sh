@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The engine on aarch64 (Grace Hopper, Grace Blackwell), from an x86_64 machine:
-#  1. cross-builds nsys2prv/engine/_engine.c + _scan.c + _graph.c with Debian's gcc-aarch64-linux-gnu,
+#  1. cross-builds the engine's C sources (setup.py's ENGINE) with Debian's gcc-aarch64-linux-gnu,
 #     setup.py's flags and -Werror, against Debian's arm64 Python 3.11 headers;
 #  2. under QEMU user-mode emulation, with Debian's arm64 CPython 3.11 and PyPI's manylinux
 #     aarch64 wheels (numpy, polars, pytest, hypothesis), translates the shipped sample and
@@ -89,19 +89,22 @@ if [ ! -f "$SITE/.wanted" ] || [ "$(cat "$SITE/.wanted")" != "${WANT[*]}" ]; the
     echo "${WANT[*]}" > "$SITE/.wanted"
 fi
 
-# -- cross build: setup.py's flags, warnings as errors -----------------------------------------
-mapfile -t FLAGS < <(python3 -c "
+# -- cross build: setup.py's sources and flags, warnings as errors ------------------------------
+ENGINE_OF_SETUP="
 import importlib.util as u
 s = u.spec_from_file_location('s', 'setup.py'); m = u.module_from_spec(s)
-s.loader.exec_module(m)
+s.loader.exec_module(m)"
+mapfile -t FLAGS < <(python3 -c "$ENGINE_OF_SETUP
 print(*m.ENGINE.extra_compile_args, sep='\n')")
+mapfile -t SOURCES < <(python3 -c "$ENGINE_OF_SETUP
+print(*m.ENGINE.sources, sep='\n')")
 TREE=$WORK/tree
 rm -rf "$TREE" && mkdir -p "$TREE"
 cp -r nsys2prv tests examples benchmarks "$TREE"/
 find "$TREE" \( -name "*.so" -o -name __pycache__ \) -prune -exec rm -rf {} +
 aarch64-linux-gnu-gcc "${FLAGS[@]}" -Werror -fPIC -shared -pthread \
     -I"$SYSROOT/usr/include/python$PYV" -I"$SYSROOT/usr/include" \
-    nsys2prv/engine/_engine.c nsys2prv/engine/_scan.c nsys2prv/engine/_graph.c \
+    "${SOURCES[@]}" \
     -o "$TREE/nsys2prv/engine/_engine$SUFFIX"
 say "built _engine$SUFFIX with ${FLAGS[*]} -Werror"
 

@@ -15,15 +15,14 @@ a gap); the trace is read once: pass 1 keeps what pass 2 reads (the CPU rows' st
 the calls' events: `WindowSpill`, lz4-compressed Arrow files in a temporary directory,
 about a tenth of the trace's text), as reading it again cost as much as pass 1's reading:
 
-1. `GapFinder` takes each window's device segments from the efficiency model's sweep: gaps
-   are the holes between a device's active pieces; arrows are kept until the activity they
+1. `GapFinder` takes each window's active runs of every device from the efficiency model's
+   sweep: gaps are the holes between them; arrows are kept until the activity they
    reach has started, and the one reaching a gap's end names its host thread.
    `LaunchStats` completes CUDA calls and kernels across windows (`IntervalStream`) and
    times every launch.
-2. `CauseSums` partitions the host threads' time into causes (only where a gap is: the
-   states and calls that touch no gap of their row are not swept), evaluates per row the
-   cumulative time in each cause (prefix sums) at both ends of every gap - no join of gaps
-   with states - and names the NVTX push/pop range open on the thread at the gap's middle
+2. `CauseSums` partitions the host threads' time into causes (`cause_of`) and sums each
+   cause between both ends of every gap piece of the window, in one compiled walk of each
+   host row's states and calls (`timeline.between`: no join of gaps with states), and names the NVTX push/pop range open on the thread at the gap's middle
    (`NvtxStacks`, whose open ranges are carried from window to window). A gap is folded
    (`GapFold`: sums per device and per NVTX range, the top N gaps) in the window where it
    ends; only the gaps that cross a window's end wait for the next.
@@ -31,10 +30,11 @@ about a tenth of the trace's text), as reading it again cost as much as pass 1's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ..paraver.check import parse_pcf, pcf_type_labels
@@ -44,7 +44,7 @@ from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
                                      STATE_FORK_JOIN, STATE_FREE, STATE_IO,
                                      STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
-from .intervals import asof, open_intervals, union
+from .timeline import NST, ST_ENDED, ST_NONE, between
 
 # what the host thread was doing, in priority order: (key, label)
 CAUSES: tuple[tuple[str, str], ...] = (
@@ -96,11 +96,10 @@ class GapFinder:
                                 "g": pl.Int64, "recv_row": pl.Int32})
         self._gaps: list[pl.DataFrame] = []
 
-    def add(self, window: Trace, device_segments: pl.DataFrame) -> None:
-        act = (device_segments.filter((pl.col("A") > 0) & (pl.col("dur") > 0))
-               .select("g", pl.col("start").alias("s"),
-                       (pl.col("start") + pl.col("dur")).alias("e"))
-               .sort("g", "s"))
+    def add(self, window: Trace, runs: pl.DataFrame) -> None:
+        """A window and the runs in which each device is active in it (g, start, end, by g
+        and start: the model's sweep gives them)."""
+        act = runs.select("g", pl.col("start").alias("s"), pl.col("end").alias("e"))
         # consecutive active segments touch: the holes between them are the gaps
         act = act.join(self._last_end, on="g", how="left").with_columns(
             pl.col("e").shift(1).over("g").alias("prev"))
@@ -259,105 +258,71 @@ class LaunchStats:
 # ----------------------------------------------------------- pass 2: the host's causes --
 
 
-def _cause_expr() -> pl.Expr:
-    """The cause of a host segment from the calls open (counts mpi, nccl, cuda, osrt) and
-    the thread's state `st`, in CAUSES' priority order."""
-    st = pl.col("st")
-    cuda_state = (pl.when(st == STATE_SYNC).then(pl.lit("cuda_sync"))
-                  .when(st == STATE_MEMORY_TRANSFER).then(pl.lit("cuda_memcpy"))
-                  .when(st.is_in([STATE_ALLOC, STATE_FREE])).then(pl.lit("cuda_alloc"))
-                  .when(st == STATE_CONFIG_ACCEL).then(pl.lit("cuda_launch"))
-                  .otherwise(pl.lit("cuda_other")))
-    osrt_state = (pl.when(st == STATE_IO).then(pl.lit("io"))
-                  .when(st.is_in([STATE_SYNC, STATE_FORK_JOIN])).then(pl.lit("wait"))
-                  .when(st == STATE_BLOCKED).then(pl.lit("sleep"))
-                  .otherwise(pl.lit("osrt_other")))
-    return (pl.when(pl.col("mpi") > 0).then(pl.lit("mpi"))
-            .when(pl.col("nccl") > 0).then(pl.lit("nccl"))
-            .when(pl.col("cuda") > 0).then(cuda_state)
-            .when(pl.col("osrt") > 0).then(osrt_state)
-            .when(st == STATE_BLOCKED).then(pl.lit("descheduled"))
-            .when(st == STATE_RUNNING).then(pl.lit("host_compute"))
-            .otherwise(pl.lit("no_data")))
-
-
 CALL_SETS = {"mpi": MPI_CALLS, "nccl": (nccl.NCCL_RANGE,), "cuda": (cuda.CUDA_CALL,),
              "osrt": (osrt.OSRT_CALL,)}
+_CUDA_STATE_CAUSES = {STATE_SYNC: "cuda_sync", STATE_MEMORY_TRANSFER: "cuda_memcpy",
+                      STATE_ALLOC: "cuda_alloc", STATE_FREE: "cuda_alloc",
+                      STATE_CONFIG_ACCEL: "cuda_launch"}
+_OSRT_STATE_CAUSES = {STATE_IO: "io", STATE_SYNC: "wait", STATE_FORK_JOIN: "wait",
+                      STATE_BLOCKED: "sleep"}
 
 
-def _touching(iv: pl.DataFrame, cover: pl.DataFrame, start: str) -> pl.DataFrame:
-    """The intervals of `iv` (row, `start`, end) that overlap `cover` (row, start, end:
-    disjoint per row), in no particular order: the last cover piece starting before an
-    interval's end is the only one that can reach past its start."""
-    if iv.height == 0:
-        return iv
-    hit = asof(iv.with_columns((pl.col("end") - 1).alias("__q")),
-               cover.select("row", pl.col("start").alias("__cs"), pl.col("end").alias("__ce")),
-               "__q", "__cs", "row")
-    return hit.filter(pl.col("__ce") > pl.col(start)).select(iv.columns)
+def cause_of(open_calls: set[str], state: int | None) -> str:
+    """The cause of an instant of a host thread from the call sets open on it (`CALL_SETS`
+    keys) and its state (None: in no state), in CAUSES' priority order: the outermost call
+    explains it best (MPI and NCCL calls run CUDA calls, CUDA calls run OS calls)."""
+    if "mpi" in open_calls:
+        return "mpi"
+    if "nccl" in open_calls:
+        return "nccl"
+    if "cuda" in open_calls:
+        return _CUDA_STATE_CAUSES.get(state, "cuda_other")
+    if "osrt" in open_calls:
+        return _OSRT_STATE_CAUSES.get(state, "osrt_other")
+    if state == STATE_BLOCKED:
+        return "descheduled"
+    if state == STATE_RUNNING:
+        return "host_compute"
+    return "no_data"
 
 
-def host_segments(window: Trace, rows: pl.Series, cover: pl.DataFrame | None = None
-                  ) -> pl.DataFrame:
-    """The window's time on each of `rows` cut into segments of one cause: (row, s, e,
-    cause). With `cover` (row, start, end: disjoint per row), only the states and
-    calls that overlap it are swept: the segments inside `cover` are the same (states tile
-    a row, so every instant of it keeps the state and the open calls that hold it), and a
-    cause's time summed between two instants of it too, which is all the gaps need."""
-    zero = {k: pl.lit(0, pl.Int8) for k in CALL_SETS}
-    states = window.states.filter(pl.col("row").is_in(rows.implode()))
-    if cover is not None:
-        states = _touching(states, cover, "begin")
-    parts = [
-        # a state's end before a state's begin at one time: the begin's state wins
-        states.select("row", pl.col("end").alias("t"), pl.lit(0, pl.Int8).alias("ord"),
-                      pl.lit(-1, pl.Int32).alias("st"), **zero),
-        states.select("row", pl.col("begin").alias("t"), pl.lit(1, pl.Int8).alias("ord"),
-                      pl.col("state").cast(pl.Int32).alias("st"), **zero)]
-    for name, types in CALL_SETS.items():
-        iv = open_intervals(window, types).filter(pl.col("row").is_in(rows.implode()))
-        if cover is not None:
-            iv = _touching(iv, cover, "start")
-        for col, sign in (("start", 1), ("end", -1)):
-            parts.append(iv.select("row", pl.col(col).alias("t"),
-                                   pl.lit(2, pl.Int8).alias("ord"),
-                                   pl.lit(None, pl.Int32).alias("st"),
-                                   **{**zero, name: pl.lit(sign, pl.Int8)}))
-    steps = pl.concat(parts).sort("row", "t", "ord")
-    seg = steps.with_columns(
-        *(pl.col(k).cast(pl.Int32).cum_sum().over("row") for k in CALL_SETS),
-        pl.col("st").forward_fill().over("row"),
-        pl.col("t").shift(-1).over("row").alias("e"))
-    seg = seg.filter(pl.col("e").is_not_null() & (pl.col("e") > pl.col("t")))
-    return seg.select("row", pl.col("t").alias("s"), "e", _cause_expr().alias("cause"))
+def _cause_columns() -> np.ndarray:
+    """The cause (index into CAUSE_KEYS) of every bin of `timeline.between`: (state index,
+    open call sets in CALL_SETS' order)."""
+    sets = list(CALL_SETS)
+    table = np.empty((NST + 3) << len(sets), dtype=np.int8)
+    for index in range(NST + 3):
+        state = None if index in (ST_NONE, ST_ENDED) else \
+            (index - 2 if index < NST + 2 else -1)  # -1: a state with no bin of its own
+        for flags in range(1 << len(sets)):
+            opened = {k for i, k in enumerate(sets) if flags & (1 << i)}
+            table[(index << len(sets)) | flags] = CAUSE_KEYS.index(cause_of(opened, state))
+    return table
 
 
-def _prefix(seg: pl.DataFrame) -> pl.DataFrame:
-    """Per segment, the time of each cause on its row before the segment starts."""
-    dur = pl.col("e") - pl.col("s")
-    seg = seg.sort("row", "s")
-    return seg.with_columns(
-        ((dur * (pl.col("cause") == k)).cum_sum().over("row")
-         - dur * (pl.col("cause") == k)).alias(f"c_{k}") for k in CAUSE_KEYS)
+CAUSE_COLUMNS = _cause_columns()
 
 
-def _at(prefix: pl.DataFrame, queries: pl.DataFrame, t: str) -> pl.DataFrame:
-    """The cumulative time of each cause on a query's row up to its time `t` (0 before the
-    row's first segment of the window)."""
-    hit = asof(queries, prefix, t, "s", "row")
-    part = pl.min_horizontal(pl.col(t), pl.col("e")) - pl.col("s")
-    return hit.select("qid", *(
-        (pl.col(f"c_{k}") + pl.when(pl.col("cause") == k).then(part).otherwise(0))
-        .fill_null(0).alias(k) for k in CAUSE_KEYS))
+def cause_times(window: Trace, rows: Sequence[int], pieces: pl.DataFrame) -> pl.DataFrame:
+    """(qid, *CAUSE_KEYS): per piece (qid, row, a, b) of a host row among `rows`, the time of
+    each cause on its row from a to b, as the window's states and calls give it."""
+    times = between(window, rows, window.rows.height, list(CALL_SETS.values()),
+                    CAUSE_COLUMNS, len(CAUSE_KEYS), pieces)
+    return pl.DataFrame({"qid": pieces["qid"],
+                         **{k: times[:, i] for i, k in enumerate(CAUSE_KEYS)}})
 
 
-def cause_times(seg: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:
-    """(qid, *CAUSE_KEYS): per piece (qid, row, a, b), the time of each cause on its row
-    from a to b, from the host segments `seg` of the window (prefix sums at both ends)."""
-    pre = _prefix(seg)
-    fa, fb = _at(pre, pieces, "a"), _at(pre, pieces, "b")
-    return fb.join(fa, on="qid", suffix="_a").select(
-        "qid", *((pl.col(k) - pl.col(f"{k}_a")).alias(k) for k in CAUSE_KEYS))
+def asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str,
+         by: str | list[str]) -> pl.DataFrame:
+    """For each row of `left`, the last row of `right` of the same `by` keys at or before
+    it (`join_asof`, backward): both are sorted on their time here. polars cannot check the
+    order within groups and says so; the sort makes it true."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
+        return left.sort(left_on).join_asof(right.sort(right_on), left_on=left_on,
+                                            right_on=right_on, by=by, strategy="backward")
 
 
 class NvtxStacks:
@@ -494,6 +459,7 @@ class CauseSums:
         self.all_gaps = gaps
         self.gaps = gaps.filter(pl.col("host_row").is_not_null())
         self.rows = self.gaps["host_row"].unique()
+        self.host_rows = self.rows.to_list()
         self._start = self.gaps["start"].to_numpy()
         self._end = self.gaps["end"].to_numpy()
         self._open = _empty({"qid": pl.Int64, **{k: pl.Int64 for k in CAUSE_KEYS}})
@@ -511,13 +477,9 @@ class CauseSums:
             pl.max_horizontal("start", pl.lit(lo)).alias("a"),
             pl.min_horizontal("end", pl.lit(hi)).alias("b"))
         if pieces.height:
-            cover = union(pieces.select("row", pl.col("a").alias("start"),
-                                        pl.col("b").alias("end")), ["row"])
-            seg = host_segments(window, self.rows, cover)
-            if seg.height:
-                diff = cause_times(seg, pieces)
-                self._open = (pl.concat([self._open, diff]).group_by("qid")
-                              .agg(pl.all().sum()) if self._open.height else diff)
+            diff = cause_times(window, self.host_rows, pieces)
+            self._open = (pl.concat([self._open, diff]).group_by("qid")
+                          .agg(pl.all().sum()) if self._open.height else diff)
         if self.nvtx:
             in_window = (mid >= lo) & (mid < hi)
             queries = self.gaps.filter(pl.Series(in_window)).select(

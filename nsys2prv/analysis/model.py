@@ -10,17 +10,18 @@ TALP-compatible form: useful = all kernels (NCCL included), communication = memc
 outside kernels. NCCL-aware form: useful = compute kernels, communication = NCCL kernels and
 memcpy/memset outside compute kernels.
 
-Everything is one vectorised sweep: per-row open intervals of each type set become +1/-1
-steps, summed per group (process or device) and time, cumulated, and each constant segment
-is classified. Groups are computed twice: per process (what the task-level cfgs show in
+Everything is one compiled sweep per window (`timeline.GroupSweep`): per group (process or
+device), how many of its rows have each set of types open, and each constant piece of time
+classified. Groups are computed twice: per process (what the task-level cfgs show in
 Paraver, compared with paramedir in the tests) and per device = (process, GPU id from the row
-label), which is exact also when one process drives several GPUs.
+label), which is exact also when one process drives several GPUs. The main threads' time
+per state and open calls is the other compiled sweep (`timeline.RowTimeline`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
 from ..paraver.read import Source, Trace, companion, source_path, windows
 from . import idle
-from .intervals import open_intervals, overlap_time, total_time
+from .timeline import NST, GroupSweep, RowTimeline
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
@@ -39,9 +40,6 @@ MEMOP = cuda.MEMORY_OPERATION
 CUDA_CALL = cuda.CUDA_CALL
 MPI_CALLS = tuple(mpi_reg.CALL_TYPES)
 TYPES = frozenset({KERNEL, NCCL_KERNEL, MEMOP, CUDA_CALL, *MPI_CALLS})
-# indicator sets, as in the cfgs: K kernels (NCCL included), C compute, N NCCL, A any activity
-SETS = {"K": (KERNEL, NCCL_KERNEL), "C": (KERNEL,), "N": (NCCL_KERNEL,),
-        "A": (KERNEL, NCCL_KERNEL, MEMOP)}
 CAP = 3
 # CPU-thread states inside CUDA calls (registry core: sync, others, memory, alloc, free, launch)
 CUDA_STATES = (5, 15, 17, 30, 31, 32)
@@ -131,56 +129,10 @@ class Analysis:
         return asdict(self)
 
 
-def _steps(trace: Trace) -> pl.DataFrame:
-    """+1 where an interval of an indicator set opens on a row, -1 where it closes (columns
-    K, C, N, A), in time order; computed once per window for both the device and the
-    process sweep."""
-    parts = []
-    zero = {k: pl.lit(0, pl.Int8) for k in SETS}
-    for name, types in SETS.items():
-        iv = open_intervals(trace, types)
-        parts += [iv.select("row", pl.col("start").alias("t"),
-                            **{**zero, name: pl.lit(1, pl.Int8)}),
-                  iv.select("row", pl.col("end").alias("t"),
-                            **{**zero, name: pl.lit(-1, pl.Int8)})]
-    return pl.concat(parts).sort("t")
-
-
-def _sweep(trace: Trace, steps: pl.DataFrame, group: pl.Expr) -> pl.DataFrame:
-    """Constant segments per group: (g, start, dur, K, C, N, A counts of open rows). Steps
-    at one time need no summing first: the segments between them are empty."""
-    rows = trace.rows.select("row", group.alias("g"))
-    g = pl.col("row").replace_strict(rows["row"], rows["g"], default=None)
-    return (steps.with_columns(g.alias("g")).filter(pl.col("g").is_not_null())
-            .with_columns(pl.col(k).cast(pl.Int64).cum_sum().over("g") for k in SETS)
-            .with_columns((pl.col("t").shift(-1).over("g").fill_null(trace.end) - pl.col("t"))
-                          .alias("dur"))
-            .rename({"t": "start"}))
-
-
-def _segment_sums(seg: pl.DataFrame) -> pl.DataFrame:
-    """Per group, the time of each class of segment (additive over time windows)."""
-    k = pl.col("K")
-    c, n, a = pl.col("C"), pl.col("N"), pl.col("A")
-    dur = pl.col("dur")
-    return seg.group_by("g").agg(
-        (dur * (k > 0)).sum().alias("useful_talp"),
-        (dur * ((a > 0) & (k == 0))).sum().alias("comm_talp"),
-        (dur * (c > 0)).sum().alias("useful_nccl"),
-        (dur * ((a > 0) & (c == 0))).sum().alias("comm_nccl"),
-        (dur * (a > 0)).sum().alias("active"),
-        (dur * (n > 0)).sum().alias("nccl_time"),
-        (dur * ((n > 0) & (c > 0))).sum().alias("hidden_comm"),
-        *((dur * (k.clip(upper_bound=CAP) == lv)).sum().alias(f"l{lv}")
-          for lv in range(1, CAP + 1)),
-        *((dur * ((n > 0) & (k.clip(upper_bound=CAP) == lv))).sum().alias(f"lc{lv}")
-          for lv in range(1, CAP + 1)),
-    )
-
-
-def _add(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
-    """Sum per key the additive frames of several windows."""
-    return pl.concat(parts).group_by(keys).agg(pl.all().sum())
+def _device_sweep(rows: pl.DataFrame, group: pl.Expr) -> GroupSweep:
+    """The compiled sweep of the model's sets (K all kernels, C compute kernels, N NCCL
+    kernels, A any activity) over the groups `group` gives the trace's rows."""
+    return GroupSweep(rows, group, KERNEL, NCCL_KERNEL, MEMOP)
 
 
 def _groups(sums: pl.DataFrame, keys: pl.DataFrame, T: int) -> list[GroupResult]:
@@ -232,33 +184,24 @@ def _main_rows(trace: Trace) -> pl.DataFrame:
             .sort("task_index"))
 
 
-def _host_sums(trace: Trace, main: pl.DataFrame) -> pl.DataFrame:
-    """Per main row, additive over time windows: time running, alive (not 'Not created'),
-    inside MPI calls, in each CUDA-call state while a CUDA call is open (`s<state>`), and
-    the number of CUDA calls open in the window (`cuda`: did the thread make any)."""
-    rows = main.select("row")
-    states = (trace.states.join(rows, on="row", how="inner")
-              .select("row", pl.col("begin").alias("start"), "end", "state"))
-    cuda_calls = open_intervals(trace, (CUDA_CALL,)).join(rows, on="row", how="inner")
-    mpi_calls = open_intervals(trace, MPI_CALLS).join(rows, on="row", how="inner")
-    # CUDA-call states while a CUDA call is open: one sweep over the main rows
-    in_cuda = overlap_time(states.filter(pl.col("state").is_in(CUDA_STATES)), cuda_calls,
-                           ["row"], label="state")
-    dur = pl.col("end") - pl.col("start")
-    parts = [
-        states.group_by("row").agg(
-            dur.filter(pl.col("state") == RUNNING).sum().alias("running"),
-            dur.filter(pl.col("state") != STATE_NOT_CREATED).sum().alias("alive")),
-        total_time(mpi_calls, ["row"]).rename({"time": "in_mpi"}),
-        cuda_calls.group_by("row").agg(pl.len().cast(pl.Int64).alias("cuda")),
-        *(in_cuda.filter(pl.col("state") == s).select("row", pl.col("time").alias(f"s{s}"))
-          for s in CUDA_STATES),
-    ]
-    columns = ["running", "alive", "in_mpi", "cuda", *(f"s{s}" for s in CUDA_STATES)]
-    out = rows
-    for part in parts:
-        out = out.join(part, on="row", how="left")
-    return out.select("row", *(pl.col(c).cast(pl.Int64).fill_null(0) for c in columns))
+def _host_timeline(rows: pl.DataFrame, main: pl.DataFrame) -> RowTimeline:
+    """The main rows' time per (state, open call sets), sets CUDA calls (0) and MPI calls
+    (1): what `_host_sums` reads, summed over the windows given to it."""
+    return RowTimeline(rows.height, main["row"].to_list(), [(CUDA_CALL,), MPI_CALLS])
+
+
+def _host_sums(timeline: RowTimeline) -> pl.DataFrame:
+    """Per main row: time running, alive (in a state other than 'Not created'), inside MPI
+    calls, in each CUDA-call state while a CUDA call is open (`s<state>`), and the number of
+    CUDA calls (`cuda`: did the thread make any)."""
+    alive = [s for s in range(NST) if s != STATE_NOT_CREATED]
+    return pl.DataFrame({
+        "row": pl.Series(timeline.rows, dtype=pl.Int32),
+        "running": timeline.time([RUNNING]),
+        "alive": timeline.time(alive) + timeline.time([NST]),  # NST: the other states' bin
+        "in_mpi": timeline.time(open_set=1),
+        "cuda": timeline.opens[:, 0],
+        **{f"s{s}": timeline.time([s], open_set=0) for s in CUDA_STATES}})
 
 
 def _hosts(main: pl.DataFrame, sums: pl.DataFrame) -> list[HostResult]:
@@ -282,7 +225,9 @@ def _hosts(main: pl.DataFrame, sums: pl.DataFrame) -> list[HostResult]:
 def host(trace: Trace) -> list[HostResult]:
     """The main thread of each process (`_hosts`) in a trace read whole."""
     main = _main_rows(trace)
-    return _hosts(main, _host_sums(trace, main))
+    timeline = _host_timeline(trace.rows, main)
+    timeline.add(trace)
+    return _hosts(main, _host_sums(timeline))
 
 
 def cpu_model(hosts: list[HostResult], T: int) -> CpuModel | None:
@@ -321,27 +266,29 @@ class ModelSums:
 
     def __init__(self, processes: bool = True) -> None:
         self.processes = processes  # False: the per-process groups are not summed
-        self._dev: list[pl.DataFrame] = []
-        self._proc: list[pl.DataFrame] = []
-        self._host: list[pl.DataFrame] = []
         self._first: Trace | None = None
         self._main: pl.DataFrame | None = None
+        self._dev: GroupSweep | None = None
+        self._proc: GroupSweep | None = None
+        self._host: RowTimeline | None = None
         self.end = 0
 
     def add(self, window: Trace) -> pl.DataFrame:
-        """Add a window; returns its device segments (g, start, dur, K, C, N, A) for the
-        analyses that follow the model's sweep (`idle.GapFinder`)."""
+        """Add a window; returns the runs in which each device is active (g, start, end),
+        for the analyses that follow the model's sweep (`idle.GapFinder`)."""
         if self._first is None:
             self._first = window
             self._main = _main_rows(window)
-        steps = _steps(window)
-        device_segments = _sweep(window, steps, DEVICE_GROUP)
-        self._dev.append(_segment_sums(device_segments))
-        if self.processes:
-            self._proc.append(_segment_sums(_sweep(window, steps, PROCESS_GROUP)))
-        self._host.append(_host_sums(window, self._main))
+            self._dev = _device_sweep(window.rows, DEVICE_GROUP)
+            if self.processes:
+                self._proc = _device_sweep(window.rows, PROCESS_GROUP)
+            self._host = _host_timeline(window.rows, self._main)
+        runs = self._dev.add(window)
+        if self._proc is not None:
+            self._proc.add(window)
+        self._host.add(window)
         self.end = window.end
-        return device_segments
+        return runs
 
     def result(self) -> Analysis:
         trace = self._first
@@ -355,11 +302,11 @@ class ModelSums:
                                    pl.col("task_label").alias("name"),
                                    (pl.col("task_index") + 1).alias("task"),
                                    pl.lit(None, pl.Int64).alias("device")))
-        devices = _groups(_add(self._dev, ["g"]), dev_keys.select("g", "name", "task",
-                                                                    "device"), T)
-        processes = _groups(_add(self._proc, ["g"]), proc_keys.select(
-            "g", "name", "task", "device"), T) if self.processes else []
-        hosts = _hosts(self._main, _add(self._host, ["row"]))
+        devices = _groups(self._dev.result(), dev_keys.select("g", "name", "task", "device"),
+                          T)
+        processes = _groups(self._proc.result(), proc_keys.select(
+            "g", "name", "task", "device"), T) if self._proc is not None else []
+        hosts = _hosts(self._main, _host_sums(self._host))
         return Analysis(str(trace.path), T, devices, processes,
                         efficiency(devices, T, "talp"), efficiency(devices, T, "nccl"),
                         hosts, cpu_model(hosts, T))
@@ -407,16 +354,12 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                 except (OSError, pl.exceptions.PolarsError):  # no room: read it again
                     kept.close()
                     kept = None
-            if types != TYPES:  # the model sees what it would have read alone
-                keep = window.events["type"].is_in(list(TYPES))
-                window = replace(window, events=window.events.filter(keep),
-                                 carried=int(keep.head(window.carried).sum()))
-            device_segments = model.add(window)
+            runs = model.add(window)  # the sweeps ignore the types they do not read
             if explain:
                 if finder is None:
                     finder = idle.GapFinder(gpu_row_groups(window.rows))
                     launches = idle.LaunchStats() if detail else None
-                finder.add(window, device_segments)
+                finder.add(window, runs)
                 if launches is not None:
                     launches.add(window)
         result = model.result()

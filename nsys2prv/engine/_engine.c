@@ -1830,6 +1830,7 @@ static PyTypeObject MergerType = {
 
 int scan_register(PyObject *m); /* _scan.c */
 int graph_register(PyObject *m); /* _graph.c */
+int timeline_register(PyObject *m); /* _timeline.c */
 
 static struct PyModuleDef engine_module = {
     PyModuleDef_HEAD_INIT, "_engine",
@@ -1850,6 +1851,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
         return NULL;
     if (scan_register(m) < 0) return NULL;
     if (graph_register(m) < 0) return NULL;
+    if (timeline_register(m) < 0) return NULL;
     PyModule_AddObject(m, "NUL", PyLong_FromLongLong(NUL));
     return m;
 }

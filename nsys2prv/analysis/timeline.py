@@ -1,0 +1,136 @@
+"""The analysis' sweeps over a window of a trace, compiled (`engine/_timeline.c`).
+
+Every event and state of a window is touched once, in time order, with Paraver's semantics
+(a set of event types is open on a row from an event of the set with a value != 0 to the
+next event of the set there, or the window's end). Two sweeps:
+
+* `GroupSweep` — per group of rows (a device, a process): how many rows have each of the
+  efficiency model's sets open (kernels, compute kernels, NCCL kernels, any activity),
+  summed over time into the model's classes, and the runs in which the group is active
+  (what the idle analysis needs).
+* `RowTimeline` — per row of a few (host threads): time per (state, open call sets), and
+  `between`: the time of each column of a (state, open sets) -> column map between two
+  instants of a row (the causes of a GPU gap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from ..engine._engine import group_sweep, row_timeline
+from ..paraver.read import Trace
+
+NSUMS = ("useful_talp", "comm_talp", "useful_nccl", "comm_nccl", "active", "nccl_time",
+         "hidden_comm", "l1", "l2", "l3", "lc1", "lc2", "lc3")
+# states with a bin of their own; others share one (registry states are 0..33)
+NST = 64
+ST_NONE, ST_ENDED = 0, 1  # bins of no state yet, and after a state ended with none next
+
+
+def set_table(sets: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(types, bits): the event types of `sets`, sorted, and the bitmask of the sets each
+    belongs to (set i is bit i)."""
+    bits: dict[int, int] = {}
+    for i, types in enumerate(sets):
+        for t in types:
+            bits[int(t)] = bits.get(int(t), 0) | (1 << i)
+    types = np.array(sorted(bits), dtype=np.int64)
+    return types, np.array([bits[t] for t in types.tolist()], dtype=np.uint8)
+
+
+def _col(frame: pl.DataFrame, name: str, dtype) -> np.ndarray:
+    return np.ascontiguousarray(frame[name].to_numpy(), dtype=dtype)
+
+
+def _events(window: Trace) -> tuple[np.ndarray, ...]:
+    ev = window.events
+    return (_col(ev, "row", np.int32), _col(ev, "time", np.int64),
+            _col(ev, "type", np.int64), _col(ev, "value", np.int64))
+
+
+class GroupSweep:
+    """The model's sums per group of rows over the windows given to `add`. Sets: K (all
+    kernels), C (compute kernels), N (NCCL kernels), A (kernels and memory operations);
+    `group` maps every row of the trace to its group's key (rows.row order)."""
+
+    def __init__(self, rows: pl.DataFrame, group: pl.Expr, kernel: int, nccl: int,
+                 memop: int) -> None:
+        keys = rows.sort("row").select(group.alias("g"))["g"]
+        self.keys, index = np.unique(keys.to_numpy(), return_inverse=True)
+        self.group_of_row = np.ascontiguousarray(index, dtype=np.int32)
+        self.types, self.bits = set_table([(kernel, nccl), (kernel,), (nccl,),
+                                           (kernel, nccl, memop)])
+        self.sums = np.zeros((len(self.keys), len(NSUMS)), dtype=np.int64)
+
+    def add(self, window: Trace) -> pl.DataFrame:
+        """Sum a window; returns its active runs (g, start, end), by g and start."""
+        runs = group_sweep(*_events(window), self.group_of_row, self.types, self.bits,
+                           window.end, self.sums)
+        r = np.frombuffer(runs, dtype=np.int64).reshape(-1, 3)
+        return pl.DataFrame({"g": self.keys[r[:, 0]].astype(np.int64), "start": r[:, 1],
+                             "end": r[:, 2]}).sort("g", "start")
+
+    def result(self) -> pl.DataFrame:
+        """(g, *NSUMS) of every group."""
+        return pl.DataFrame({"g": self.keys.astype(np.int64),
+                             **{c: self.sums[:, i] for i, c in enumerate(NSUMS)}})
+
+
+class RowTimeline:
+    """Time per (state, open call sets) of `rows` (row ids), and per set the intervals of
+    positive length, summed over the windows given to `add`. Call sets are `sets` (lists of
+    event types), at most 8."""
+
+    def __init__(self, nrows: int, rows: Sequence[int], sets: Sequence[Sequence[int]]) -> None:
+        self.rows = list(rows)
+        self.slot_of_row = np.full(nrows, -1, dtype=np.int32)
+        self.slot_of_row[np.asarray(self.rows, dtype=np.int64)] = np.arange(len(self.rows))
+        self.nsets = len(sets)
+        self.types, self.bits = set_table(sets)
+        self.bins = np.zeros((len(self.rows), (NST + 3) << self.nsets), dtype=np.int64)
+        self.opens = np.zeros((len(self.rows), self.nsets), dtype=np.int64)
+
+    def add(self, window: Trace) -> None:
+        st = window.states
+        row_timeline(_col(st, "row", np.int32), _col(st, "begin", np.int64),
+                     _col(st, "end", np.int64), _col(st, "state", np.int32), *_events(window),
+                     self.slot_of_row, NST, self.types, self.bits, self.nsets, window.end,
+                     self.bins, self.opens, None, None, None, None, None)
+
+    def time(self, states: Sequence[int] | None = None, open_set: int | None = None
+             ) -> np.ndarray:
+        """Per row, the time in any of `states` (None: in any state, or none) while set
+        `open_set` is open (None: whatever is open)."""
+        b = self.bins.reshape(len(self.rows), NST + 3, 1 << self.nsets)
+        if states is not None:
+            b = b[:, [state_bin(s) for s in states], :]
+        if open_set is not None:
+            b = b[:, :, [f for f in range(1 << self.nsets) if f & (1 << open_set)]]
+        return b.sum(axis=(1, 2))
+
+
+def state_bin(state: int) -> int:
+    """The state index of a state value in the bins."""
+    return state + 2 if 0 <= state < NST else NST + 2
+
+
+def between(window: Trace, rows: Sequence[int], nrows: int, sets: Sequence[Sequence[int]],
+            column: np.ndarray, ncols: int, queries: pl.DataFrame) -> np.ndarray:
+    """[len(queries), ncols]: per query (row, a, b), the time between a and b of each column,
+    the column of an instant being `column[state index << len(sets) | open sets]` (-1:
+    none) on the query's row, as the window's states and call events on `rows` give it."""
+    slot = np.full(nrows, -1, dtype=np.int32)
+    slot[np.asarray(list(rows), dtype=np.int64)] = np.arange(len(rows))
+    types, bits = set_table(sets)
+    st = window.states
+    out = np.zeros((queries.height, ncols), dtype=np.int64)
+    row_timeline(_col(st, "row", np.int32), _col(st, "begin", np.int64),
+                 _col(st, "end", np.int64), _col(st, "state", np.int32), *_events(window),
+                 slot, NST, types, bits, len(sets), window.end, None, None,
+                 _col(queries, "row", np.int32), _col(queries, "a", np.int64),
+                 _col(queries, "b", np.int64), np.ascontiguousarray(column, dtype=np.int8),
+                 out)
+    return out

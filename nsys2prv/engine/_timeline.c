@@ -1,0 +1,512 @@
+/*
+ * Sweeps of the analysis over one time window of a trace (nsys2prv/analysis/timeline.py):
+ * each record is touched once, without the GIL. The analysis did these as sorts, joins and
+ * windowed sums in polars, a few times over every event of every window; here they are one
+ * pass in time order (the order of a window's events and states: Paraver's file order).
+ *
+ * Event semantics are Paraver's Last Evt Val: on a row, a set of event types is "open" from
+ * an event of the set with a value != 0 until the next event of the set on the row (or the
+ * window's end). A type may belong to several sets (`set_bits`, a bitmask per type).
+ *
+ * group_sweep   per group of rows (a GPU device, a process): how many of its rows have each
+ *               set open, summed over time into the efficiency model's classes (useful,
+ *               communication, active, overlap levels), and the maximal runs in which any
+ *               row of the group has set ACTIVE open (what the idle analysis calls active).
+ *
+ * row_timeline  per row of a few (host threads): the row's time cut where its state or its
+ *               open call sets change, each piece put in a bin = (state, open sets) and
+ *               summed per row; and, for queries (row, a, b), the time of each column of a
+ *               bin -> column map between a and b (the causes of a GPU gap on the host
+ *               thread that launched the work after it).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE INT64_MIN
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} TBuf;
+
+static int tget(PyObject *obj, TBuf *b, Py_ssize_t itemsize, int writable, const char *name) {
+    memset(b, 0, sizeof *b);
+    if (obj == Py_None) return 0;
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) return -1;
+    b->held = 1;
+    if (b->view.itemsize != itemsize) {
+        PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes expected, got %zd", name,
+                     itemsize, b->view.itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void trelease(TBuf *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (b[i].held) PyBuffer_Release(&b[i].view);
+}
+
+static Py_ssize_t tlen(const TBuf *b) { return b->held ? b->view.len / b->view.itemsize : 0; }
+
+/* the set bits of an event type: types sorted, k of them (a handful: binary search) */
+static inline int bits_of(const int64_t *types, const uint8_t *bits, Py_ssize_t k, int64_t t) {
+    Py_ssize_t lo = 0, hi = k;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (types[mid] < t) lo = mid + 1;
+        else hi = mid;
+    }
+    return (lo < k && types[lo] == t) ? bits[lo] : 0;
+}
+
+/* ================================================================ group_sweep ======= */
+
+/* set bits of group_sweep and the columns it sums per group */
+enum { G_KERNEL = 1, G_COMPUTE = 2, G_NCCL = 4, G_ACTIVE = 8 };
+enum { S_USEFUL_TALP, S_COMM_TALP, S_USEFUL_NCCL, S_COMM_NCCL, S_ACTIVE, S_NCCL_TIME,
+       S_HIDDEN_COMM, S_L1, S_L2, S_L3, S_LC1, S_LC2, S_LC3, NSUMS };
+
+typedef struct {
+    int32_t k, c, n, a;  /* rows of the group with each set open */
+    int64_t last;        /* time of the group's last event (NONE: none yet) */
+    int64_t run_s, run_e; /* the run of ACTIVE being extended (run_s NONE: none) */
+} Group;
+
+typedef struct {
+    int64_t *p;
+    size_t n, cap; /* in int64 */
+} I64s;
+
+static int i64s_push3(I64s *v, int64_t a, int64_t b, int64_t c) {
+    if (v->n + 3 > v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 3 * 4096;
+        int64_t *p = realloc(v->p, cap * sizeof *p);
+        if (!p) return -1;
+        v->p = p;
+        v->cap = cap;
+    }
+    v->p[v->n++] = a;
+    v->p[v->n++] = b;
+    v->p[v->n++] = c;
+    return 0;
+}
+
+/* add `dur` to the sums of group g as its counts stand, and extend its ACTIVE run */
+static int group_account(Group *gr, int64_t *sums, int64_t g, int64_t s, int64_t e, I64s *runs) {
+    int64_t dur = e - s;
+    if (dur <= 0) return 0;
+    int64_t *o = sums + g * NSUMS;
+    int32_t k = gr->k, c = gr->c, n = gr->n, a = gr->a;
+    if (k > 0) o[S_USEFUL_TALP] += dur;
+    if (a > 0 && k == 0) o[S_COMM_TALP] += dur;
+    if (c > 0) o[S_USEFUL_NCCL] += dur;
+    if (a > 0 && c == 0) o[S_COMM_NCCL] += dur;
+    if (a > 0) o[S_ACTIVE] += dur;
+    if (n > 0) o[S_NCCL_TIME] += dur;
+    if (n > 0 && c > 0) o[S_HIDDEN_COMM] += dur;
+    if (k > 0) {
+        int lv = k > 3 ? 3 : k;
+        o[S_L1 + lv - 1] += dur;
+        if (n > 0) o[S_LC1 + lv - 1] += dur;
+    }
+    if (a > 0) {
+        if (gr->run_s != NONE && gr->run_e == s) gr->run_e = e;
+        else {
+            if (gr->run_s != NONE && i64s_push3(runs, g, gr->run_s, gr->run_e) < 0) return -1;
+            gr->run_s = s;
+            gr->run_e = e;
+        }
+    }
+    return 0;
+}
+
+/* group_sweep(ev_row, ev_time, ev_type, ev_value, group_of_row, set_types, set_bits, end,
+ *             sums) -> bytes of the ACTIVE runs, (group, start, end) int64 triples in the
+ * order they closed. sums: int64 [ngroups * NSUMS], added to. */
+static PyObject *group_sweep(PyObject *self, PyObject *args) {
+    PyObject *o[9];
+    long long end;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &end, &o[7]))
+        return NULL;
+    TBuf b[8];
+    memset(b, 0, sizeof b);
+    static const Py_ssize_t size[8] = {4, 8, 8, 8, 4, 8, 1, 8};
+    static const char *names[8] = {"ev_row", "ev_time", "ev_type", "ev_value", "group_of_row",
+                                   "set_types", "set_bits", "sums"};
+    for (int i = 0; i < 8; i++)
+        if (tget(o[i], &b[i], size[i], i == 7, names[i]) < 0) { trelease(b, 8); return NULL; }
+    Py_ssize_t n = tlen(&b[0]), nrows = tlen(&b[4]), k = tlen(&b[5]);
+    Py_ssize_t ngroups = tlen(&b[7]) / NSUMS;
+    if (tlen(&b[1]) != n || tlen(&b[2]) != n || tlen(&b[3]) != n || tlen(&b[6]) != k) {
+        trelease(b, 8);
+        PyErr_SetString(PyExc_ValueError, "group_sweep: column lengths differ");
+        return NULL;
+    }
+    const int32_t *row = b[0].view.buf, *group_of = b[4].view.buf;
+    const int64_t *time = b[1].view.buf, *type = b[2].view.buf, *value = b[3].view.buf;
+    const int64_t *types = b[5].view.buf;
+    const uint8_t *bits = b[6].view.buf;
+    int64_t *sums = b[7].view.buf;
+    uint8_t *flags = calloc((size_t)(nrows ? nrows : 1), 1);
+    Group *groups = malloc((size_t)(ngroups ? ngroups : 1) * sizeof *groups);
+    I64s runs = {0};
+    int err = 0; /* 1: no memory, 2: a group out of range, 3: times not sorted */
+    if (!flags || !groups) err = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t g = 0; !err && g < ngroups; g++) {
+        groups[g] = (Group){0, 0, 0, 0, NONE, NONE, NONE};
+    }
+    int64_t prev_time = NONE;
+    for (Py_ssize_t i = 0; !err && i < n; i++) {
+        int m = bits_of(types, bits, k, type[i]);
+        if (!m) continue;
+        int32_t r = row[i];
+        if (r < 0 || r >= nrows) continue;
+        int32_t g = group_of[r];
+        if (g < 0) continue;
+        if (g >= ngroups) { err = 2; break; }
+        int64_t t = time[i];
+        if (prev_time != NONE && t < prev_time) { err = 3; break; }
+        prev_time = t;
+        Group *gr = &groups[g];
+        if (gr->last != NONE && group_account(gr, sums, g, gr->last, t, &runs) < 0) { err = 1; break; }
+        gr->last = t;
+        uint8_t old = flags[r];
+        uint8_t now = (uint8_t)((old & ~m) | (value[i] != 0 ? m : 0));
+        uint8_t ch = old ^ now;
+        if (ch) {
+            int d;
+            if (ch & G_KERNEL) { d = (now & G_KERNEL) ? 1 : -1; gr->k += d; }
+            if (ch & G_COMPUTE) { d = (now & G_COMPUTE) ? 1 : -1; gr->c += d; }
+            if (ch & G_NCCL) { d = (now & G_NCCL) ? 1 : -1; gr->n += d; }
+            if (ch & G_ACTIVE) { d = (now & G_ACTIVE) ? 1 : -1; gr->a += d; }
+            flags[r] = now;
+        }
+    }
+    for (Py_ssize_t g = 0; !err && g < ngroups; g++) {
+        Group *gr = &groups[g];
+        if (gr->last != NONE && end > gr->last &&
+            group_account(gr, sums, g, gr->last, end, &runs) < 0) { err = 1; break; }
+        if (gr->run_s != NONE && i64s_push3(&runs, g, gr->run_s, gr->run_e) < 0) { err = 1; break; }
+    }
+    Py_END_ALLOW_THREADS
+    free(flags);
+    free(groups);
+    trelease(b, 8);
+    if (err) {
+        free(runs.p);
+        if (err == 1) return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, err == 2 ? "group_sweep: a group out of range"
+                                                   : "group_sweep: events not sorted by time");
+        return NULL;
+    }
+    PyObject *res = PyBytes_FromStringAndSize((const char *)runs.p,
+                                              (Py_ssize_t)(runs.n * sizeof(int64_t)));
+    free(runs.p);
+    return res;
+}
+
+/* ================================================================ row_timeline ====== */
+
+/* state index of a bin: 0 no state yet, 1 after a state ended, 2 + state for states in
+ * [0, nst), nst + 2 for any other state value */
+#define ST_NONE 0
+#define ST_ENDED 1
+
+typedef struct {
+    int64_t t;
+    int64_t q;    /* query index */
+    int sign;     /* +1 at b, -1 at a */
+} Endpoint;
+
+static int endpoint_less(const void *x, const void *y) {
+    const Endpoint *a = x, *b = y;
+    if (a->t != b->t) return a->t < b->t ? -1 : 1;
+    return a->q < b->q ? -1 : a->q > b->q;
+}
+
+/* counting sort of record indices by slot (stable): order[] gets the indices of slot s in
+ * [start[s], start[s+1]); records with a slot < 0 are left out */
+static int by_slot(const int32_t *slot_of_rec, Py_ssize_t n, Py_ssize_t nslots, int64_t **start_out,
+                   int64_t **order_out) {
+    int64_t *start = calloc((size_t)nslots + 2, sizeof *start);
+    if (!start) return -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (slot_of_rec[i] >= 0) start[slot_of_rec[i] + 1]++;
+    for (Py_ssize_t s = 0; s < nslots; s++) start[s + 1] += start[s];
+    int64_t *order = malloc((size_t)(start[nslots] ? start[nslots] : 1) * sizeof *order);
+    int64_t *fill = malloc(((size_t)nslots + 1) * sizeof *fill);
+    if (!order || !fill) { free(start); free(order); free(fill); return -1; }
+    memcpy(fill, start, ((size_t)nslots + 1) * sizeof *fill);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (slot_of_rec[i] >= 0) order[fill[slot_of_rec[i]]++] = i;
+    free(fill);
+    *start_out = start;
+    *order_out = order;
+    return 0;
+}
+
+typedef struct {
+    /* inputs */
+    const int32_t *st_row, *st_state, *ev_row, *q_row;
+    const int64_t *st_begin, *st_end, *ev_time, *ev_type, *ev_value, *q_a, *q_b;
+    const int32_t *slot_of_row;
+    Py_ssize_t nrows, nslots, nst, nsets;
+    const int64_t *set_types;
+    const uint8_t *set_bits;
+    Py_ssize_t nset_types;
+    int64_t end;
+    const int8_t *bin_col; /* queries: column of each bin (-1: none) */
+    Py_ssize_t ncols;
+    /* outputs */
+    int64_t *row_bins; /* [nslots * nbins], added to (NULL: not wanted) */
+    int64_t *opens;    /* [nslots * nsets]: intervals of positive length of each set */
+    int64_t *q_out;    /* [nq * ncols] */
+} Timeline;
+
+static inline Py_ssize_t state_index(const Timeline *tl, int64_t st) {
+    return (st >= 0 && st < tl->nst) ? (Py_ssize_t)st + 2 : tl->nst + 2;
+}
+
+/* One slot's walk: states (indices into the state columns, by begin), call events (indices,
+ * in time order) and query endpoints (by time). */
+static void walk(const Timeline *tl, Py_ssize_t slot, const int64_t *si, Py_ssize_t ns,
+                 const int64_t *ei, Py_ssize_t ne, const Endpoint *ep, Py_ssize_t nep,
+                 int64_t *cum) {
+    Py_ssize_t nsets = tl->nsets;
+    int64_t *bins = tl->row_bins ? tl->row_bins + slot * ((tl->nst + 3) << nsets) : NULL;
+    int64_t *opens = tl->opens ? tl->opens + slot * nsets : NULL;
+    int64_t open_since[8];
+    unsigned flags = 0;
+    for (int s = 0; s < 8; s++) open_since[s] = NONE;
+    Py_ssize_t st = ST_NONE;
+    int64_t state_end = NONE; /* end of the state the row is in (NONE: in none) */
+    Py_ssize_t a = 0, c = 0, e = 0;
+    int64_t prev = NONE;
+    if (cum) memset(cum, 0, (size_t)tl->ncols * sizeof *cum);
+    for (;;) {
+        int64_t tb = a < ns ? tl->st_begin[si[a]] : INT64_MAX;
+        int64_t te = state_end != NONE ? state_end : INT64_MAX;
+        int64_t tc = c < ne ? tl->ev_time[ei[c]] : INT64_MAX;
+        int64_t tz = flags ? tl->end : INT64_MAX;
+        int64_t t = tb < te ? tb : te;
+        if (tc < t) t = tc;
+        if (tz < t) t = tz;
+        if (t == INT64_MAX) break;
+        if (prev != NONE && t > prev) {
+            Py_ssize_t bin = (st << nsets) | (Py_ssize_t)flags;
+            int col = tl->bin_col ? tl->bin_col[bin] : -1;
+            /* query endpoints inside [prev, t): the sums so far plus the part before them */
+            for (; e < nep && ep[e].t < t; e++) {
+                int64_t *out = tl->q_out + ep[e].q * tl->ncols;
+                int64_t part = ep[e].t > prev ? ep[e].t - prev : 0;
+                for (Py_ssize_t k = 0; k < tl->ncols; k++)
+                    out[k] += ep[e].sign * (cum[k] + (k == col ? part : 0));
+            }
+            if (bins) bins[bin] += t - prev;
+            if (col >= 0 && cum) cum[col] += t - prev;
+        }
+        /* endpoints before the row's first change, or at it: nothing summed before them */
+        for (; e < nep && ep[e].t <= t && prev == NONE; e++) {
+            int64_t *out = tl->q_out + ep[e].q * tl->ncols;
+            for (Py_ssize_t k = 0; k < tl->ncols; k++) out[k] += ep[e].sign * cum[k];
+        }
+        /* the changes at t: a state's end, then states beginning (the last one wins, as
+         * Paraver's file order gives), then the calls */
+        if (te == t) {
+            st = ST_ENDED;
+            state_end = NONE;
+        }
+        while (a < ns && tl->st_begin[si[a]] == t) {
+            int64_t i = si[a++];
+            st = state_index(tl, tl->st_state[i]);
+            state_end = tl->st_end[i] > t ? tl->st_end[i] : NONE;
+        }
+        while (c < ne && tl->ev_time[ei[c]] == t) {
+            int64_t i = ei[c++];
+            unsigned m = (unsigned)bits_of(tl->set_types, tl->set_bits, tl->nset_types,
+                                           tl->ev_type[i]);
+            int on = tl->ev_value[i] != 0;
+            for (Py_ssize_t s = 0; s < nsets; s++) {
+                if (!(m & (1u << s))) continue;
+                if ((flags & (1u << s)) && opens && t > open_since[s]) opens[s]++;
+                if (on) {
+                    flags |= 1u << s;
+                    open_since[s] = t;
+                } else
+                    flags &= ~(1u << s);
+            }
+        }
+        if (tz == t) { /* the window's end closes what is open */
+            for (Py_ssize_t s = 0; s < nsets; s++)
+                if ((flags & (1u << s)) && opens && t > open_since[s]) opens[s]++;
+            flags = 0;
+        }
+        prev = t;
+    }
+    /* endpoints after the row's last change: everything summed */
+    for (; e < nep; e++) {
+        int64_t *out = tl->q_out + ep[e].q * tl->ncols;
+        for (Py_ssize_t k = 0; k < tl->ncols; k++) out[k] += ep[e].sign * cum[k];
+    }
+}
+
+/* row_timeline(st_row, st_begin, st_end, st_state, ev_row, ev_time, ev_type, ev_value,
+ *              slot_of_row, nst, set_types, set_bits, nsets, end, row_bins, opens,
+ *              q_row, q_a, q_b, bin_col, q_out)
+ * Rows with slot_of_row[row] >= 0 are walked; a bin is (state index << nsets) | open sets,
+ * (nst + 3) << nsets of them per slot. row_bins [nslots * nbins] and opens [nslots * nsets]
+ * are added to (None: not wanted); with queries (None: none), q_out [nq * ncols] gets the
+ * time of each column between q_a and q_b on q_row (bin_col: the column of each bin). */
+static PyObject *row_timeline(PyObject *self, PyObject *args) {
+    PyObject *o[21];
+    long long nst, nsets, end;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOLOOLLOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &nst, &o[10], &o[11], &nsets, &end, &o[14],
+                          &o[15], &o[16], &o[17], &o[18], &o[19], &o[20]))
+        return NULL;
+    if (nsets < 0 || nsets > 8 || nst < 0 || nst > 4096) {
+        PyErr_SetString(PyExc_ValueError, "row_timeline: at most 8 sets and 4096 states");
+        return NULL;
+    }
+    enum { STR, STB, STE, STS, EVR, EVT, EVY, EVV, SLOT, TYPES, BITS, BINS, OPENS, QR, QA, QB,
+           BCOL, QOUT, NB };
+    PyObject *objs[NB] = {o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[10], o[11],
+                          o[14], o[15], o[16], o[17], o[18], o[19], o[20]};
+    static const Py_ssize_t size[NB] = {4, 8, 8, 4, 4, 8, 8, 8, 4, 8, 1, 8, 8, 4, 8, 8, 1, 8};
+    static const char *names[NB] = {"st_row", "st_begin", "st_end", "st_state", "ev_row",
+                                    "ev_time", "ev_type", "ev_value", "slot_of_row",
+                                    "set_types", "set_bits", "row_bins", "opens", "q_row",
+                                    "q_a", "q_b", "bin_col", "q_out"};
+    TBuf b[NB];
+    memset(b, 0, sizeof b);
+    for (int i = 0; i < NB; i++)
+        if (tget(objs[i], &b[i], size[i], i == BINS || i == OPENS || i == QOUT, names[i]) < 0) {
+            trelease(b, NB);
+            return NULL;
+        }
+    Timeline tl = {0};
+    Py_ssize_t nstates = tlen(&b[STR]), nev = tlen(&b[EVR]), nq = tlen(&b[QR]);
+    tl.nrows = tlen(&b[SLOT]);
+    tl.nst = nst;
+    tl.nsets = nsets;
+    tl.end = end;
+    tl.nset_types = tlen(&b[TYPES]);
+    Py_ssize_t nbins = (nst + 3) << nsets;
+    tl.nslots = 0;
+    const int32_t *slot_of = b[SLOT].view.buf;
+    for (Py_ssize_t r = 0; r < tl.nrows; r++)
+        if (slot_of[r] >= tl.nslots) tl.nslots = slot_of[r] + 1;
+    int bad = tlen(&b[STB]) != nstates || tlen(&b[STE]) != nstates || tlen(&b[STS]) != nstates ||
+              tlen(&b[EVT]) != nev || tlen(&b[EVY]) != nev || tlen(&b[EVV]) != nev ||
+              tlen(&b[BITS]) != tl.nset_types ||
+              (b[BINS].held && tlen(&b[BINS]) < tl.nslots * nbins) ||
+              (b[OPENS].held && tlen(&b[OPENS]) < tl.nslots * nsets) ||
+              (nq && (tlen(&b[QA]) != nq || tlen(&b[QB]) != nq || !b[BCOL].held ||
+                      tlen(&b[BCOL]) != nbins || !b[QOUT].held));
+    if (!bad && nq) {
+        tl.ncols = tlen(&b[QOUT]) / nq;
+        bad = tl.ncols * nq != tlen(&b[QOUT]);
+    }
+    if (bad) {
+        trelease(b, NB);
+        PyErr_SetString(PyExc_ValueError, "row_timeline: column lengths differ");
+        return NULL;
+    }
+    tl.st_row = b[STR].view.buf; tl.st_begin = b[STB].view.buf; tl.st_end = b[STE].view.buf;
+    tl.st_state = b[STS].view.buf;
+    tl.ev_row = b[EVR].view.buf; tl.ev_time = b[EVT].view.buf; tl.ev_type = b[EVY].view.buf;
+    tl.ev_value = b[EVV].view.buf;
+    tl.slot_of_row = slot_of;
+    tl.set_types = b[TYPES].view.buf; tl.set_bits = b[BITS].view.buf;
+    tl.row_bins = b[BINS].held ? b[BINS].view.buf : NULL;
+    tl.opens = b[OPENS].held ? b[OPENS].view.buf : NULL;
+    tl.q_row = nq ? b[QR].view.buf : NULL; tl.q_a = nq ? b[QA].view.buf : NULL;
+    tl.q_b = nq ? b[QB].view.buf : NULL;
+    tl.bin_col = nq ? b[BCOL].view.buf : NULL;
+    tl.q_out = nq ? b[QOUT].view.buf : NULL;
+    for (Py_ssize_t i = 0; nq && i < nbins; i++)
+        if (tl.bin_col[i] >= tl.ncols) {
+            trelease(b, NB);
+            PyErr_SetString(PyExc_ValueError, "row_timeline: a bin's column out of range");
+            return NULL;
+        }
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* the slot of every record (-1: not walked), then the records of each slot in order */
+    int32_t *st_slot = malloc((size_t)(nstates ? nstates : 1) * sizeof *st_slot);
+    int32_t *ev_slot = malloc((size_t)(nev ? nev : 1) * sizeof *ev_slot);
+    int32_t *q_slot = malloc((size_t)(nq ? nq : 1) * sizeof *q_slot);
+    int64_t *st_start = NULL, *st_order = NULL, *ev_start = NULL, *ev_order = NULL;
+    Endpoint *ep = malloc((size_t)(nq ? 2 * nq : 1) * sizeof *ep);
+    int64_t *ep_start = calloc((size_t)tl.nslots + 2, sizeof *ep_start);
+    int64_t *cum = malloc((size_t)(tl.ncols ? tl.ncols : 1) * sizeof *cum);
+    if (!st_slot || !ev_slot || !q_slot || !ep || !ep_start || !cum) err = 1;
+    for (Py_ssize_t i = 0; !err && i < nstates; i++) {
+        int32_t r = tl.st_row[i];
+        st_slot[i] = (r >= 0 && r < tl.nrows) ? slot_of[r] : -1;
+    }
+    for (Py_ssize_t i = 0; !err && i < nev; i++) {
+        int32_t r = tl.ev_row[i];
+        ev_slot[i] = (r >= 0 && r < tl.nrows && bits_of(tl.set_types, tl.set_bits,
+                                                       tl.nset_types, tl.ev_type[i]))
+                     ? slot_of[r] : -1;
+    }
+    if (!err && (by_slot(st_slot, nstates, tl.nslots, &st_start, &st_order) < 0 ||
+                 by_slot(ev_slot, nev, tl.nslots, &ev_start, &ev_order) < 0))
+        err = 1;
+    if (!err && nq) {
+        /* query endpoints grouped by slot, by time inside a slot */
+        for (Py_ssize_t q = 0; q < nq; q++) {
+            int32_t r = tl.q_row[q];
+            q_slot[q] = (r >= 0 && r < tl.nrows) ? slot_of[r] : -1;
+            if (q_slot[q] >= 0) ep_start[q_slot[q] + 1] += 2;
+        }
+        for (Py_ssize_t s = 0; s < tl.nslots; s++) ep_start[s + 1] += ep_start[s];
+        int64_t *fill = malloc(((size_t)tl.nslots + 1) * sizeof *fill);
+        if (!fill) err = 1;
+        else {
+            memcpy(fill, ep_start, ((size_t)tl.nslots + 1) * sizeof *fill);
+            for (Py_ssize_t q = 0; q < nq; q++) {
+                if (q_slot[q] < 0) continue;
+                ep[fill[q_slot[q]]++] = (Endpoint){tl.q_a[q], q, -1};
+                ep[fill[q_slot[q]]++] = (Endpoint){tl.q_b[q], q, 1};
+            }
+            free(fill);
+            for (Py_ssize_t s = 0; s < tl.nslots; s++)
+                qsort(ep + ep_start[s], (size_t)(ep_start[s + 1] - ep_start[s]), sizeof *ep,
+                      endpoint_less);
+        }
+        memset(tl.q_out, 0, (size_t)(nq * tl.ncols) * sizeof(int64_t));
+    }
+    for (Py_ssize_t s = 0; !err && s < tl.nslots; s++)
+        walk(&tl, s, st_order + st_start[s], st_start[s + 1] - st_start[s],
+             ev_order + ev_start[s], ev_start[s + 1] - ev_start[s], ep + ep_start[s],
+             ep_start[s + 1] - ep_start[s], nq ? cum : NULL);
+    free(st_slot); free(ev_slot); free(q_slot); free(st_start); free(st_order);
+    free(ev_start); free(ev_order); free(ep); free(ep_start); free(cum);
+    Py_END_ALLOW_THREADS
+    trelease(b, NB);
+    if (err) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef timeline_methods[] = {
+    {"group_sweep", group_sweep, METH_VARARGS,
+     "group_sweep(ev_row, ev_time, ev_type, ev_value, group_of_row, set_types, set_bits, end, "
+     "sums) -> bytes of the ACTIVE runs (group, start, end): see _timeline.c"},
+    {"row_timeline", row_timeline, METH_VARARGS,
+     "row_timeline(st_row, st_begin, st_end, st_state, ev_row, ev_time, ev_type, ev_value, "
+     "slot_of_row, nst, set_types, set_bits, nsets, end, row_bins, opens, q_row, q_a, q_b, "
+     "bin_col, q_out): time per (state, open sets) of rows, and per query: see _timeline.c"},
+    {NULL, NULL, 0, NULL},
+};
+
+int timeline_register(PyObject *m) { return PyModule_AddFunctions(m, timeline_methods); }

@@ -1,0 +1,200 @@
+"""The analysis' compiled sweeps (engine/_timeline.c, analysis/timeline.py) against brute
+force: the state of every instant computed from the records directly (Paraver's Last Evt
+Val: a set is open from an event of it with a value != 0 to the next event of the set on the
+row, or the window's end), on random windows and on hand-made cases whose numbers are known.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsys2prv.analysis import idle
+from nsys2prv.analysis.timeline import (NSUMS, NST, GroupSweep, RowTimeline, between,
+                                        set_table, state_bin)
+from nsys2prv.paraver.read import Trace
+
+KERNEL, NCCL, MEMOP, OTHER = 10, 11, 12, 13
+CALL_A, CALL_B = 20, 21
+
+
+def _trace(events: list[tuple[int, int, int, int]], states=(), nrows: int = 3,
+           end: int = 100, devices: list[int] | None = None) -> Trace:
+    """A window of `nrows` rows: events (row, time, type, value) in time order, states
+    (row, begin, end, state)."""
+    rows = pl.DataFrame({"row": pl.Series(range(nrows), dtype=pl.Int32),
+                         "task_index": [0] * nrows,
+                         "device": devices if devices is not None else [0] * nrows})
+    ev = pl.DataFrame(events, schema={"row": pl.Int32, "time": pl.Int64, "type": pl.Int64,
+                                      "value": pl.Int64}, orient="row")
+    ev = ev.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("seq"))
+    sts = pl.DataFrame(list(states), schema={"row": pl.Int32, "begin": pl.Int64,
+                                             "end": pl.Int64, "state": pl.Int32}, orient="row")
+    return Trace(Path("x.prv"), end, rows, ev, sts)
+
+
+def _open_at(events, row: int, types, x: int, end: int) -> bool:
+    """Is a set open on `row` at instant x (brute force)?"""
+    last = [v for r, t, ty, v in events if r == row and ty in types and t <= x]
+    return x < end and bool(last) and last[-1] != 0
+
+
+def _changes(events, states, rows, end: int) -> list[int]:
+    cuts = {t for r, t, _, _ in events if r in rows} | {end}
+    cuts |= {b for r, b, _, _ in states if r in rows} | {e for r, _, e, _ in states if r in rows}
+    return sorted(c for c in cuts if c <= end)
+
+
+EVENTS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60),
+                            st.sampled_from([KERNEL, NCCL, MEMOP, OTHER]),
+                            st.sampled_from([0, 0, 1, 7])), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(EVENTS, st.lists(st.integers(0, 1), min_size=3, max_size=3))
+def test_group_sweep_equals_the_counts_of_every_instant(raw, devices):
+    events = sorted(raw, key=lambda e: e[1])
+    end = 80
+    sweep = GroupSweep(_trace([], nrows=3, devices=devices).rows,
+                       pl.col("device"), KERNEL, NCCL, MEMOP)
+    runs = sweep.add(_trace(events, end=end, devices=devices))
+    got = sweep.result()
+    sets = {"k": (KERNEL, NCCL), "c": (KERNEL,), "n": (NCCL,), "a": (KERNEL, NCCL, MEMOP)}
+    for g in sorted(set(devices)):
+        rows = [r for r in range(3) if devices[r] == g]
+        want = dict.fromkeys(NSUMS, 0)
+        active = []
+        first = min((t for r, t, ty, _ in events if r in rows and ty != OTHER), default=end)
+        cuts = [c for c in _changes(events, [], rows, end) if c >= first]
+        for x, y in zip(cuts, cuts[1:]):
+            n = {k: sum(_open_at(events, r, types, x, end) for r in rows)
+                 for k, types in sets.items()}
+            d = y - x
+            want["useful_talp"] += d * (n["k"] > 0)
+            want["comm_talp"] += d * (n["a"] > 0 and n["k"] == 0)
+            want["useful_nccl"] += d * (n["c"] > 0)
+            want["comm_nccl"] += d * (n["a"] > 0 and n["c"] == 0)
+            want["active"] += d * (n["a"] > 0)
+            want["nccl_time"] += d * (n["n"] > 0)
+            want["hidden_comm"] += d * (n["n"] > 0 and n["c"] > 0)
+            if n["k"]:
+                want[f"l{min(n['k'], 3)}"] += d
+                if n["n"]:
+                    want[f"lc{min(n['k'], 3)}"] += d
+            if n["a"] and d:
+                if active and active[-1][1] == x:
+                    active[-1][1] = y
+                else:
+                    active.append([x, y])
+        row = got.filter(pl.col("g") == g)
+        assert {k: row[k].item() for k in NSUMS} == want
+        assert runs.filter(pl.col("g") == g).select("start", "end").rows() == \
+            [tuple(a) for a in active]
+
+
+STATES = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 15), st.integers(0, 10),
+                            st.sampled_from([1, 2, 5, 9, 12, 99])), max_size=12)
+
+
+def _tile(raw) -> list[tuple[int, int, int, int]]:
+    """Disjoint states per row from (row, length, gap before, state)."""
+    out, at = [], {0: 0, 1: 0, 2: 0}
+    for row, length, gap, state in raw:
+        b = at[row] + gap
+        out.append((row, b, b + length, state))
+        at[row] = b + length
+    return sorted(out, key=lambda s: s[1])
+
+
+def _state_at(states, row: int, x: int):
+    return next((s for r, b, e, s in states if r == row and b <= x < e), None)
+
+
+CALLS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 90),
+                           st.sampled_from([CALL_A, CALL_B, OTHER]), st.sampled_from([0, 3])),
+                 max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(CALLS, STATES, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 100),
+                                         st.integers(0, 60)), max_size=8))
+def test_row_timeline_equals_the_state_of_every_instant(raw_calls, raw_states, raw_queries):
+    events = sorted(raw_calls, key=lambda e: e[1])
+    states = _tile(raw_states)
+    end = 100
+    states = [(r, b, min(e, end), s) for r, b, e, s in states if b < end]
+    window = _trace(events, states, end=end)
+    walked = [0, 2]
+    sets = [(CALL_A,), (CALL_A, CALL_B)]
+    tl = RowTimeline(3, walked, sets)
+    tl.add(window)
+    # a column per (state, open sets) as the cause table does: here, 4 columns
+    column = np.full((NST + 3) << 2, -1, dtype=np.int8)
+    for index in range(NST + 3):
+        for flags in range(4):
+            column[(index << 2) | flags] = flags if index == state_bin(5) or flags else -1
+    queries = pl.DataFrame([(r, a, a + w) for r, a, w in raw_queries],
+                           schema={"row": pl.Int32, "a": pl.Int64, "b": pl.Int64}, orient="row")
+    got = between(window, walked, 3, sets, column, 4, queries)
+    for slot, row in enumerate(walked):
+        # the row's changes: its states' edges, its calls, and the window's end when a
+        # call is still open there (the timeline ends at its last change)
+        calls = [(t, ty, v) for r, t, ty, v in events if r == row and ty != OTHER]
+        cuts = {b for r, b, _, _ in states if r == row} | \
+            {e for r, _, e, _ in states if r == row} | {t for t, _, _ in calls}
+        if any([v for _, ty, v in calls if ty in s][-1:] not in ([], [0]) for s in sets):
+            cuts.add(end)
+        cuts = sorted(cuts)
+        bins = np.zeros_like(tl.bins[slot])
+        per_query = {}
+        for x, y in zip(cuts, cuts[1:]):
+            state = _state_at(states, row, x)
+            ended = state is None and any(r == row and e <= x for r, _, e, _ in states)
+            index = state_bin(state) if state is not None else (1 if ended else 0)
+            flags = sum(1 << i for i, s in enumerate(sets) if _open_at(events, row, s, x, end))
+            bins[(index << 2) | flags] += y - x
+            for q, (qr, a, b) in enumerate(queries.rows()):
+                c = column[(index << 2) | flags]
+                if qr == row and c >= 0:
+                    per_query[(q, int(c))] = per_query.get((q, int(c)), 0) + \
+                        max(0, min(y, b) - max(x, a))
+        assert tl.bins[slot].tolist() == bins.tolist()
+        for q, (qr, _, _) in enumerate(queries.rows()):
+            if qr == row:
+                assert got[q].tolist() == [per_query.get((q, c), 0) for c in range(4)]
+    for q, (qr, _, _) in enumerate(queries.rows()):
+        if qr not in walked:
+            assert not got[q].any()
+
+
+def test_calls_open_at_the_window_end_close_there():
+    """A row with no state: a call open until the window's end counts up to it (and no
+    further), a state ended with nothing after it counts nothing more."""
+    sets = [(CALL_A,)]
+    window = _trace([(0, 10, CALL_A, 3), (1, 30, CALL_A, 3), (1, 40, CALL_A, 0)],
+                    [(1, 0, 20, 1)], end=50)
+    tl = RowTimeline(3, [0, 1], sets)
+    tl.add(window)
+    assert tl.time(open_set=0).tolist() == [40, 10]
+    assert tl.time([1]).tolist() == [0, 20]
+    assert tl.opens[:, 0].tolist() == [1, 1]
+    # the causes: row 0 in a CUDA call with no state, row 1 running then no state then in
+    # an OS call with no state
+    pieces = pl.DataFrame({"qid": [0, 1], "row": pl.Series([0, 1], dtype=pl.Int32),
+                           "a": [0, 0], "b": [100, 100]})
+    cause_sets = {k: v for k, v in idle.CALL_SETS.items()}
+    cause_sets["cuda"] = (CALL_A,)
+    got = between(window, [0, 1], 3, list(cause_sets.values()), idle.CAUSE_COLUMNS,
+                  len(idle.CAUSE_KEYS), pieces)
+    named = [{k: int(v) for k, v in zip(idle.CAUSE_KEYS, r) if v} for r in got]
+    assert named == [{"cuda_other": 40}, {"host_compute": 20, "no_data": 10, "cuda_other": 10}]
+
+
+def test_set_table_bits():
+    types, bits = set_table([(5, 3), (3,), (9,)])
+    assert types.tolist() == [3, 5, 9]
+    assert bits.tolist() == [0b011, 0b001, 0b100]
