@@ -326,10 +326,10 @@ def test_real_pair_path_and_idle_agree(tmp_path):
 
 def test_nvtx_innermost_equals_the_paired_ranges():
     """The range a run is reported in (`NvtxStacks.innermost`, from the raw push/pop
-    events) is the innermost of the closed ranges that `pair_stacked` pairs, at every
-    instant of random nested sequences on two rows and two domains, a range left open at
-    the end included."""
-    from nsys2prv.analysis.activities import pair_stacked
+    events) is the innermost of the closed ranges that the activities' pairing
+    (`timeline.Spans`) pairs, at every instant of random nested sequences on two rows and
+    two domains, a range left open at the end included."""
+    from nsys2prv.analysis.timeline import Spans
 
     rng = np.random.default_rng(7)
     rows, times, types, values = [], [], [], []
@@ -350,9 +350,10 @@ def test_nvtx_innermost_equals_the_paired_ranges():
                        "type": np.array(types, np.int64)[order],
                        "value": np.array(values, np.int64)[order]})
     ev = ev.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("seq"))
-    pending = pl.DataFrame(schema={**ev.schema, "level": pl.Int64})
-    ranges, _ = pair_stacked(ev, pending)
-    ranges = ranges.with_columns((pl.col("start") + pl.col("dur")).alias("end"))
+    _, closed = Spans((), (), (9200, 9201), None, 6).add(ev)
+    ranges = pl.DataFrame({"row": closed[:, 0], "type": closed[:, 1], "value": closed[:, 2],
+                           "start": closed[:, 3], "end": closed[:, 3] + closed[:, 4],
+                           "level": closed[:, 5]})
     names = {t: {v: f"{t}:{v}" for v in range(1, 6)} for t in (9200, 9201)}
     stacks = C.NvtxStacks(ev["row"].to_numpy(), ev["time"].to_numpy(), ev["type"].to_numpy(),
                           ev["value"].to_numpy(), names)

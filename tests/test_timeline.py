@@ -198,3 +198,55 @@ def test_set_table_bits():
     types, bits = set_table([(5, 3), (3,), (9,)])
     assert types.tolist() == [3, 5, 9]
     assert bits.tolist() == [0b011, 0b001, 0b100]
+
+
+SPAN_EVENTS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40),
+                                 st.sampled_from([KERNEL, MEMOP, CALL_A, OTHER, 99]),
+                                 st.sampled_from([0, 0, 1, 5])), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SPAN_EVENTS, st.lists(st.integers(0, 40), max_size=3))
+def test_spans_pair_like_paraver_across_windows(raw, cuts):
+    """Flat types: an event with a value opens a span that the next event of its row and
+    type closes; a kernel takes the full name (type 99) given on its row at its start time
+    (the last one before it opens, else the first before it closes);
+    stacked (CALL_A): push and pop, a pop with nothing open dropped. The windows' edges
+    change nothing."""
+    from nsys2prv.analysis.timeline import Spans
+
+    events = sorted(raw, key=lambda e: e[1])
+    flat_want, stacked_want = [], []
+    for row in range(3):
+        for typ in (KERNEL, MEMOP):
+            mine = [(i, t, v) for i, (r, t, ty, v) in enumerate(events)
+                    if r == row and ty == typ]
+            for (i, t, v), (i2, t2, _) in zip(mine, mine[1:]):
+                if v:
+                    def fulls(part):
+                        return [fv for r, ft, ty, fv in part
+                                if r == row and ty == 99 and ft == t and fv]
+                    # the last given before it opened, else the first until it closes
+                    before, after = fulls(events[:i]), fulls(events[i:i2])
+                    full = (before[-1] if before else after[0] if after else None) \
+                        if typ == KERNEL else None
+                    flat_want.append((row, typ, v, t, t2 - t, full))
+        stack = []
+        for r, t, ty, v in events:
+            if r == row and ty == CALL_A:
+                if v:
+                    stack.append((t, v))
+                elif stack:
+                    s, sv = stack.pop()
+                    stacked_want.append((row, CALL_A, sv, s, t - s, len(stack) + 1))
+    spans = Spans((KERNEL, MEMOP), (KERNEL,), (CALL_A,), 99, 3)
+    frame = _trace(events).events
+    bounds = sorted({0, *(sum(1 for e in events if e[1] < c) for c in cuts), len(events)})
+    flat, stacked = [], []
+    for lo, hi in zip(bounds, bounds[1:]):
+        f, s = spans.add(frame.slice(lo, hi - lo))
+        flat += [tuple(int(x) for x in r) for r in f]
+        stacked += [tuple(int(x) for x in r) for r in s]
+    nul = np.iinfo(np.int64).min
+    assert sorted(flat) == sorted((*w[:5], nul if w[5] is None else w[5]) for w in flat_want)
+    assert sorted(stacked) == sorted(stacked_want)

@@ -15,11 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
+from ..engine import NUL
 from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
+from .timeline import Spans
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
@@ -108,54 +111,6 @@ def _empty(schema: dict) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def pair_next(events: pl.DataFrame, pending: pl.DataFrame
-              ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Spans of types where an event closes the one before it on the row (value != 0 opens
-    a span, the next event of the type ends it). Returns the closed spans and the events
-    still open (to prepend to the next window's). `events` come in file order (a window's
-    order), after `pending`: the next event of a (row, type) is the next one of its group,
-    no sort needed (5x faster than sorting)."""
-    ev = pl.concat([pending, events])
-    nxt = pl.col("time").shift(-1).over("row", "type")
-    ev = ev.with_columns(nxt.alias("next"))
-    opened = pl.col("value") != 0
-    closed = (ev.filter(opened & pl.col("next").is_not_null())
-              .select("row", "type", "value", pl.col("time").alias("start"),
-                      (pl.col("next") - pl.col("time")).alias("dur")))
-    still = ev.filter(opened & pl.col("next").is_null()).select(list(_EVENTS))
-    return closed, still
-
-
-def pair_stacked(events: pl.DataFrame, pending: pl.DataFrame
-                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Spans of nesting types (push = value != 0, pop = 0): a pop closes the latest open
-    push of its row and type. Levels come from a running depth per (row, type), so pairs are
-    consecutive once sorted by (row, type, level, seq); `pending` holds the open pushes with
-    their level in `value`'s companion column `level`. Unbalanced pops are dropped."""
-    base = pending.group_by("row", "type").agg(pl.len().cast(pl.Int64).alias("base"))
-    delta = pl.when(pl.col("value") != 0).then(1).otherwise(-1)
-    ev = (events.join(base, on=["row", "type"], how="left")
-          .sort("row", "type", "seq")
-          .with_columns((delta.cum_sum().over("row", "type") + pl.col("base").fill_null(0))
-                        .alias("depth"))
-          .with_columns(pl.when(pl.col("value") != 0).then(pl.col("depth"))
-                        .otherwise(pl.col("depth") + 1).alias("level"))
-          .drop("base", "depth"))
-    ev = pl.concat([pending, ev]).filter(pl.col("level") > 0).sort("row", "type", "level",
-                                                                    "seq")
-    nxt_value = pl.col("value").shift(-1).over("row", "type", "level")
-    nxt_time = pl.col("time").shift(-1).over("row", "type", "level")
-    ev = ev.with_columns(nxt_value.alias("nv"), nxt_time.alias("nt"))
-    push = pl.col("value") != 0
-    closed = (ev.filter(push & (pl.col("nv") == 0))
-              .select("row", "type", "value", pl.col("time").alias("start"),
-                      (pl.col("nt") - pl.col("time")).alias("dur"), "level"))
-    # an open push is one not followed by its pop; a later push at the same level means its
-    # pop was lost: it is not open any more
-    still = ev.filter(push & pl.col("nv").is_null()).select(*_EVENTS, "level")
-    return closed, still
-
-
 def _names(pcf: Path) -> dict[int, dict[int, str]]:
     """type -> {value: label} of a .pcf, labels whole (they hold spaces: kernel signatures,
     NVTX texts, 'memcpy Host-to-Device')."""
@@ -217,7 +172,10 @@ class ActivityCollector:
     """Collects a trace's activities window by window: give it every window of
     `windows(path, collector.types, state_rows="cpu")` in order (`add`), then `result`.
     The analysis' own pass can feed it (`model.analyze_path(observers=...)`), so that the
-    comparison reads each trace once for both."""
+    comparison reads each trace once for both. The pairing is compiled (`timeline.Spans`):
+    a value event and the next event of its row and type (kernels, with the full name at
+    their start; memory operations; NVTX start/end lanes), a push and its pop (NVTX
+    push/pop), what is still open handed from window to window."""
 
     def __init__(self, path: Source) -> None:
         self.path = source_path(path)
@@ -230,75 +188,49 @@ class ActivityCollector:
         self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
                                                      if t in STARTEND]
         self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME})
-        self._pend_flat = _empty(_EVENTS)
-        self._pend_stack = _empty({**_EVENTS, "level": pl.Int64})
-        self._spans: list[pl.DataFrame] = []
-        self._stacked: list[pl.DataFrame] = []
-        self._kernels: list[pl.DataFrame] = []
-        self._has_full = FULL_NAME in self.labels
-        self._pend_kernels = _empty(_KERNELS)
-        self._pend_full = _empty({"row": pl.Int32, "start": pl.Int64, "full": pl.Int64})
-        self._sync: list[pl.DataFrame] = []
+        self._spans = Spans(self.flat, [KERNEL, NCCL_KERNEL], self.pushpop,
+                            FULL_NAME if FULL_NAME in self.labels else None,
+                            self.layout.rows.height)
+        self._flat: list[np.ndarray] = []
+        self._stacked: list[np.ndarray] = []
         self._end = self.layout.end
-        self._cpu_rows = self.layout.rows.filter(pl.col("kind") == "cpu")["row"]
+        self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
+        self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
+        self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
 
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
-        ev = w.events.slice(w.carried).filter(pl.col("type").is_in(list(self.types)))
-        if ev.height:
-            done, self._pend_flat = pair_next(ev.filter(pl.col("type").is_in(self.flat)),
-                                              self._pend_flat)
-            kinds = pl.col("type").is_in([KERNEL, NCCL_KERNEL])
-            self._add_kernels(done.filter(kinds), ev)
-            self._spans.append(done.filter(~kinds))
-            if self.pushpop:
-                done, self._pend_stack = pair_stacked(
-                    ev.filter(pl.col("type").is_in(self.pushpop)), self._pend_stack)
-                self._stacked.append(done)
-        self._sync.append(_sync(w, self._cpu_rows))
-
-    def _add_kernels(self, done: pl.DataFrame, ev: pl.DataFrame) -> None:
-        """Closed kernels with their demangled name, kept compact (the full-name event is at
-        the kernel's start: it is held until the kernel closes; a start and its full name
-        that a window edge separates meet in the next window)."""
-        spans = pl.concat([self._pend_kernels, done.select(
-            "row", "start", "dur", pl.col("value").cast(pl.Int32).alias("name"),
-            (pl.col("type") == NCCL_KERNEL).alias("nccl"))])
-        if not self._has_full:
-            self._kernels.append(spans.with_columns(pl.col("name").alias("full"))
-                                 .select(list(_KERNEL_COLUMNS)))
-            return
-        fulls = pl.concat([self._pend_full, ev.filter(
-            (pl.col("type") == FULL_NAME) & (pl.col("value") != 0))
-            .select("row", pl.col("time").alias("start"), pl.col("value").alias("full"))])
-        j = spans.join(fulls, on=["row", "start"], how="left")
-        self._kernels.append(j.filter(pl.col("full").is_not_null())
-                             .with_columns(pl.col("full").cast(pl.Int32))
-                             .select(list(_KERNEL_COLUMNS)))
-        self._pend_kernels = j.filter(pl.col("full").is_null()).select(list(_KERNELS))
-        self._pend_full = fulls.join(spans.select("row", "start"), on=["row", "start"],
-                                     how="anti")
+        flat, stacked = self._spans.add(w.events.slice(w.carried))
+        self._flat.append(flat)
+        self._stacked.append(stacked)
+        st = w.states
+        if st.height:  # time in the Synchronization state of each CPU row
+            row = st["row"].to_numpy()
+            sync = (st["state"].to_numpy() == SYNC_STATE) & self._cpu[row]
+            dur = (st["end"].to_numpy() - st["begin"].to_numpy())[sync]
+            np.add.at(self._sync, row[sync], dur)
+            self._sync_seen[row[sync]] = True
 
     def result(self, window: tuple[int, int] | None = None) -> Activities:
         names, labels = self.names, self.labels
         nvtx_types = self.nvtx_types
-        flat_spans = pl.concat(self._spans) if self._spans else _empty(_SPANS)
-        stack_spans = (pl.concat(self._stacked) if self._stacked
-                       else _empty({**_SPANS, "level": pl.Int64}))
+        flat = _spans_frame(self._flat, "full")
+        stack_spans = _spans_frame(self._stacked, "level")
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
-            flat_spans = flat_spans.filter(inside)
+            flat = flat.filter(inside)
             stack_spans = stack_spans.filter(inside)
-        # kernels whose full name never came (a trace without it for some): the short one
-        rest = self._pend_kernels.with_columns(pl.col("name").alias("full")) \
-            .select(list(_KERNEL_COLUMNS))
-        kernels = pl.concat(self._kernels + [rest])
-        self._kernels = []
-        if window is not None:
-            kernels = kernels.filter((pl.col("start") >= window[0])
-                                     & (pl.col("start") < window[1]))
-        kernels = kernels.sort("start", "row")
+        kinds = pl.col("type").is_in([KERNEL, NCCL_KERNEL])
+        name = pl.col("value").cast(pl.Int32)
+        # a kernel whose full name never came (a trace without it for some): the short one
+        kernels = (flat.filter(kinds)
+                   .select("row", "start", "dur", name.alias("name"),
+                           pl.when(pl.col("full") == NUL).then(name)
+                           .otherwise(pl.col("full").cast(pl.Int32)).alias("full"),
+                           (pl.col("type") == NCCL_KERNEL).alias("nccl"))
+                   .sort("start", "row"))
+        flat_spans = flat.filter(~kinds)
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
                   .sort("start", "row"))
@@ -322,8 +254,9 @@ class ActivityCollector:
                   .select("row", "start", "dur", pl.col("value").alias("name"), "type",
                           "level", "top")
                   .sort("start", "row"))
-        sync_rows = (pl.concat(self._sync).group_by("row").agg(pl.col("dur").sum()).sort("row")
-                     if self._sync else _empty({"row": pl.Int32, "dur": pl.Int64}))
+        seen = np.nonzero(self._sync_seen)[0]
+        sync_rows = pl.DataFrame({"row": pl.Series(seen, dtype=pl.Int32),
+                                  "dur": self._sync[seen]})
         domains = pl.DataFrame({"type": list(nvtx_types),
                                 "domain": [_domain_of(labels[t]) if t in PUSHPOP else None
                                            for t in nvtx_types]},
@@ -331,6 +264,13 @@ class ActivityCollector:
         return Activities(self.path, self._end, self.layout.rows, kernels, memops, ranges,
                           sync_rows, _table(names.get(KERNEL, {})),
                           _table(names.get(MEMOP, {})), _table(nvtx_names), domains)
+
+
+def _spans_frame(parts: list[np.ndarray], last: str) -> pl.DataFrame:
+    """The spans `Spans.add` returned, as one frame (row, type, value, start, dur, `last`)."""
+    a = np.concatenate(parts) if parts else np.empty((0, 6), dtype=np.int64)
+    return pl.DataFrame({"row": a[:, 0].astype(np.int32), "type": a[:, 1], "value": a[:, 2],
+                         "start": a[:, 3], "dur": a[:, 4], last: a[:, 5]})
 
 
 def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:
@@ -342,11 +282,6 @@ def read_activities(path: Source, window: tuple[int, int] | None = None) -> Acti
     for w in windows(path, collector.types, state_rows="cpu"):
         collector.add(w)
     return collector.result(window)
-
-
-def _sync(w: Trace, cpu_rows: pl.Series) -> pl.DataFrame:
-    return (w.states.filter((pl.col("state") == SYNC_STATE) & pl.col("row").is_in(cpu_rows.to_list()))
-            .group_by("row").agg((pl.col("end") - pl.col("begin")).sum().alias("dur")))
 
 
 def range_instances(acts: Activities) -> pl.DataFrame:

@@ -52,7 +52,8 @@ from ..errors import UsageError
 from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
 from ..paraver.registry import mpi as mpi_reg
-from .activities import PUSHPOP, _names, _type_labels, pair_next
+from .activities import PUSHPOP, _names, _type_labels
+from .timeline import Spans
 
 KERNEL, NCCL_KERNEL, MEMOP = cuda.CUDA_KERNEL, cuda.NCCL_KERNEL, cuda.MEMORY_OPERATION
 CUDA_CALL = cuda.CUDA_CALL
@@ -144,10 +145,9 @@ class GraphCollector:
         self.path = source_path(path)
         self.layout = read_layout(path)
         self.end = self.layout.end
-        # the work's begin events still open
-        self._pending = pl.DataFrame(schema={"row": pl.Int32, "time": pl.Int64,
-                                             "type": pl.Int64, "value": pl.Int64,
-                                             "seq": pl.Int64})
+        # the work: a value event to the next event of its row and type, paired across
+        # windows
+        self._work = Spans(sorted(TYPES), (), (), None, self.layout.rows.height)
         # the NVTX push/pop ranges of the trace's domains: what the path's runs are in
         self.pushpop = [t for t in _type_labels(companion(self.path, ".pcf"))
                         if t in PUSHPOP]
@@ -163,13 +163,12 @@ class GraphCollector:
     def add(self, w: Trace) -> None:
         self.end = max(self.end, w.end)
         ev = w.events.slice(w.carried)
-        work = ev.filter(pl.col("type").is_in(list(TYPES)))
-        if work.height or self._pending.height:
-            done, self._pending = pair_next(work, self._pending)
-            if done.height:
-                self._iv.append(done.select(
-                    "row", "start", (pl.col("start") + pl.col("dur")).alias("end"),
-                    pl.col("type").cast(pl.Int32), pl.col("value").cast(pl.Int32)))
+        done, _ = self._work.add(ev)
+        if len(done):
+            self._iv.append(pl.DataFrame({
+                "row": done[:, 0].astype(np.int32), "start": done[:, 3],
+                "end": done[:, 3] + done[:, 4], "type": done[:, 1].astype(np.int32),
+                "value": done[:, 2].astype(np.int32)}))
         if self.pushpop:
             nv = ev.filter(pl.col("type").is_in(self.pushpop))
             if nv.height:

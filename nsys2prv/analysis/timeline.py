@@ -11,6 +11,9 @@ next event of the set there, or the window's end). Two sweeps:
 * `RowTimeline` — per row of a few (host threads): time per (state, open call sets), and
   `between`: the time of each column of a (state, open sets) -> column map between two
   instants of a row (the causes of a GPU gap).
+
+And `Spans`, every activity paired across windows, and `last_events`, what a window carries
+into the next.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from ..engine._engine import group_sweep, row_timeline
+from ..engine._engine import Spans as _Spans
+from ..engine._engine import group_sweep, last_events, row_timeline
 from ..paraver.read import Trace
 
 NSUMS = ("useful_talp", "comm_talp", "useful_nccl", "comm_nccl", "active", "nccl_time",
@@ -134,3 +138,40 @@ def between(window: Trace, rows: Sequence[int], nrows: int, sets: Sequence[Seque
                  _col(queries, "b", np.int64), np.ascontiguousarray(column, dtype=np.int8),
                  out)
     return out
+
+
+class Spans:
+    """Activities as spans, paired across the windows given to `add` in order: an event
+    with a value != 0 of a `flat` type opens a span that the next event of its row and type
+    closes (kernels among them take the value of the `full` name event at their start on
+    their row); a `stacked` type nests: a value pushes, 0 pops the innermost (a pop with
+    nothing open is dropped). What is still open waits for the next window."""
+
+    def __init__(self, flat: Sequence[int], kernels: Sequence[int], stacked: Sequence[int],
+                 full: int | None, nrows: int) -> None:
+        kinds = {int(t): 1 for t in flat}
+        kinds.update({int(t): 2 for t in kernels})
+        kinds.update({int(t): 3 for t in stacked})
+        if full is not None:
+            kinds[int(full)] = 4
+        types = sorted(kinds)
+        self._spans = _Spans(np.array(types, dtype=np.int64),
+                             np.array([kinds[t] for t in types], dtype=np.uint8), nrows)
+
+    def add(self, events: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """The spans that closed in `events` (row, time, type, value; the window's own, not
+        the values carried into it), in the order they closed: flat [n, 6] (row, type,
+        value, start, dur, full name or NUL) and stacked [n, 6] (row, type, value, start,
+        dur, level: 1 outermost)."""
+        ev = events
+        flat, stacked = self._spans.add(_col(ev, "row", np.int32), _col(ev, "time", np.int64),
+                                        _col(ev, "type", np.int64), _col(ev, "value", np.int64))
+        return (np.frombuffer(flat, dtype=np.int64).reshape(-1, 6),
+                np.frombuffer(stacked, dtype=np.int64).reshape(-1, 6))
+
+
+def last_of_each(events: pl.DataFrame) -> pl.DataFrame:
+    """The last event of every (row, type) of `events`, in their order."""
+    idx = np.frombuffer(last_events(_col(events, "row", np.int32),
+                                    _col(events, "type", np.int64)), dtype=np.int64)
+    return events[idx]

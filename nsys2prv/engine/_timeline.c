@@ -18,6 +18,14 @@
  *               summed per row; and, for queries (row, a, b), the time of each column of a
  *               bin -> column map between a and b (the causes of a GPU gap on the host
  *               thread that launched the work after it).
+ *
+ * Spans         every activity of a trace as one span, paired across windows: a value
+ *               event and the next event of its (row, type) (kernels, memory operations,
+ *               NVTX start/end lanes; a kernel takes the full-name event at its start), or
+ *               a push and its pop (NVTX push/pop types nest).
+ *
+ * last_events   the last event of each (row, type) of a window: what is carried into the
+ *               next one.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -454,9 +462,9 @@ static PyObject *row_timeline(PyObject *self, PyObject *args) {
         st_slot[i] = (r >= 0 && r < tl.nrows) ? slot_of[r] : -1;
     }
     for (Py_ssize_t i = 0; !err && i < nev; i++) {
-        int32_t r = tl.ev_row[i];
-        ev_slot[i] = (r >= 0 && r < tl.nrows && bits_of(tl.set_types, tl.set_bits,
-                                                       tl.nset_types, tl.ev_type[i]))
+        int32_t r = tl.ev_row[i];  /* the row first: most events are on rows not walked */
+        ev_slot[i] = (r >= 0 && r < tl.nrows && slot_of[r] >= 0 &&
+                      bits_of(tl.set_types, tl.set_bits, tl.nset_types, tl.ev_type[i]))
                      ? slot_of[r] : -1;
     }
     if (!err && (by_slot(st_slot, nstates, tl.nslots, &st_start, &st_order) < 0 ||
@@ -498,6 +506,296 @@ static PyObject *row_timeline(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ================================================================ Spans ============= */
+
+enum { K_FLAT = 1, K_KERNEL = 2, K_STACKED = 3, K_FULL = 4 };
+
+typedef struct {
+    int64_t start, value, full; /* start NONE: no span open */
+} OpenSpan;
+
+typedef struct {
+    int64_t *start, *value;
+    int32_t n, cap;
+} Stack;
+
+typedef struct {
+    PyObject_HEAD
+    int64_t *types;  /* sorted */
+    uint8_t *kinds;  /* K_* of each type */
+    Py_ssize_t ntypes, nrows;
+    OpenSpan *open;  /* [nrows * ntypes] */
+    Stack *stacks;   /* [nrows * ntypes] */
+    int64_t *full_t, *full_v; /* per row: the last full-name event */
+    int kernel_types[2];
+    int nkernel;
+} Spans;
+
+static void Spans_dealloc(Spans *self) {
+    if (self->stacks)
+        for (Py_ssize_t i = 0; i < self->nrows * self->ntypes; i++) {
+            free(self->stacks[i].start);
+            free(self->stacks[i].value);
+        }
+    free(self->stacks);
+    free(self->open);
+    free(self->types);
+    free(self->kinds);
+    free(self->full_t);
+    free(self->full_v);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Spans(types, kinds, nrows): types sorted (int64), kinds (uint8: 1 flat, 2 kernel, 3 stacked,
+ * 4 full name), nrows the trace's row count */
+static int Spans_init(Spans *self, PyObject *args, PyObject *kw) {
+    PyObject *ot, *ok;
+    Py_ssize_t nrows;
+    if (!PyArg_ParseTuple(args, "OOn", &ot, &ok, &nrows)) return -1;
+    TBuf b[2];
+    if (tget(ot, &b[0], 8, 0, "types") < 0 || tget(ok, &b[1], 1, 0, "kinds") < 0) {
+        trelease(b, 2);
+        return -1;
+    }
+    Py_ssize_t k = tlen(&b[0]);
+    if (tlen(&b[1]) != k || nrows < 0) {
+        trelease(b, 2);
+        PyErr_SetString(PyExc_ValueError, "Spans: one kind per type");
+        return -1;
+    }
+    self->ntypes = k;
+    self->nrows = nrows;
+    size_t cells = (k && nrows) ? (size_t)(k * nrows) : 1;
+    self->types = malloc((size_t)(k ? k : 1) * sizeof(int64_t));
+    self->kinds = malloc((size_t)(k ? k : 1));
+    self->open = malloc(cells * sizeof *self->open);
+    self->stacks = calloc(cells, sizeof *self->stacks);
+    self->full_t = malloc((size_t)(nrows ? nrows : 1) * sizeof(int64_t));
+    self->full_v = malloc((size_t)(nrows ? nrows : 1) * sizeof(int64_t));
+    if (!self->types || !self->kinds || !self->open || !self->stacks || !self->full_t ||
+        !self->full_v) {
+        trelease(b, 2);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(self->types, b[0].view.buf, (size_t)k * sizeof(int64_t));
+    memcpy(self->kinds, b[1].view.buf, (size_t)k);
+    trelease(b, 2);
+    for (Py_ssize_t i = 1; i < k; i++)
+        if (self->types[i] <= self->types[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "Spans: types must be sorted and distinct");
+            return -1;
+        }
+    for (size_t i = 0; i < cells; i++) self->open[i] = (OpenSpan){NONE, 0, NONE};
+    for (Py_ssize_t r = 0; r < nrows; r++) self->full_t[r] = NONE;
+    self->nkernel = 0;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (self->kinds[i] == K_KERNEL) {
+            if (self->nkernel == 2) {
+                PyErr_SetString(PyExc_ValueError, "Spans: at most two kernel types");
+                return -1;
+            }
+            self->kernel_types[self->nkernel++] = (int)i;
+        }
+    return 0;
+}
+
+static int push6(I64s *v, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e, int64_t f) {
+    return i64s_push3(v, a, b, c) < 0 || i64s_push3(v, d, e, f) < 0 ? -1 : 0;
+}
+
+static int stack_push(Stack *st, int64_t start, int64_t value) {
+    if (st->n == st->cap) {
+        int32_t cap = st->cap ? st->cap * 2 : 4;
+        int64_t *s = realloc(st->start, (size_t)cap * sizeof *s);
+        if (!s) return -1;
+        st->start = s;
+        int64_t *v = realloc(st->value, (size_t)cap * sizeof *v);
+        if (!v) return -1;
+        st->value = v;
+        st->cap = cap;
+    }
+    st->start[st->n] = start;
+    st->value[st->n] = value;
+    st->n++;
+    return 0;
+}
+
+static inline Py_ssize_t type_index(const Spans *s, int64_t t) {
+    Py_ssize_t lo = 0, hi = s->ntypes;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (s->types[mid] < t) lo = mid + 1;
+        else hi = mid;
+    }
+    return (lo < s->ntypes && s->types[lo] == t) ? lo : -1;
+}
+
+/* add(ev_row, ev_time, ev_type, ev_value) -> (flat, stacked): the spans that closed, as bytes
+ * of int64 sextuples in the order they closed: flat (row, type, value, start, dur, full:
+ * the kernel's full-name value, NONE when none came or for other types), stacked (row, type,
+ * value, start, dur, level: the depth of the push, 1 outermost). A pop with nothing open is
+ * dropped. Spans still open wait for the next call. */
+static PyObject *Spans_add(Spans *self, PyObject *args) {
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    TBuf b[4];
+    static const Py_ssize_t size[4] = {4, 8, 8, 8};
+    static const char *names[4] = {"ev_row", "ev_time", "ev_type", "ev_value"};
+    for (int i = 0; i < 4; i++)
+        if (tget(o[i], &b[i], size[i], 0, names[i]) < 0) { trelease(b, 4); return NULL; }
+    Py_ssize_t n = tlen(&b[0]);
+    if (tlen(&b[1]) != n || tlen(&b[2]) != n || tlen(&b[3]) != n) {
+        trelease(b, 4);
+        PyErr_SetString(PyExc_ValueError, "Spans.add: column lengths differ");
+        return NULL;
+    }
+    const int32_t *row = b[0].view.buf;
+    const int64_t *time = b[1].view.buf, *type = b[2].view.buf, *value = b[3].view.buf;
+    I64s flat = {0}, stacked = {0};
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !err; i++) {
+        int32_t r = row[i];
+        if (r < 0 || r >= self->nrows) continue;
+        Py_ssize_t k = type_index(self, type[i]);
+        if (k < 0) continue;
+        int64_t t = time[i], v = value[i];
+        Py_ssize_t cell = (Py_ssize_t)r * self->ntypes + k;
+        uint8_t kind = self->kinds[k];
+        if (kind == K_FULL) {
+            if (v == 0) continue;
+            self->full_t[r] = t;
+            self->full_v[r] = v;
+            for (int j = 0; j < self->nkernel; j++) {
+                OpenSpan *os = &self->open[(Py_ssize_t)r * self->ntypes + self->kernel_types[j]];
+                if (os->start == t && os->full == NONE) os->full = v;
+            }
+        } else if (kind == K_STACKED) {
+            Stack *st = &self->stacks[cell];
+            if (v != 0) {
+                if (stack_push(st, t, v) < 0) err = 1;
+            } else if (st->n > 0) {
+                int32_t level = st->n--;
+                if (push6(&stacked, r, type[i], st->value[st->n], st->start[st->n],
+                          t - st->start[st->n], level) < 0)
+                    err = 1;
+            }
+        } else {
+            OpenSpan *os = &self->open[cell];
+            if (os->start != NONE &&
+                push6(&flat, r, type[i], os->value, os->start, t - os->start, os->full) < 0)
+                err = 1;
+            if (v != 0) {
+                os->start = t;
+                os->value = v;
+                os->full = (kind == K_KERNEL && self->full_t[r] == t) ? self->full_v[r] : NONE;
+            } else
+                os->start = NONE;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    trelease(b, 4);
+    if (err) {
+        free(flat.p);
+        free(stacked.p);
+        return PyErr_NoMemory();
+    }
+    /* y# gives None for a NULL pointer: no span is an empty bytes */
+    PyObject *res = Py_BuildValue("(y#y#)", flat.p ? (const char *)flat.p : "",
+                                  (Py_ssize_t)(flat.n * sizeof(int64_t)),
+                                  stacked.p ? (const char *)stacked.p : "",
+                                  (Py_ssize_t)(stacked.n * sizeof(int64_t)));
+    free(flat.p);
+    free(stacked.p);
+    return res;
+}
+
+static PyMethodDef Spans_methods[] = {
+    {"add", (PyCFunction)Spans_add, METH_VARARGS,
+     "add(ev_row, ev_time, ev_type, ev_value) -> (flat, stacked) spans closed (see _timeline.c)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SpansType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nsys2prv.engine._engine.Spans",
+    .tp_basicsize = sizeof(Spans),
+    .tp_dealloc = (destructor)Spans_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Spans(types, kinds, nrows): activities paired across windows (see _timeline.c)",
+    .tp_methods = Spans_methods,
+    .tp_init = (initproc)Spans_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ================================================================ last_events ======= */
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* last_events(ev_row, ev_type) -> bytes of int64: the index of the last event of every
+ * (row, type), ascending (file order) */
+static PyObject *last_events(PyObject *self, PyObject *args) {
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    TBuf b[2];
+    if (tget(o[0], &b[0], 4, 0, "ev_row") < 0 || tget(o[1], &b[1], 8, 0, "ev_type") < 0) {
+        trelease(b, 2);
+        return NULL;
+    }
+    Py_ssize_t n = tlen(&b[0]);
+    if (tlen(&b[1]) != n) {
+        trelease(b, 2);
+        PyErr_SetString(PyExc_ValueError, "last_events: column lengths differ");
+        return NULL;
+    }
+    const int32_t *row = b[0].view.buf;
+    const int64_t *type = b[1].view.buf;
+    size_t cap = 16;
+    while (cap < (size_t)n * 2) cap *= 2;
+    int64_t *slot_idx = malloc(cap * sizeof *slot_idx); /* index of the event, -1 empty */
+    uint8_t *last = calloc((size_t)(n ? n : 1), 1);
+    int64_t *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    Py_ssize_t m = 0;
+    if (slot_idx && last && out) {
+        Py_BEGIN_ALLOW_THREADS
+        memset(slot_idx, 0xff, cap * sizeof *slot_idx);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t key = ((uint64_t)(uint32_t)row[i] << 32) ^ (uint64_t)type[i];
+            size_t h = (size_t)mix64(key) & (cap - 1);
+            for (;;) {
+                int64_t j = slot_idx[h];
+                if (j < 0) { slot_idx[h] = i; last[i] = 1; break; }
+                if (row[j] == row[i] && type[j] == type[i]) {
+                    last[j] = 0;
+                    last[i] = 1;
+                    slot_idx[h] = i;
+                    break;
+                }
+                h = (h + 1) & (cap - 1);
+            }
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (last[i]) out[m++] = i;
+        Py_END_ALLOW_THREADS
+    }
+    trelease(b, 2);
+    PyObject *res = (slot_idx && last && out)
+        ? PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(m * sizeof *out))
+        : PyErr_NoMemory();
+    free(slot_idx);
+    free(last);
+    free(out);
+    return res;
+}
+
 static PyMethodDef timeline_methods[] = {
     {"group_sweep", group_sweep, METH_VARARGS,
      "group_sweep(ev_row, ev_time, ev_type, ev_value, group_of_row, set_types, set_bits, end, "
@@ -506,7 +804,15 @@ static PyMethodDef timeline_methods[] = {
      "row_timeline(st_row, st_begin, st_end, st_state, ev_row, ev_time, ev_type, ev_value, "
      "slot_of_row, nst, set_types, set_bits, nsets, end, row_bins, opens, q_row, q_a, q_b, "
      "bin_col, q_out): time per (state, open sets) of rows, and per query: see _timeline.c"},
+    {"last_events", last_events, METH_VARARGS,
+     "last_events(ev_row, ev_type) -> bytes of int64: the index of the last event of every "
+     "(row, type), ascending"},
     {NULL, NULL, 0, NULL},
 };
 
-int timeline_register(PyObject *m) { return PyModule_AddFunctions(m, timeline_methods); }
+int timeline_register(PyObject *m) {
+    if (PyType_Ready(&SpansType) < 0) return -1;
+    Py_INCREF(&SpansType);
+    if (PyModule_AddObject(m, "Spans", (PyObject *)&SpansType) < 0) return -1;
+    return PyModule_AddFunctions(m, timeline_methods);
+}

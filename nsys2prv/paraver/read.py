@@ -357,19 +357,29 @@ def windows(path: Source, types: set[int] | frozenset[int], state_rows: StateRow
         stop = end_seen if last else max(int(events["time"].max() or 0),
                                           int(states["begin"].max() or 0), start)
         carried = carry_ev.with_columns(pl.lit(start, pl.Int64).alias("time"))
-        ev = pl.concat([carried, events])
+        # one chunk each: the compiled sweeps take the columns without a copy
+        ev = pl.concat([carried, events], rechunk=True)
         st = pl.concat([carry_st.with_columns(pl.max_horizontal("begin", pl.lit(start))
-                                              .alias("begin")), states])
+                                              .alias("begin")), states], rechunk=True)
         window = Trace(layout.path, stop, layout.rows, ev,
                        st.with_columns(pl.min_horizontal("end", pl.lit(stop)).alias("end"))
                        .filter(pl.col("end") > pl.col("begin")) if not last else st,
                        communications, start=start, carried=carried.height)
         if not last:
-            carry_ev = ev.group_by("row", "type").agg(pl.all().sort_by("seq").last()) \
-                .select("row", "time", "type", "value", "seq").sort("seq")
+            carry_ev = _last_of_each(ev)
             carry_st = st.filter(pl.col("end") > stop)
         start = stop
         yield window
+
+
+def _last_of_each(events: pl.DataFrame) -> pl.DataFrame:
+    """The last event of every (row, type), in file order (what a window carries into the
+    next; compiled: a group-by of every window's events cost seconds on large traces)."""
+    from ..engine._engine import last_events
+
+    rows = np.ascontiguousarray(events["row"].to_numpy(), dtype=np.int32)
+    types = np.ascontiguousarray(events["type"].to_numpy(), dtype=np.int64)
+    return events[np.frombuffer(last_events(rows, types), dtype=np.int64)]
 
 
 def event_types(path: Source) -> set[int]:
