@@ -250,3 +250,64 @@ def test_spans_pair_like_paraver_across_windows(raw, cuts):
     nul = np.iinfo(np.int64).min
     assert sorted(flat) == sorted((*w[:5], nul if w[5] is None else w[5]) for w in flat_want)
     assert sorted(stacked) == sorted(stacked_want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 90), st.integers(1, 8)),
+                max_size=20),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 99), st.integers(0, 3),
+                          st.sampled_from([1, 2, 7])), max_size=30),
+       st.lists(st.integers(1, 99), max_size=3))
+def test_gaps_are_the_holes_between_runs_with_their_launch(raw_runs, raw_arrows, cuts):
+    """The holes between a device's active runs, across windows, each with the send row of
+    the launch arrow (tags 1, 2) that reaches the device at the hole's end: of those, the
+    one from the lowest receiving row, then the earliest."""
+    from nsys2prv.analysis.timeline import Gaps
+
+    # rows 0, 1: GPU streams of device 0; row 2: device 1 (CPU rows 3, 4 send)
+    rows = pl.DataFrame({"row": pl.Series(range(5), dtype=pl.Int32), "task_index": [0] * 5,
+                         "device": [0, 0, 1, 0, 0],
+                         "kind": ["gpu", "gpu", "gpu", "cpu", "cpu"]})
+    sweep = GroupSweep(rows, pl.col("device"), KERNEL, NCCL, MEMOP)
+    # disjoint runs per device, as the sweep makes them (touching ones merged)
+    busy = {0: set(), 1: set()}
+    for g, s, n in raw_runs:
+        busy[g] |= set(range(s, s + n))
+    bounds = sorted({0, *cuts, 100})
+    gaps = Gaps(sweep, rows, (1, 2))
+    # arrows: (recv_row, recv, send offset, tag) sent from row 3 + recv_row % 2
+    arrows = [(rr, rv, max(0, rv - off), 3 + rr % 2, tag) for rr, rv, off, tag in raw_arrows]
+    found = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        runs = []
+        for g in (0, 1):
+            t = lo
+            while t < hi:
+                if t in busy[g]:
+                    s = t
+                    while t < hi and t in busy[g]:
+                        t += 1
+                    runs.append((g, s, t))
+                else:
+                    t += 1
+        frame = pl.DataFrame(runs, schema={"gi": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+                             orient="row")
+        sent = [a for a in arrows if lo <= a[2] < hi]  # a window holds the lines sent in it
+        comms = pl.DataFrame({"send_row": pl.Series([a[3] for a in sent], dtype=pl.Int32),
+                              "send": [a[2] for a in sent],
+                              "recv_row": pl.Series([a[0] for a in sent], dtype=pl.Int32),
+                              "recv": [a[1] for a in sent], "tag": [a[4] for a in sent]},
+                             schema={"send_row": pl.Int32, "send": pl.Int64,
+                                     "recv_row": pl.Int32, "recv": pl.Int64, "tag": pl.Int64})
+        found += [tuple(int(x) for x in r) for r in gaps.add(frame, comms, hi)]
+    want = []
+    for g in (0, 1):
+        times = sorted(busy[g])
+        for a, b in zip(times, times[1:]):
+            if b > a + 1:
+                reaching = sorted((rr, snd, sr) for rr, rv, snd, sr, tag in arrows
+                                  if rv == b and tag in (1, 2) and (rr == 2) == (g == 1))
+                want.append((g, a + 1, b, reaching[0][2] if reaching else -1))
+    assert sorted(found) == sorted(want)
+    spans = gaps.spans()
+    assert sorted(spans.rows()) == sorted((g, min(t), max(t) + 1) for g, t in busy.items() if t)

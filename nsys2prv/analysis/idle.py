@@ -44,7 +44,7 @@ from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
                                      STATE_FORK_JOIN, STATE_FREE, STATE_IO,
                                      STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
-from .timeline import NST, ST_ENDED, ST_NONE, between
+from .timeline import NST, ST_ENDED, ST_NONE, Gaps, GroupSweep, between
 
 # what the host thread was doing, in priority order: (key, label)
 CAUSES: tuple[tuple[str, str], ...] = (
@@ -84,59 +84,32 @@ def _empty(schema: dict) -> pl.DataFrame:
 
 
 class GapFinder:
-    """Gaps of every device and the host row of the launch arrow at each gap's end.
+    """Gaps of every device and the host row of the launch arrow at each gap's end (compiled:
+    `timeline.Gaps`), over the windows of the model's device sweep `sweep`."""
 
-    `rows_to_group` maps a GPU stream row to its device group (the model's `g`)."""
-
-    def __init__(self, rows_to_group: pl.DataFrame) -> None:
-        self.groups = rows_to_group.select(pl.col("row").cast(pl.Int32), "g")
-        self._last_end = _empty({"g": pl.Int64, "last_end": pl.Int64})
-        self._first = _empty({"g": pl.Int64, "first": pl.Int64})
-        self._pending = _empty({"send_row": pl.Int32, "send": pl.Int64, "recv": pl.Int64,
-                                "g": pl.Int64, "recv_row": pl.Int32})
-        self._gaps: list[pl.DataFrame] = []
+    def __init__(self, sweep: GroupSweep, rows: pl.DataFrame) -> None:
+        self._finder = Gaps(sweep, rows, LAUNCH_TAGS)
+        self._gaps: list[np.ndarray] = []
 
     def add(self, window: Trace, runs: pl.DataFrame) -> None:
-        """A window and the runs in which each device is active in it (g, start, end, by g
-        and start: the model's sweep gives them)."""
-        act = runs.select("g", pl.col("start").alias("s"), pl.col("end").alias("e"))
-        # consecutive active segments touch: the holes between them are the gaps
-        act = act.join(self._last_end, on="g", how="left").with_columns(
-            pl.col("e").shift(1).over("g").alias("prev"))
-        act = act.with_columns(pl.col("prev").fill_null(pl.col("last_end")))
-        gaps = act.filter(pl.col("prev").is_not_null() & (pl.col("s") > pl.col("prev")))
-        gaps = gaps.select("g", pl.col("prev").alias("start"), pl.col("s").alias("end"))
-        ends = act.group_by("g").agg(pl.col("e").max().alias("last_end"),
-                                     pl.col("s").min().alias("first"))
-        self._last_end = pl.concat([self._last_end.join(ends, on="g", how="anti"),
-                                    ends.select("g", "last_end")])
-        self._first = pl.concat([self._first, ends.join(self._first, on="g", how="anti")
-                                 .select("g", "first")])
-        # the arrows reaching activities: kept until those have started
-        if window.comms is not None and window.comms.height:
-            arrows = (window.comms.filter(pl.col("tag").is_in(LAUNCH_TAGS))
-                      .join(self.groups, left_on="recv_row", right_on="row", how="inner")
-                      .select("send_row", "send", "recv", "g", "recv_row"))
-            self._pending = pl.concat([self._pending, arrows])
-        if gaps.height:
-            first = (gaps.join(self._pending, left_on=["g", "end"], right_on=["g", "recv"],
-                               how="left")
-                     .sort("g", "end", "recv_row", "send", nulls_last=True)
-                     .group_by("g", "end", maintain_order=True).first()
-                     .select("g", "start", "end", pl.col("send_row").alias("host_row")))
-            self._gaps.append(first)
-        self._pending = self._pending.filter(pl.col("recv") >= window.end)
+        """A window and the runs in which each device is active in it (the model's sweep
+        gives them)."""
+        found = self._finder.add(runs, window.comms, window.end)
+        if len(found):
+            self._gaps.append(found)
 
     def spans(self) -> pl.DataFrame:
         """(g, first, last): start of each device's first activity, end of its last."""
-        return self._first.join(self._last_end.rename({"last_end": "last"}), on="g")
+        return self._finder.spans()
 
     def gaps(self) -> pl.DataFrame:
         """(gid, g, start, end, host_row) of every gap, by start time."""
-        if not self._gaps:
-            return _empty({"gid": pl.Int64, "g": pl.Int64, "start": pl.Int64,
-                           "end": pl.Int64, "host_row": pl.Int32})
-        return (pl.concat(self._gaps).sort("start", "g")
+        found = np.concatenate(self._gaps) if self._gaps else np.empty((0, 4), np.int64)
+        host = pl.Series("host_row", found[:, 3].astype(np.int32))
+        return (pl.DataFrame({"g": self._finder.keys[found[:, 0]].astype(np.int64),
+                              "start": found[:, 1], "end": found[:, 2]})
+                .with_columns(host.set(host < 0, None))  # -1: no launch record
+                .sort("start", "g")
                 .with_row_index("gid").with_columns(pl.col("gid").cast(pl.Int64)))
 
 

@@ -255,11 +255,6 @@ def device_keys(rows: pl.DataFrame) -> pl.DataFrame:
                     pl.col("task_label").alias("process")))
 
 
-def gpu_row_groups(rows: pl.DataFrame) -> pl.DataFrame:
-    """(row, g): the device group of every GPU stream row."""
-    return rows.filter(pl.col("kind") == "gpu").select("row", DEVICE_GROUP.alias("g"))
-
-
 class ModelSums:
     """The model's additive sums over the windows of one trace (`trace.windows`): feed
     every window to `add`, then `result`. A trace read whole is one window."""
@@ -273,9 +268,14 @@ class ModelSums:
         self._host: RowTimeline | None = None
         self.end = 0
 
+    @property
+    def devices(self) -> GroupSweep | None:
+        """The sweep of the device groups (None before the first window)."""
+        return self._dev
+
     def add(self, window: Trace) -> pl.DataFrame:
-        """Add a window; returns the runs in which each device is active (g, start, end),
-        for the analyses that follow the model's sweep (`idle.GapFinder`)."""
+        """Add a window; returns the runs in which each device is active (gi, g, start,
+        end), for the analyses that follow the model's sweep (`idle.GapFinder`)."""
         if self._first is None:
             self._first = window
             self._main = _main_rows(window)
@@ -357,7 +357,7 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
             runs = model.add(window)  # the sweeps ignore the types they do not read
             if explain:
                 if finder is None:
-                    finder = idle.GapFinder(gpu_row_groups(window.rows))
+                    finder = idle.GapFinder(model.devices, window.rows)
                     launches = idle.LaunchStats() if detail else None
                 finder.add(window, runs)
                 if launches is not None:

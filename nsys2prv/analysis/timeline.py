@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from ..engine._engine import Gaps as _Gaps
 from ..engine._engine import Spans as _Spans
 from ..engine._engine import group_sweep, last_events, row_timeline
 from ..paraver.read import Trace
@@ -70,12 +71,14 @@ class GroupSweep:
         self.sums = np.zeros((len(self.keys), len(NSUMS)), dtype=np.int64)
 
     def add(self, window: Trace) -> pl.DataFrame:
-        """Sum a window; returns its active runs (g, start, end), by g and start."""
+        """Sum a window; returns its active runs (gi: the group's index in `keys`, g, start,
+        end), by g and start."""
         runs = group_sweep(*_events(window), self.group_of_row, self.types, self.bits,
                            window.end, self.sums)
         r = np.frombuffer(runs, dtype=np.int64).reshape(-1, 3)
-        return pl.DataFrame({"g": self.keys[r[:, 0]].astype(np.int64), "start": r[:, 1],
-                             "end": r[:, 2]}).sort("g", "start")
+        r = r[np.lexsort((r[:, 1], r[:, 0]))]
+        return pl.DataFrame({"gi": r[:, 0], "g": self.keys[r[:, 0]].astype(np.int64),
+                             "start": r[:, 1], "end": r[:, 2]})
 
     def result(self) -> pl.DataFrame:
         """(g, *NSUMS) of every group."""
@@ -175,3 +178,34 @@ def last_of_each(events: pl.DataFrame) -> pl.DataFrame:
     idx = np.frombuffer(last_events(_col(events, "row", np.int32),
                                     _col(events, "type", np.int64)), dtype=np.int64)
     return events[idx]
+
+
+class Gaps:
+    """The gaps of every device of a `GroupSweep` (the holes between its active runs, across
+    windows) and the host row of the launch arrow (a communication with one of `tags`) that
+    reaches the device at each gap's end: the first by receiving row, then send time."""
+
+    def __init__(self, sweep: GroupSweep, rows: pl.DataFrame, tags: Sequence[int]) -> None:
+        gpu = (rows.sort("row")["kind"] == "gpu").to_numpy()
+        self.keys = sweep.keys
+        self._gaps = _Gaps(np.where(gpu, sweep.group_of_row, -1).astype(np.int32),
+                           len(sweep.keys), np.array(list(tags), dtype=np.int64))
+
+    def add(self, runs: pl.DataFrame, comms: pl.DataFrame | None, end: int) -> np.ndarray:
+        """The window's active runs (`GroupSweep.add`) and communications: the gaps that
+        ended in it, [n, 4] (g index, start, end, host row or -1)."""
+        if comms is None:
+            comms = pl.DataFrame(schema={"send_row": pl.Int32, "send": pl.Int64,
+                                         "recv_row": pl.Int32, "recv": pl.Int64,
+                                         "tag": pl.Int64})
+        out = self._gaps.add(_col(runs, "gi", np.int64), _col(runs, "start", np.int64),
+                             _col(runs, "end", np.int64), _col(comms, "send_row", np.int32),
+                             _col(comms, "send", np.int64), _col(comms, "recv_row", np.int32),
+                             _col(comms, "recv", np.int64), _col(comms, "tag", np.int64), end)
+        return np.frombuffer(out, dtype=np.int64).reshape(-1, 4)
+
+    def spans(self) -> pl.DataFrame:
+        """(g, first, last): start of each device's first activity, end of its last."""
+        s = np.frombuffer(self._gaps.spans(), dtype=np.int64).reshape(-1, 3)
+        return pl.DataFrame({"g": self.keys[s[:, 0]].astype(np.int64), "first": s[:, 1],
+                             "last": s[:, 2]})

@@ -26,6 +26,9 @@
  *
  * last_events   the last event of each (row, type) of a window: what is carried into the
  *               next one.
+ *
+ * Gaps          the holes between a device's active runs across windows, each with the
+ *               host row of the launch arrow that reaches the device at the gap's end.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -102,6 +105,18 @@ static int i64s_push3(I64s *v, int64_t a, int64_t b, int64_t c) {
     v->p[v->n++] = a;
     v->p[v->n++] = b;
     v->p[v->n++] = c;
+    return 0;
+}
+
+static int i64s_push4(I64s *v, int64_t a, int64_t b, int64_t c, int64_t d) {
+    if (i64s_push3(v, a, b, c) < 0) return -1;
+    if (v->n + 1 > v->cap) {
+        int64_t *p = realloc(v->p, v->cap * 2 * sizeof *p);
+        if (!p) return -1;
+        v->p = p;
+        v->cap *= 2;
+    }
+    v->p[v->n++] = d;
     return 0;
 }
 
@@ -796,6 +811,217 @@ static PyObject *last_events(PyObject *self, PyObject *args) {
     return res;
 }
 
+/* ================================================================ Gaps ============== */
+
+/* a launch arrow kept until the gaps it may end are known: keyed by (group, recv) */
+typedef struct {
+    int64_t g, recv;  /* g < 0: empty slot */
+    int64_t recv_row, send, send_row;
+} Arrow;
+
+typedef struct {
+    PyObject_HEAD
+    int32_t *group_of_row; /* GPU rows -> dense device group, -1 elsewhere */
+    Py_ssize_t nrows, ngroups;
+    int64_t *last_end, *first; /* per group: end of its last active run, start of its first */
+    Arrow *arrows;
+    size_t cap, used;
+    int64_t *tags;
+    Py_ssize_t ntags;
+} Gaps;
+
+static void Gaps_dealloc(Gaps *self) {
+    free(self->group_of_row);
+    free(self->last_end);
+    free(self->first);
+    free(self->arrows);
+    free(self->tags);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Gaps(group_of_row int32, ngroups, launch_tags int64) */
+static int Gaps_init(Gaps *self, PyObject *args, PyObject *kw) {
+    PyObject *og, *ot;
+    Py_ssize_t ngroups;
+    if (!PyArg_ParseTuple(args, "OnO", &og, &ngroups, &ot)) return -1;
+    TBuf b[2];
+    if (tget(og, &b[0], 4, 0, "group_of_row") < 0 || tget(ot, &b[1], 8, 0, "launch_tags") < 0) {
+        trelease(b, 2);
+        return -1;
+    }
+    self->nrows = tlen(&b[0]);
+    self->ntags = tlen(&b[1]);
+    self->ngroups = ngroups;
+    self->group_of_row = malloc((size_t)(self->nrows ? self->nrows : 1) * sizeof(int32_t));
+    self->tags = malloc((size_t)(self->ntags ? self->ntags : 1) * sizeof(int64_t));
+    self->last_end = malloc((size_t)(ngroups ? ngroups : 1) * sizeof(int64_t));
+    self->first = malloc((size_t)(ngroups ? ngroups : 1) * sizeof(int64_t));
+    self->cap = 1024;
+    self->arrows = malloc(self->cap * sizeof(Arrow));
+    if (!self->group_of_row || !self->tags || !self->last_end || !self->first || !self->arrows) {
+        trelease(b, 2);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(self->group_of_row, b[0].view.buf, (size_t)self->nrows * sizeof(int32_t));
+    memcpy(self->tags, b[1].view.buf, (size_t)self->ntags * sizeof(int64_t));
+    trelease(b, 2);
+    for (Py_ssize_t g = 0; g < ngroups; g++) self->last_end[g] = self->first[g] = NONE;
+    for (size_t i = 0; i < self->cap; i++) self->arrows[i].g = -1;
+    for (Py_ssize_t r = 0; r < self->nrows; r++)
+        if (self->group_of_row[r] >= ngroups) {
+            PyErr_SetString(PyExc_ValueError, "Gaps: a group out of range");
+            return -1;
+        }
+    return 0;
+}
+
+static inline size_t arrow_slot(const Arrow *a, size_t cap, int64_t g, int64_t recv) {
+    size_t h = (size_t)mix64(((uint64_t)g << 48) ^ (uint64_t)recv) & (cap - 1);
+    while (a[h].g >= 0 && !(a[h].g == g && a[h].recv == recv)) h = (h + 1) & (cap - 1);
+    return h;
+}
+
+/* the arrows kept in a table of `cap` slots, those with recv >= keep_from only */
+static int arrows_rehash(Gaps *self, size_t cap, int64_t keep_from) {
+    Arrow *fresh = malloc(cap * sizeof *fresh);
+    if (!fresh) return -1;
+    for (size_t i = 0; i < cap; i++) fresh[i].g = -1;
+    size_t used = 0;
+    for (size_t i = 0; i < self->cap; i++) {
+        Arrow *x = &self->arrows[i];
+        if (x->g < 0 || x->recv < keep_from) continue;
+        fresh[arrow_slot(fresh, cap, x->g, x->recv)] = *x;
+        used++;
+    }
+    free(self->arrows);
+    self->arrows = fresh;
+    self->cap = cap;
+    self->used = used;
+    return 0;
+}
+
+/* keep the arrow reaching (g, recv) that sorts first by (recv_row, send) */
+static int arrow_add(Gaps *self, int64_t g, int64_t recv, int64_t recv_row, int64_t send,
+                     int64_t send_row) {
+    if ((self->used + 1) * 2 > self->cap && arrows_rehash(self, self->cap * 2, INT64_MIN) < 0)
+        return -1;
+    size_t h = arrow_slot(self->arrows, self->cap, g, recv);
+    Arrow *x = &self->arrows[h];
+    if (x->g < 0) {
+        *x = (Arrow){g, recv, recv_row, send, send_row};
+        self->used++;
+    } else if (recv_row < x->recv_row || (recv_row == x->recv_row && send < x->send)) {
+        x->recv_row = recv_row;
+        x->send = send;
+        x->send_row = send_row;
+    }
+    return 0;
+}
+
+/* add(run_g, run_s, run_e, send_row, send, recv_row, recv, tag, window_end) -> bytes of the
+ * gaps that ended in the window, int64 (group, start, end, host row or -1), by group and
+ * start. Runs: the window's active runs of every group (dense group ids), by group and
+ * start; the arrows: the window's communications (those with a launch tag reaching a GPU
+ * row are kept until the window in which a gap may end with them has passed). */
+static PyObject *Gaps_add(Gaps *self, PyObject *args) {
+    PyObject *o[8];
+    long long window_end;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOL", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &window_end))
+        return NULL;
+    TBuf b[8];
+    static const Py_ssize_t size[8] = {8, 8, 8, 4, 8, 4, 8, 8};
+    static const char *names[8] = {"run_g", "run_s", "run_e", "send_row", "send", "recv_row",
+                                   "recv", "tag"};
+    for (int i = 0; i < 8; i++)
+        if (tget(o[i], &b[i], size[i], 0, names[i]) < 0) { trelease(b, 8); return NULL; }
+    Py_ssize_t nr = tlen(&b[0]), nc = tlen(&b[3]);
+    if (tlen(&b[1]) != nr || tlen(&b[2]) != nr || tlen(&b[4]) != nc || tlen(&b[5]) != nc ||
+        tlen(&b[6]) != nc || tlen(&b[7]) != nc) {
+        trelease(b, 8);
+        PyErr_SetString(PyExc_ValueError, "Gaps.add: column lengths differ");
+        return NULL;
+    }
+    const int64_t *rg = b[0].view.buf, *rs = b[1].view.buf, *re = b[2].view.buf;
+    const int32_t *send_row = b[3].view.buf, *recv_row = b[5].view.buf;
+    const int64_t *send = b[4].view.buf, *recv = b[6].view.buf, *tag = b[7].view.buf;
+    I64s out = {0};
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < nc && !err; i++) {
+        int32_t r = recv_row[i];
+        if (r < 0 || r >= self->nrows || self->group_of_row[r] < 0) continue;
+        int launch = 0;
+        for (Py_ssize_t k = 0; k < self->ntags; k++) launch |= tag[i] == self->tags[k];
+        if (launch && arrow_add(self, self->group_of_row[r], recv[i], r, send[i], send_row[i]) < 0)
+            err = 1;
+    }
+    for (Py_ssize_t i = 0; i < nr && !err; i++) {
+        int64_t g = rg[i];
+        if (g < 0 || g >= self->ngroups) { err = 2; break; }
+        int first_of_group = i == 0 || rg[i - 1] != g;
+        if (first_of_group && self->first[g] == NONE) self->first[g] = rs[i];
+        int64_t prev = first_of_group ? self->last_end[g] : re[i - 1];
+        if (prev != NONE && rs[i] > prev) {
+            Arrow *x = &self->arrows[arrow_slot(self->arrows, self->cap, g, rs[i])];
+            if (i64s_push4(&out, g, prev, rs[i], x->g >= 0 ? x->send_row : -1) < 0) {
+                err = 1;
+                break;
+            }
+        }
+        if (i + 1 == nr || rg[i + 1] != g) self->last_end[g] = re[i]; /* runs by start */
+    }
+    if (!err && arrows_rehash(self, self->cap, window_end) < 0) err = 1;
+    Py_END_ALLOW_THREADS
+    trelease(b, 8);
+    if (err) {
+        free(out.p);
+        if (err == 1) return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "Gaps.add: a group out of range");
+        return NULL;
+    }
+    PyObject *res = PyBytes_FromStringAndSize(out.p ? (const char *)out.p : "",
+                                              (Py_ssize_t)(out.n * sizeof(int64_t)));
+    free(out.p);
+    return res;
+}
+
+/* spans() -> bytes of int64 (group, first start, last end) of the groups that were active */
+static PyObject *Gaps_spans(Gaps *self, PyObject *Py_UNUSED(ignored)) {
+    I64s out = {0};
+    for (Py_ssize_t g = 0; g < self->ngroups; g++)
+        if (self->first[g] != NONE && i64s_push3(&out, g, self->first[g], self->last_end[g]) < 0) {
+            free(out.p);
+            return PyErr_NoMemory();
+        }
+    PyObject *res = PyBytes_FromStringAndSize(out.p ? (const char *)out.p : "",
+                                              (Py_ssize_t)(out.n * sizeof(int64_t)));
+    free(out.p);
+    return res;
+}
+
+static PyMethodDef Gaps_methods[] = {
+    {"add", (PyCFunction)Gaps_add, METH_VARARGS,
+     "add(run_g, run_s, run_e, send_row, send, recv_row, recv, tag, window_end) -> gaps "
+     "(group, start, end, host row) that ended in the window"},
+    {"spans", (PyCFunction)Gaps_spans, METH_NOARGS,
+     "spans() -> (group, first start, last end) of every active group"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject GapsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nsys2prv.engine._engine.Gaps",
+    .tp_basicsize = sizeof(Gaps),
+    .tp_dealloc = (destructor)Gaps_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Gaps(group_of_row, ngroups, launch_tags): a device's gaps across windows",
+    .tp_methods = Gaps_methods,
+    .tp_init = (initproc)Gaps_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef timeline_methods[] = {
     {"group_sweep", group_sweep, METH_VARARGS,
      "group_sweep(ev_row, ev_time, ev_type, ev_value, group_of_row, set_types, set_bits, end, "
@@ -811,8 +1037,10 @@ static PyMethodDef timeline_methods[] = {
 };
 
 int timeline_register(PyObject *m) {
-    if (PyType_Ready(&SpansType) < 0) return -1;
+    if (PyType_Ready(&SpansType) < 0 || PyType_Ready(&GapsType) < 0) return -1;
     Py_INCREF(&SpansType);
     if (PyModule_AddObject(m, "Spans", (PyObject *)&SpansType) < 0) return -1;
+    Py_INCREF(&GapsType);
+    if (PyModule_AddObject(m, "Gaps", (PyObject *)&GapsType) < 0) return -1;
     return PyModule_AddFunctions(m, timeline_methods);
 }
