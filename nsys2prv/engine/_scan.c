@@ -35,15 +35,19 @@ typedef struct {
     size_t n, cap; /* in bytes */
 } Col;
 
-static int col_push(Col *c, const void *v, size_t size) {
-    if (c->n + size > c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 1 << 16;
-        while (cap < c->n + size) cap *= 2;
-        char *p = realloc(c->p, cap);
-        if (!p) return -1;
-        c->p = p;
-        c->cap = cap;
-    }
+static int col_grow(Col *c, size_t size) {
+    size_t cap = c->cap ? c->cap * 2 : 1 << 16;
+    while (cap < c->n + size) cap *= 2;
+    char *p = realloc(c->p, cap);
+    if (!p) return -1;
+    c->p = p;
+    c->cap = cap;
+    return 0;
+}
+
+/* inline: a column value of a known size is then one store, not a call to memcpy */
+static inline int col_push(Col *c, const void *v, size_t size) {
+    if (c->n + size > c->cap && col_grow(c, size) < 0) return -1;
     memcpy(c->p + c->n, v, size);
     c->n += size;
     return 0;
