@@ -65,7 +65,10 @@ ENGINE = Extension("nsys2prv.engine._engine", ["nsys2prv/engine/_engine.c",
                                                "nsys2prv/engine/_scan.c",
                                                "nsys2prv/engine/_graph.c",
                                                "nsys2prv/engine/_timeline.c"],
-                   extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra",
+                   depends=["nsys2prv/engine/_scan.h"],
+                   # hidden: the functions _engine.c calls in _scan.c stay inlinable there
+                   extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall",
+                                       "-Wextra",
                                        "-Wno-unused-parameter",
                                        "-Wno-missing-field-initializers",
                                        "-Wno-cast-function-type"])

@@ -14,7 +14,8 @@ turns polars frames into the column buffers it takes. Three parts:
   renumbered names and types, activities moved to lanes), orders the records of each time
   by the merge key (order, kind, phase, sub, src, report, ord) and returns the `.prv` lines
   block by block. Blocks end between two times, so windows of a trace merged apart and
-  concatenated give the same bytes.
+  concatenated give the same bytes. `scan` puts the records into a `PrvScanner`'s columns
+  instead, as scanning those lines would, without the text (for the analysis).
 
 Null integers cross the boundary as `NUL` (INT64_MIN).
 """

@@ -10,7 +10,8 @@
  *   Merger        merge stage: k-way merges the run files of every report (and in-memory
  *                 sources already in trace-wide form), maps them to the trace (clock shift,
  *                 rows, renumbered values), orders each time by the merge key and formats the
- *                 .prv lines, block by block.
+ *                 .prv lines, block by block, or puts the records straight into a PrvScanner's
+ *                 columns as scanning those lines would (scan, for the analysis).
  *
  * Python objects are only touched with the GIL held; all loops over records run without it.
  * Null integers are INT64_MIN (the Python side fills nulls with it).
@@ -25,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_scan.h"
 
 #define NUL INT64_MIN
 #define KIND_STATE 1
@@ -1192,6 +1195,7 @@ typedef struct {
     int prev_event;
     int64_t prev_time, prev_order;
     int started;
+    int64_t line_row;         /* scan: the row of the current line, -1 if it is malformed */
     long long dropped, written;
     int64_t last_time;
     Buf outbuf[2];            /* results alternate between two buffers (see next()) */
@@ -1501,19 +1505,43 @@ static inline char *fmt_appl_task(char *o, int64_t task) {
     return fmt_i64(o, task & 0xffffffff);
 }
 
+/* the row a scanner gives the ids fmt_appl_task and the thread write, or -1 */
+static inline int64_t scanner_row_of(const Scanner *s, int64_t task, int64_t thread) {
+    return scanner_row(s, (task >> 32) + 1, task & 0xffffffff, thread);
+}
+
+/* A record with unresolved fields is not written (counted in `dropped`). */
+static inline int record_dropped(const FRec *f) {
+    return f->f[0] == NUL || f->f[1] == NUL || f->cpu == NUL ||
+           (f->kind == KIND_COMM && f->rcpu == NUL);
+}
+
+/* Events of one row at one time share a line: does this record continue the last one? */
+static inline int continues_line(const Merger *m, const FRec *f) {
+    return f->kind == KIND_EVENT && m->prev_event && f->time == m->prev_time &&
+           f->order == m->prev_order;
+}
+
+static inline void record_written(Merger *m, const FRec *f) {
+    m->prev_event = f->kind == KIND_EVENT;
+    m->prev_time = f->time;
+    m->prev_order = f->order;
+    m->started = 1;
+    m->written++;
+}
+
 /* Append the formatted records of the current group to out. */
 static int format_group(Merger *m, Buf *out) {
     for (size_t gi = 0; gi < m->gn; gi++) {
         const FRec *f = &m->group[m->gidx[gi]];
-        if (f->f[0] == NUL || f->f[1] == NUL || f->cpu == NUL ||
-            (f->kind == KIND_COMM && f->rcpu == NUL)) {
+        if (record_dropped(f)) {
             m->dropped++;
             continue;
         }
         if (buf_reserve(out, 400 + f->tlen) < 0) return -1;
         char *o = out->p + out->n;
         int is_event = f->kind == KIND_EVENT;
-        int cont = is_event && m->prev_event && f->time == m->prev_time && f->order == m->prev_order;
+        int cont = continues_line(m, f);
         if (!cont) {
             if (m->started) *o++ = '\n';
             *o++ = (char)('0' + f->kind);
@@ -1525,7 +1553,6 @@ static int format_group(Merger *m, Buf *out) {
             o = fmt_i64(o, f->thread);
             *o++ = ':';
             o = fmt_i64(o, f->time);
-            m->started = 1;
         }
         *o++ = ':';
         o = fmt_i64(o, f->f[0]);
@@ -1557,11 +1584,59 @@ static int format_group(Merger *m, Buf *out) {
             o += f->tlen;
         }
         out->n = (size_t)(o - out->p);
-        m->prev_event = is_event;
-        m->prev_time = f->time;
-        m->prev_order = f->order;
-        m->written++;
+        record_written(m, f);
     }
+    return 0;
+}
+
+/* One record into the scanner as scanning the text format_group writes for it gives it (the
+ * row of its line; what would make that line malformed); 0, -1 malformed, -2 no memory. */
+static int scan_record(Merger *m, Scanner *s, const FRec *f, int starts_line) {
+    if (starts_line) m->line_row = scanner_row_of(s, f->task, f->thread);
+    else if (m->line_row < 0) return 0; /* the rest of a malformed line: counted once */
+    int64_t row = m->line_row;
+    if (f->kind == KIND_STATE) /* 1:cpu:appl:task:thread:begin:end:state */
+        return row < 0 ? -1 : scanner_state(s, row, f->time, f->f[0], f->f[1]);
+    if (f->kind == KIND_EVENT) { /* 2:...:time:type:value[:type:value][text] */
+        if (row < 0) return -1;
+        int rc = scanner_event(s, row, f->time, f->f[0], f->f[1]);
+        if (rc == 0 && f->f[2] != NUL && f->f[3] != NUL)
+            rc = scanner_event(s, row, f->time, f->f[2], f->f[3]);
+        if (rc == 0 && f->tlen) {
+            /* ":type:value" pairs (as the engine and records.pairs write them: other text
+             * would run into the value before it on the line, so it counts as malformed) */
+            const char *text = m->gtext.p + f->toff;
+            rc = text[0] != ':' ? -1 : scanner_pairs(s, row, f->time, text + 1, text + f->tlen);
+        }
+        if (rc == -1) m->line_row = -1;
+        return rc;
+    }
+    if (f->kind != KIND_COMM || !scanner_wants_comms(s)) return 0;
+    /* 3:...:lsend:psend:rcpu:rappl:rtask:rthread:lrecv:precv:size:tag, all fields needed */
+    if (f->f[2] == NUL || f->f[3] == NUL || f->f[4] == NUL || f->f[5] == NUL) return -1;
+    int64_t recv_row = scanner_row_of(s, f->rtask, f->rthread);
+    if (row < 0 || recv_row < 0) return -1;
+    return scanner_comm(s, row, f->time, f->f[0], recv_row, f->f[2], f->f[3], f->f[4], f->f[5]);
+}
+
+/* The records of the current group into the scanner, as scanning format_group's text would
+ * put them (lines and malformed lines counted likewise); -1 out of memory. */
+static int scan_group(Merger *m, Scanner *s) {
+    long long lines = 0, bad = 0;
+    for (size_t gi = 0; gi < m->gn; gi++) {
+        const FRec *f = &m->group[m->gidx[gi]];
+        if (record_dropped(f)) {
+            m->dropped++;
+            continue;
+        }
+        int starts_line = !continues_line(m, f);
+        record_written(m, f);
+        lines += starts_line;
+        int rc = scan_record(m, s, f, starts_line);
+        if (rc == -2) return -1;
+        bad += rc == -1;
+    }
+    scanner_count(s, lines, bad);
     return 0;
 }
 
@@ -1593,6 +1668,35 @@ static int group_add(Merger *m, MSource *s) {
     return 0;
 }
 
+/* Gather the records of the next time (group) in merge-key order, from the sources in `take`
+ * (room for every source); 0 or an errno. Needs a live source (hn > 0). */
+static int merge_group(Merger *m, int *take) {
+    int64_t t = m->srcs[m->heap[0]].head.time;
+    int nt = 0;
+    while (m->hn > 0 && m->srcs[m->heap[0]].head.time == t) take[nt++] = heap_pop(m);
+    /* sources in index order: ties keep source order (the heap already pops that way) */
+    m->gn = 0;
+    m->gtext.n = 0;
+    for (int k = 0; k < nt; k++) {
+        MSource *s = &m->srcs[take[k]];
+        while (s->live && s->head.time == t) {
+            if (group_add(m, s) < 0) return ENOMEM;
+            if (msrc_next(m, s) < 0) return m->err;
+        }
+        if (s->live) heap_push(m, take[k]);
+    }
+    group_sort(m, 0, m->gn);
+    m->last_time = t;
+    return 0;
+}
+
+static PyObject *merge_error(Merger *m, int err) {
+    errno = err;
+    if (err == ENOMEM) return PyErr_NoMemory();
+    if (m->errpath[0]) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, m->errpath);
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
 /* next(max_bytes) -> a memoryview of whole lines, or None at the end. The view is valid until
  * the call after the next one (results alternate between two buffers), so a caller can write
  * one block while the next is being formatted. */
@@ -1607,34 +1711,13 @@ static PyObject *Merger_next(Merger *self, PyObject *args) {
     int *take = malloc((size_t)(self->nsrc + 1) * sizeof *take);
     if (!take) err = ENOMEM;
     while (!err && self->hn > 0 && out.n < (size_t)max_bytes) {
-        int64_t t = self->srcs[self->heap[0]].head.time;
-        int nt = 0;
-        while (self->hn > 0 && self->srcs[self->heap[0]].head.time == t) take[nt++] = heap_pop(self);
-        /* sources in index order: ties keep source order (the heap already pops that way) */
-        self->gn = 0;
-        self->gtext.n = 0;
-        for (int k = 0; k < nt && !err; k++) {
-            MSource *s = &self->srcs[take[k]];
-            while (s->live && s->head.time == t) {
-                if (group_add(self, s) < 0) { err = ENOMEM; break; }
-                if (msrc_next(self, s) < 0) { err = self->err; break; }
-            }
-            if (!err && s->live) heap_push(self, take[k]);
-        }
-        if (err) break;
-        group_sort(self, 0, self->gn);
-        if (format_group(self, &out) < 0) { err = ENOMEM; break; }
-        self->last_time = t;
+        err = merge_group(self, take);
+        if (!err && format_group(self, &out) < 0) err = ENOMEM;
     }
     free(take);
     Py_END_ALLOW_THREADS
     self->outbuf[self->which] = out;
-    if (err) {
-        errno = err;
-        if (err == ENOMEM) return PyErr_NoMemory();
-        if (self->errpath[0]) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, self->errpath);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
+    if (err) return merge_error(self, err);
     if (out.n == 0) {
         if (self->started == 1) {
             /* the last line's newline */
@@ -1646,6 +1729,39 @@ static PyObject *Merger_next(Merger *self, PyObject *args) {
     PyObject *res = PyMemoryView_FromMemory(out.p, (Py_ssize_t)out.n, PyBUF_READ);
     self->which ^= 1;
     return res;
+}
+
+/* scan(scanner, max_records) -> the number of records merged (0 at the end): the next groups,
+ * until at least max_records, go straight into a reading PrvScanner's columns as scanning
+ * the lines next() would format gives them (the same lines counted, the same malformed
+ * lines counted in its `bad`), without the text. A merger is read with next() or scan(),
+ * not both. */
+static PyObject *Merger_scan(Merger *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t max_records;
+    if (!PyArg_ParseTuple(args, "On", &obj, &max_records)) return NULL;
+    if (max_records < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_records must be positive");
+        return NULL;
+    }
+    Scanner *scanner = scanner_for_records(obj);
+    if (!scanner) return NULL;
+    Py_INCREF(obj); /* in use without the GIL */
+    long long handled = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int *take = malloc((size_t)(self->nsrc + 1) * sizeof *take);
+    if (!take) err = ENOMEM;
+    while (!err && self->hn > 0 && handled < max_records) {
+        err = merge_group(self, take);
+        if (!err && scan_group(self, scanner) < 0) err = ENOMEM;
+        handled += (long long)self->gn;
+    }
+    free(take);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(obj);
+    if (err) return merge_error(self, err);
+    return PyLong_FromLongLong(handled);
 }
 
 static int take_i64(PyObject *obj, int64_t **dst, Py_ssize_t n, const char *what) {
@@ -1800,10 +1916,14 @@ static PyObject *Merger_get_dropped(Merger *self, void *c) { return PyLong_FromL
 static PyObject *Merger_get_written(Merger *self, void *c) { return PyLong_FromLongLong(self->written); }
 static PyObject *Merger_get_last_time(Merger *self, void *c) { return PyLong_FromLongLong(self->last_time); }
 static PyObject *Merger_get_reopened(Merger *self, void *c) { return PyLong_FromLongLong(self->reopened); }
+static PyObject *Merger_get_done(Merger *self, void *c) { return PyBool_FromLong(self->hn == 0); }
 
 static PyMethodDef Merger_methods[] = {
     {"next", (PyCFunction)Merger_next, METH_VARARGS,
      "next(max_bytes) -> the next .prv lines (bytes), or None at the end"},
+    {"scan", (PyCFunction)Merger_scan, METH_VARARGS,
+     "scan(scanner, max_records) -> records merged into a PrvScanner's columns (at least "
+     "max_records, whole times), as scanning next()'s text would put them; 0 at the end"},
     {NULL}};
 
 static PyGetSetDef Merger_getset[] = {
@@ -1812,6 +1932,7 @@ static PyGetSetDef Merger_getset[] = {
     {"last_time", (getter)Merger_get_last_time, NULL, "trace time of the last group", NULL},
     {"reopened", (getter)Merger_get_reopened, NULL,
      "run files opened again after their descriptor was closed to stay within max_open", NULL},
+    {"done", (getter)Merger_get_done, NULL, "every record merged", NULL},
     {NULL}};
 
 static PyTypeObject MergerType = {

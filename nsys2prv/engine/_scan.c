@@ -12,6 +12,9 @@
  * With a row map it rewrites instead: every line is copied but records of rows not kept,
  * and the cpu and thread ids of kept rows are renumbered (a trace of fewer rows).
  *
+ * A reading scanner may also be filled without text: the Merger (_engine.c, Merger.scan)
+ * hands it merged records through the functions a scanned line ends in (_scan.h).
+ *
  * Rows are numbered as in the header: row = task_rows[appl_offsets[appl-1] + task-1] +
  * thread-1; task_rows has one more entry than there are tasks (the row count). Lines whose ids fall outside the header are counted in `bad` and skipped
  * (nsys2prv check reports them; the analysis only reads).
@@ -25,20 +28,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_scan.h"
+
 typedef struct {
     char *p;
     size_t n, cap; /* in bytes */
 } Col;
 
-static int col_push(Col *c, const void *v, size_t size) {
-    if (c->n + size > c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 1 << 16;
-        while (cap < c->n + size) cap *= 2;
-        char *p = realloc(c->p, cap);
-        if (!p) return -1;
-        c->p = p;
-        c->cap = cap;
-    }
+static int col_grow(Col *c, size_t size) {
+    size_t cap = c->cap ? c->cap * 2 : 1 << 16;
+    while (cap < c->n + size) cap *= 2;
+    char *p = realloc(c->p, cap);
+    if (!p) return -1;
+    c->p = p;
+    c->cap = cap;
+    return 0;
+}
+
+/* inline: a column value of a known size is then one store, not a call to memcpy */
+static inline int col_push(Col *c, const void *v, size_t size) {
+    if (c->n + size > c->cap && col_grow(c, size) < 0) return -1;
     memcpy(c->p + c->n, v, size);
     c->n += size;
     return 0;
@@ -88,7 +97,7 @@ static const char *col_names[NCOLS] = {
     "cm_send_row", "cm_lsend", "cm_psend", "cm_recv_row", "cm_lrecv", "cm_precv", "cm_size",
     "cm_tag"};
 
-typedef struct {
+struct Scanner {
     PyObject_HEAD
     Col cols[NCOLS];
     int64_t *types; /* sorted; NULL = every type */
@@ -112,7 +121,7 @@ typedef struct {
     size_t rest_n, rest_cap;
     long long bad, lines;
     int failed;
-} Scanner;
+};
 
 static void Scanner_dealloc(Scanner *s) {
     for (int i = 0; i < NCOLS; i++) free(s->cols[i].p);
@@ -386,6 +395,65 @@ static int rewrite_line(Scanner *s, const char *p, const char *end, const char *
     return col_push(&s->out, from, line_end - from) < 0 ? -2 : 0;
 }
 
+/* What a record line ends in, shared by scanning its text (scan_line) and by the Merger
+ * putting merged records in without text (Merger.scan, _scan.h). */
+
+int64_t scanner_row(const Scanner *s, int64_t appl, int64_t task, int64_t thread) {
+    return row_of(s, appl, task, thread);
+}
+
+int scanner_state(Scanner *s, int64_t r, int64_t begin, int64_t end, int64_t state) {
+    if (s->state_mask && (r >= s->nrows || !s->state_mask[r])) return 0;
+    int32_t row = (int32_t)r, st = (int32_t)state;
+    PUSH(ST_ROW, row);
+    PUSH(ST_BEGIN, begin);
+    PUSH(ST_END, end);
+    PUSH(ST_STATE, st);
+    return 0;
+}
+
+int scanner_event(Scanner *s, int64_t r, int64_t time, int64_t type, int64_t value) {
+    if (!wanted(s, type)) return 0;
+    if (s->distinct) return see_type(s, type);
+    int32_t row = (int32_t)r, ty = (int32_t)type;
+    PUSH(EV_ROW, row);
+    PUSH(EV_TIME, time);
+    PUSH(EV_TYPE, ty);
+    PUSH(EV_VALUE, value);
+    return 0;
+}
+
+int scanner_pairs(Scanner *s, int64_t row, int64_t time, const char *p, const char *end) {
+    while (p < end) {
+        int64_t type, value;
+        if (field(&p, end, &type) || field(&p, end, &value)) return -1;
+        int rc = scanner_event(s, row, time, type, value);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int scanner_wants_comms(const Scanner *s) { return s->comms; }
+
+int scanner_comm(Scanner *s, int64_t send_row, int64_t lsend, int64_t psend, int64_t recv_row,
+                 int64_t lrecv, int64_t precv, int64_t size, int64_t tag) {
+    int32_t srow = (int32_t)send_row, rrow = (int32_t)recv_row;
+    PUSH(CM_SROW, srow);
+    PUSH(CM_LSEND, lsend);
+    PUSH(CM_PSEND, psend);
+    PUSH(CM_RROW, rrow);
+    PUSH(CM_LRECV, lrecv);
+    PUSH(CM_PRECV, precv);
+    PUSH(CM_SIZE, size);
+    PUSH(CM_TAG, tag);
+    return 0;
+}
+
+void scanner_count(Scanner *s, long long lines, long long bad) {
+    s->lines += lines;
+    s->bad += bad;
+}
+
 /* one line without its newline; returns 0, -1 for a malformed line, -2 out of memory */
 static int scan_line(Scanner *s, const char *p, const char *end) {
     if (end - p < 2 || p[1] != ':') return 0; /* header, comments, communicators */
@@ -400,12 +468,7 @@ static int scan_line(Scanner *s, const char *p, const char *end) {
             return -1;
         int64_t r = row_of(s, appl, task, thread);
         if (r < 0) return -1;
-        if (s->state_mask && (r >= s->nrows || !s->state_mask[r])) return 0;
-        int32_t row = (int32_t)r, st = (int32_t)state;
-        PUSH(ST_ROW, row);
-        PUSH(ST_BEGIN, begin);
-        PUSH(ST_END, stop);
-        PUSH(ST_STATE, st);
+        return scanner_state(s, r, begin, stop, state);
     } else if (kind == '2') {
         int64_t time;
         if (field(&p, end, &cpu) || field(&p, end, &appl) || field(&p, end, &task) ||
@@ -413,21 +476,7 @@ static int scan_line(Scanner *s, const char *p, const char *end) {
             return -1;
         int64_t r = row_of(s, appl, task, thread);
         if (r < 0) return -1;
-        int32_t row = (int32_t)r;
-        while (p < end) {
-            int64_t type, value;
-            if (field(&p, end, &type) || field(&p, end, &value)) return -1;
-            if (!wanted(s, type)) continue;
-            if (s->distinct) {
-                if (see_type(s, type) < 0) return -2;
-                continue;
-            }
-            int32_t ty = (int32_t)type;
-            PUSH(EV_ROW, row);
-            PUSH(EV_TIME, time);
-            PUSH(EV_TYPE, ty);
-            PUSH(EV_VALUE, value);
-        }
+        return scanner_pairs(s, r, time, p, end);
     } else if (kind == '3' && s->comms) {
         int64_t a, b, c, d, ls, ps, lr, pr, size, tag;
         if (field(&p, end, &cpu) || field(&p, end, &a) || field(&p, end, &b) ||
@@ -438,15 +487,7 @@ static int scan_line(Scanner *s, const char *p, const char *end) {
             return -1;
         int64_t rs = row_of(s, a, b, c), rr = row_of(s, d, task, thread);
         if (rs < 0 || rr < 0) return -1;
-        int32_t srow = (int32_t)rs, rrow = (int32_t)rr;
-        PUSH(CM_SROW, srow);
-        PUSH(CM_LSEND, ls);
-        PUSH(CM_PSEND, ps);
-        PUSH(CM_RROW, rrow);
-        PUSH(CM_LRECV, lr);
-        PUSH(CM_PRECV, pr);
-        PUSH(CM_SIZE, size);
-        PUSH(CM_TAG, tag);
+        return scanner_comm(s, rs, ls, ps, rr, lr, pr, size, tag);
     }
     return 0;
 }
@@ -893,6 +934,25 @@ static PyTypeObject ScannerType = {
     .tp_init = (initproc)Scanner_init,
     .tp_new = PyType_GenericNew,
 };
+
+Scanner *scanner_for_records(PyObject *obj) {
+    if (!PyObject_TypeCheck(obj, &ScannerType)) {
+        PyErr_Format(PyExc_TypeError, "a PrvScanner is needed, not %.100s", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    Scanner *s = (Scanner *)obj;
+    if (s->cut || s->row_map) {
+        PyErr_SetString(PyExc_ValueError, "a PrvScanner that cuts or rewrites works on the "
+                                          "text: merged records go only into a reading one");
+        return NULL;
+    }
+    if (s->rest_n) {
+        PyErr_SetString(PyExc_ValueError, "the PrvScanner holds part of a line: records "
+                                          "would come before its end");
+        return NULL;
+    }
+    return s;
+}
 
 int scan_register(PyObject *m) {
     if (PyType_Ready(&ScannerType) < 0) return -1;

@@ -553,10 +553,32 @@ class TraceStream:
                 held.clear()
             cut.close()
             yield from held
+        self._count_dropped(merger)
+
+    @property
+    def scannable(self) -> bool:
+        """Whether `scan_blocks` can read it: a stream without a window (a window's text
+        is cut out of the merged text, so it is read as text)."""
+        return self.job.options.window is None
+
+    def scan_blocks(self, scanner, records: int) -> Iterator[None]:
+        """Fill `scanner` (a reading `PrvScanner`) with what scanning `blocks()` would give
+        it (the header, then the columns of every record), the records going straight from
+        the merge into its columns, never formatted as text: about `records` at a time (whole
+        times). Yields after each of these blocks but the last (take its columns there)."""
+        if not self.scannable:
+            raise ValueError(f"{self.path}: a stream of a window is read as text (blocks())")
+        scanner.feed(self.header.encode("utf-8"))
+        merger = _merger(self.job.plan)
+        while merger.scan(scanner, records) and not merger.done:
+            yield
+        self._count_dropped(merger)
+
+    def _count_dropped(self, merger: engine.Merger) -> None:
         if merger.dropped:  # a bug guard, as `merge` has it: counted, never silent
-            job.warns[DROPPED] = job.warns.get(DROPPED, 0) + merger.dropped
+            self.job.warns[DROPPED] = self.job.warns.get(DROPPED, 0) + merger.dropped
             warnings.warn(f"{self.path}: {merger.dropped} {DROPPED}", RuntimeWarning,
-                          stacklevel=2)
+                          stacklevel=3)
 
 
 def stream(partials: list[str | Path], path: str | Path,
