@@ -433,3 +433,18 @@ def test_corpus_export_reads_the_same_on_both_paths(db, tmp_path):
             assert x.events.equals(y.events) and x.states.equals(y.states)
             assert x.comms.equals(y.comms)
         assert analyze_path(TextOnly(stream)).to_dict() == analyze_path(stream).to_dict()
+
+
+def test_windows_keep_the_lines_of_blocks_without_records(streams, tmp_path):
+    """A block with communications but no event or state kept (no types, no states asked):
+    its lines go with the next window, on a file and on a stream, whatever the block."""
+    stream = streams["mpi"]
+    whole = read_trace(stream, set(), state_rows="none", comms=True).comms
+    assert whole.height > 50
+    out = tmp_path / "mpi.prv"
+    nsys2prv.translate(sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite")), out)
+    for source in (stream, out):
+        for block in (1 << 12, 240):
+            got = pl.concat([w.comms for w in windows(source, frozenset(), state_rows="none",
+                                                      comms=True, block=block)])
+            assert got.equals(whole)

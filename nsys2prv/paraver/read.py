@@ -365,13 +365,18 @@ def windows(path: Source, types: set[int] | frozenset[int], state_rows: StateRow
     carry_st = pl.DataFrame(schema={"row": pl.Int32, "begin": pl.Int64, "end": pl.Int64,
                                     "state": pl.Int32})
     last = False
+    held: pl.DataFrame | None = None  # the lines of blocks with no event or state
     scanned = _read_ahead(_scanned(path, scanner, block or BLOCK))
     while not last:
         cols, last = next(scanned)
         events, states, communications = _frames(cols, comms, seq)
         del cols
         seq += events.height
+        if held is not None and communications is not None:
+            communications = pl.concat([held, communications])
+            held = None
         if not last and events.height == 0 and states.height == 0:
+            held = communications  # a block of lines only: they go with the next window
             continue
         first = min(int(events["time"].min() if events.height else 2**62),
                     int(states["begin"].min() if states.height else 2**62))
