@@ -33,13 +33,8 @@ PUSHPOP = range(nvtx_reg.NVTX_PUSHPOP_BASE, nvtx_reg.NVTX_PUSHPOP_BASE + nvtx_re
 STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
                  nvtx_reg.NVTX_STARTEND_BASE + nvtx_reg.NVTX_LANE_MAX)
 
-_EVENTS = {"row": pl.Int32, "time": pl.Int64, "type": pl.Int64, "value": pl.Int64,
-           "seq": pl.Int64}
 _KERNELS = {"row": pl.Int32, "start": pl.Int64, "dur": pl.Int64, "name": pl.Int32,
-            "nccl": pl.Boolean}
-_KERNEL_COLUMNS = ("row", "start", "dur", "name", "full", "nccl")
-_SPANS = {"row": pl.Int32, "type": pl.Int64, "value": pl.Int64, "start": pl.Int64,
-          "dur": pl.Int64}
+            "full": pl.Int32, "nccl": pl.Boolean}
 
 
 @dataclass
@@ -191,8 +186,9 @@ class ActivityCollector:
         self._spans = Spans(self.flat, [KERNEL, NCCL_KERNEL], self.pushpop,
                             FULL_NAME if FULL_NAME in self.labels else None,
                             self.layout.rows.height)
-        self._flat: list[np.ndarray] = []
-        self._stacked: list[np.ndarray] = []
+        self._kernels: list[pl.DataFrame] = []
+        self._flat: list[pl.DataFrame] = []
+        self._stacked: list[pl.DataFrame] = []
         self._end = self.layout.end
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
@@ -201,8 +197,18 @@ class ActivityCollector:
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
         flat, stacked = self._spans.add(w.events.slice(w.carried))
-        self._flat.append(flat)
-        self._stacked.append(stacked)
+        if len(flat):  # kept compact: a few bytes an activity
+            kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
+            k = flat[kernel]
+            name = k[:, 2].astype(np.int32)
+            # a kernel whose full name never came (a trace without it for some): the short one
+            full = np.where(k[:, 5] == NUL, k[:, 2], k[:, 5]).astype(np.int32)
+            self._kernels.append(pl.DataFrame({
+                "row": k[:, 0].astype(np.int32), "start": k[:, 3], "dur": k[:, 4],
+                "name": name, "full": full, "nccl": k[:, 1] == NCCL_KERNEL}))
+            self._flat.append(_spans_frame(flat[~kernel]))
+        if len(stacked):
+            self._stacked.append(_spans_frame(stacked, "level"))
         st = w.states
         if st.height:  # time in the Synchronization state of each CPU row
             row = st["row"].to_numpy()
@@ -214,23 +220,18 @@ class ActivityCollector:
     def result(self, window: tuple[int, int] | None = None) -> Activities:
         names, labels = self.names, self.labels
         nvtx_types = self.nvtx_types
-        flat = _spans_frame(self._flat, "full")
-        stack_spans = _spans_frame(self._stacked, "level")
+        flat_spans = pl.concat(self._flat) if self._flat else _spans_frame(_NO_SPANS)
+        stack_spans = (pl.concat(self._stacked) if self._stacked
+                       else _spans_frame(_NO_SPANS, "level"))
+        kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNELS)
+        self._flat, self._stacked, self._kernels = [], [], []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
-            flat = flat.filter(inside)
+            flat_spans = flat_spans.filter(inside)
             stack_spans = stack_spans.filter(inside)
-        kinds = pl.col("type").is_in([KERNEL, NCCL_KERNEL])
-        name = pl.col("value").cast(pl.Int32)
-        # a kernel whose full name never came (a trace without it for some): the short one
-        kernels = (flat.filter(kinds)
-                   .select("row", "start", "dur", name.alias("name"),
-                           pl.when(pl.col("full") == NUL).then(name)
-                           .otherwise(pl.col("full").cast(pl.Int32)).alias("full"),
-                           (pl.col("type") == NCCL_KERNEL).alias("nccl"))
-                   .sort("start", "row"))
-        flat_spans = flat.filter(~kinds)
+            kernels = kernels.filter(inside)
+        kernels = kernels.sort("start", "row")
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
                   .sort("start", "row"))
@@ -266,11 +267,14 @@ class ActivityCollector:
                           _table(names.get(MEMOP, {})), _table(nvtx_names), domains)
 
 
-def _spans_frame(parts: list[np.ndarray], last: str) -> pl.DataFrame:
-    """The spans `Spans.add` returned, as one frame (row, type, value, start, dur, `last`)."""
-    a = np.concatenate(parts) if parts else np.empty((0, 6), dtype=np.int64)
+_NO_SPANS = np.empty((0, 6), dtype=np.int64)
+
+
+def _spans_frame(a: np.ndarray, last: str | None = None) -> pl.DataFrame:
+    """Spans `Spans.add` returned as a frame (row, type, value, start, dur[, `last`])."""
     return pl.DataFrame({"row": a[:, 0].astype(np.int32), "type": a[:, 1], "value": a[:, 2],
-                         "start": a[:, 3], "dur": a[:, 4], last: a[:, 5]})
+                         "start": a[:, 3], "dur": a[:, 4],
+                         **({last: a[:, 5]} if last else {})})
 
 
 def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:
