@@ -720,7 +720,21 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             acts = collector.result()
         else:
             acts = read_activities(out)
+        removed = None
+        if partials and not attributes:  # read for the last time: removed while rules run
+            import shutil
+            import threading
+
+            def remove(dirs: list[str]) -> None:
+                for d in dirs:
+                    shutil.rmtree(d, ignore_errors=True)
+
+            removed = threading.Thread(target=remove, args=(partials,))
+            removed.start()
+            partials = []
         found = _rules(exports) if rules and exports else None
+        if removed is not None:
+            removed.join()
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
     return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts)
