@@ -85,18 +85,27 @@ def _empty(schema: dict) -> pl.DataFrame:
 
 class GapFinder:
     """Gaps of every device and the host row of the launch arrow at each gap's end (compiled:
-    `timeline.Gaps`), over the windows of the model's device sweep `sweep`."""
+    `timeline.Gaps`), over the windows of the model's device sweep `sweep`. With `keep`,
+    every gap is kept for `gaps()` (the second pass needs them all)."""
 
-    def __init__(self, sweep: GroupSweep, rows: pl.DataFrame) -> None:
+    def __init__(self, sweep: GroupSweep, rows: pl.DataFrame, keep: bool = True) -> None:
         self._finder = Gaps(sweep, rows, LAUNCH_TAGS)
+        self.keys = self._finder.keys
+        self._keep = keep
         self._gaps: list[np.ndarray] = []
 
-    def add(self, window: Trace, runs: pl.DataFrame) -> None:
+    def add(self, window: Trace, runs: pl.DataFrame) -> np.ndarray:
         """A window and the runs in which each device is active in it (the model's sweep
-        gives them)."""
+        gives them); returns the gaps that ended in it, [n, 4] (g index, start, end, host
+        row or -1: no launch record)."""
         found = self._finder.add(runs, window.comms, window.end)
-        if len(found):
+        if len(found) and self._keep:
             self._gaps.append(found)
+        return found
+
+    def idle(self, end: int) -> np.ndarray:
+        """[n, 2] (g index, since) of the devices idle at `end`."""
+        return self._finder.idle(end)
 
     def spans(self) -> pl.DataFrame:
         """(g, first, last): start of each device's first activity, end of its last."""
@@ -105,12 +114,16 @@ class GapFinder:
     def gaps(self) -> pl.DataFrame:
         """(gid, g, start, end, host_row) of every gap, by start time."""
         found = np.concatenate(self._gaps) if self._gaps else np.empty((0, 4), np.int64)
-        host = pl.Series("host_row", found[:, 3].astype(np.int32))
-        return (pl.DataFrame({"g": self._finder.keys[found[:, 0]].astype(np.int64),
-                              "start": found[:, 1], "end": found[:, 2]})
-                .with_columns(host.set(host < 0, None))  # -1: no launch record
-                .sort("start", "g")
-                .with_row_index("gid").with_columns(pl.col("gid").cast(pl.Int64)))
+        return _gap_frame(self.keys, found).sort("start", "g").with_row_index("gid") \
+            .with_columns(pl.col("gid").cast(pl.Int64))
+
+
+def _gap_frame(keys: np.ndarray, found: np.ndarray) -> pl.DataFrame:
+    """(g, start, end, host_row) of gaps as `GapFinder.add` gives them."""
+    host = pl.Series("host_row", found[:, 3].astype(np.int32))
+    return (pl.DataFrame({"g": keys[found[:, 0]].astype(np.int64), "start": found[:, 1],
+                          "end": found[:, 2]})
+            .with_columns(host.set(host < 0, None)))  # -1: no launch record
 
 
 class IntervalStream:
@@ -373,7 +386,8 @@ class GapFold:
         self._nvtx.append(done.filter(pl.col("type").is_not_null())
                           .group_by("g", "type", "value").agg(dur.sum().alias("t")))
         best = done if self._best is None else pl.concat([self._best, done])
-        self._best = best.sort(dur, "start", "gid", descending=[True, False, False]).head(self.top)
+        # ties: the earlier, then the device first (the order of the gaps' ids)
+        self._best = best.sort(dur, "start", "g", descending=[True, False, False]).head(self.top)
         if self._buckets is not None:
             mid = ((pl.col("start") + pl.col("end")) // 2).alias("mid")
             tagged = (done.with_columns(mid).sort("mid")
@@ -494,6 +508,99 @@ class CauseSums:
                 *(pl.lit(0, pl.Int64).alias(k) for k in CAUSE_KEYS),
                 (pl.col("end") - pl.col("start")).alias(UNKNOWN_HOST),
                 pl.lit(None, pl.Int64).alias("type"), pl.lit(None, pl.Int64).alias("value")))
+        return self.fold
+
+
+class OnePassCauses:
+    """The causes of the gaps on the first pass itself, when neither the NVTX range at a
+    gap's middle nor the steps' sums are asked for (what a comparison of two runs reads):
+    nothing is kept for a second pass. A gap that ends in a window is attributed there to
+    its host row (the launch arrow at its end); the part of it before the window was summed,
+    window by window while it was open, on every CPU row of its device's process (the host
+    row is not known before the gap ends; a device has at most one gap open). The same
+    cause times (`cause_times`) and fold (`GapFold`) as the second pass."""
+
+    def __init__(self, finder: GapFinder, rows: pl.DataFrame, top: int = 10) -> None:
+        self.finder = finder
+        self.fold = GapFold(top)
+        cpu = rows.filter(pl.col("kind") == "cpu")
+        by_task = dict(cpu.group_by("task_index").agg(pl.col("row").sort()).iter_rows())
+        # the CPU rows of each device group's process
+        self._candidates = {gi: np.asarray(by_task.get(int(g) // 1_000_000, []), np.int32)
+                            for gi, g in enumerate(finder.keys)}
+        # per device with a gap open: (since, candidate rows, their cause times so far)
+        self._open: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+        self._ids = 0
+
+    def add(self, window: Trace, ended: np.ndarray) -> None:
+        """A window and the gaps that ended in it (`GapFinder.add`)."""
+        lo, hi = window.start, window.end
+        idle = self.finder.idle(hi)
+        # pieces: ended gaps on their host row; the gaps still open on every candidate row
+        host = ended[:, 3]
+        known = host >= 0
+        rows = [host[known].astype(np.int32)]
+        a = [np.maximum(ended[known, 1], lo)]
+        b = [ended[known, 2]]
+        for gi, since in idle:
+            cand = self._candidates[int(gi)]
+            rows.append(cand)
+            a.append(np.full(len(cand), max(since, lo), np.int64))
+            b.append(np.full(len(cand), hi, np.int64))
+        pieces = pl.DataFrame({"row": pl.Series(np.concatenate(rows), dtype=pl.Int32),
+                               "a": np.concatenate(a), "b": np.concatenate(b)})
+        pieces = pieces.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("qid"))
+        times = np.zeros((pieces.height, len(CAUSE_KEYS)), np.int64)
+        if pieces.height:
+            walked = np.unique(pieces["row"].to_numpy()).tolist()
+            times = cause_times(window, walked, pieces).select(CAUSE_KEYS).to_numpy()
+        n = int(known.sum())
+        done = times[:n].copy()
+        for i, (gi, start, _, row) in enumerate(ended[known]):
+            held = self._open.get(int(gi))
+            if held is not None and held[0] == start:  # its part in earlier windows
+                hit = np.flatnonzero(held[1] == row)
+                if len(hit):
+                    done[i] += held[2][hit[0]]
+        self._fold(ended[known], done)
+        self._fold(ended[~known], None)
+        at = n
+        still: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+        for gi, since in idle:
+            cand = self._candidates[int(gi)]
+            part = times[at:at + len(cand)]
+            at += len(cand)
+            held = self._open.get(int(gi))
+            if held is not None and held[0] == since:
+                part = part + held[2]
+            still[int(gi)] = (int(since), cand, part)
+        self._open = still
+
+    def _fold(self, gaps: np.ndarray, times: np.ndarray | None) -> None:
+        """Fold completed gaps with their causes (None: no host row, all unknown)."""
+        if not len(gaps):
+            return
+        frame = _gap_frame(self.finder.keys, gaps).with_columns(
+            pl.int_range(self._ids, self._ids + len(gaps), dtype=pl.Int64).alias("gid"))
+        self._ids += len(gaps)
+        dur = pl.col("end") - pl.col("start")
+        if times is None:
+            causes = [pl.lit(0, pl.Int64).alias(k) for k in CAUSE_KEYS] + \
+                [dur.alias(UNKNOWN_HOST)]
+        else:
+            explained = times[:, [i for i, k in enumerate(CAUSE_KEYS) if k != "no_data"]]
+            frame = frame.with_columns(
+                *(pl.Series(k, times[:, i]) for i, k in enumerate(CAUSE_KEYS)),
+                pl.Series("explained", explained.sum(axis=1)))
+            # what no segment explains (no state or call record on the row): 'no data'
+            causes = [(dur - pl.col("explained")).alias("no_data"),
+                      pl.lit(0, pl.Int64).alias(UNKNOWN_HOST)]
+        self.fold.add(frame.with_columns(*causes).select(
+            "gid", "g", "start", "end", "host_row", *SUM_COLS,
+            pl.lit(None, pl.Int64).alias("type"), pl.lit(None, pl.Int64).alias("value")))
+
+    def result(self) -> GapFold:
+        """The fold of every gap (a device idle at the end has no gap: nothing ran after)."""
         return self.fold
 
 
@@ -671,14 +778,16 @@ def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
 
 
 def explain(finder: GapFinder, launches: LaunchStats | None,
-            source: Callable[..., Iterable[Trace]], end: int, rows: pl.DataFrame,
+            source: Callable[..., Iterable[Trace]] | None, end: int, rows: pl.DataFrame,
             devices: pl.DataFrame, pcf: Path | None, top: int = 10,
-            buckets: pl.DataFrame | None = None, nvtx: bool = True) -> IdleReport:
+            buckets: pl.DataFrame | None = None, nvtx: bool = True,
+            fold: GapFold | None = None) -> IdleReport:
     """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
-    report. Names come from the trace's .pcf when there is one. `buckets` (instance, start,
-    end: the steps of the run) adds the idle time and causes of each step. Without
-    `launches` (None) or `nvtx`, the report has no launch statistics or NVTX ranges (what a
-    comparison of two runs leaves out: the causes are the same)."""
+    report; or, with the gaps already folded on the first pass (`OnePassCauses`), the
+    report of `fold`. Names come from the trace's .pcf when there is one. `buckets`
+    (instance, start, end: the steps of the run) adds the idle time and causes of each
+    step. Without `launches` (None) or `nvtx`, the report has no launch statistics or NVTX
+    ranges (what a comparison of two runs leaves out: the causes are the same)."""
     values: dict[int, dict[int, str]] = {}
     type_labels: dict[int, str] = {}
     if pcf is not None and pcf.exists():
@@ -687,13 +796,13 @@ def explain(finder: GapFinder, launches: LaunchStats | None,
         type_labels = pcf_type_labels(text)
     kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
     launch_list = launches.result(end, kernel_names) if launches is not None else []
-    gaps = finder.gaps()
-    sums = CauseSums(gaps, top, buckets, nvtx)
-    types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)
-    if sums.rows.len():
-        for window in source(types=types, state_rows=sums.rows.to_list()):
-            sums.add(window)
-    fold = sums.result()
+    if fold is None:
+        sums = CauseSums(finder.gaps(), top, buckets, nvtx)
+        types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)
+        if sums.rows.len():
+            for window in source(types=types, state_rows=sums.rows.to_list()):
+                sums.add(window)
+        fold = sums.result()
 
     def nvtx_label(t: int, v: int) -> str:
         domain = type_labels.get(t, "").split(": ", 1)[-1] or str(t - nvtx.NVTX_PUSHPOP_BASE)

@@ -323,7 +323,8 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
     (`idle.explain`): over the first pass's windows kept on disk with `spill`
-    (`idle.WindowSpill`, for a trace that would be read again), else over `source` again.
+    (`idle.WindowSpill`, for a trace that would be read again), else over `source` again;
+    without `detail` or `steps`, on the first pass itself (`idle.OnePassCauses`).
     `observers` (objects with `types` and `add(window)`) see every window of the first
     pass too, read with their types added (and the communications, for an
     observer whose `comms` is true): one pass serves them all. `steps`,
@@ -332,16 +333,19 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     only what a comparison of two runs reads is computed (devices, hosts, the idle causes):
     no per-process groups, launch statistics or NVTX range of each gap."""
     model = ModelSums(processes=detail)
-    finder = launches = None
+    finder = launches = causes = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
     cause_types = idle.CAUSE_TYPES if detail else idle.CAUSE_TYPES - frozenset(idle.PUSHPOP)
+    # without the NVTX range of each gap or the steps' sums, the causes are found on this
+    # pass (`idle.OnePassCauses`); else on a second one, over what this one kept
+    one_pass = explain and not detail and steps is None
     kept = None
-    if explain and spill:
+    if explain and spill and not one_pass:
         try:
             kept = idle.WindowSpill(cause_types)
         except OSError:  # no temporary directory: pass 2 reads the trace again
             pass
-    if kept is not None:
+    if kept is not None or one_pass:
         types = types | cause_types
     comms = explain or any(getattr(o, "comms", False) for o in observers)
     try:
@@ -357,9 +361,13 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
             runs = model.add(window)  # the sweeps ignore the types they do not read
             if explain:
                 if finder is None:
-                    finder = idle.GapFinder(model.devices, window.rows)
+                    finder = idle.GapFinder(model.devices, window.rows, keep=not one_pass)
                     launches = idle.LaunchStats() if detail else None
-                finder.add(window, runs)
+                    if one_pass:
+                        causes = idle.OnePassCauses(finder, window.rows, top)
+                ended = finder.add(window, runs)
+                if causes is not None:
+                    causes.add(window, ended)
                 if launches is not None:
                     launches.add(window)
         result = model.result()
@@ -369,7 +377,8 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                 (lambda types, state_rows: kept.windows(types, state_rows))
             result.idle = idle.explain(finder, launches, again, result.end, rows,
                                        device_keys(rows), pcf, top,
-                                       steps() if steps is not None else None, nvtx=detail)
+                                       steps() if steps is not None else None, nvtx=detail,
+                                       fold=causes.result() if causes is not None else None)
     finally:
         if kept is not None:
             kept.close()

@@ -204,6 +204,11 @@ class Gaps:
                              _col(comms, "recv", np.int64), _col(comms, "tag", np.int64), end)
         return np.frombuffer(out, dtype=np.int64).reshape(-1, 4)
 
+    def idle(self, end: int) -> np.ndarray:
+        """[n, 2] (g index, since): the devices idle at `end` (a window's end) after some
+        activity: a gap is open on them since `since`."""
+        return np.frombuffer(self._gaps.idle(end), dtype=np.int64).reshape(-1, 2)
+
     def spans(self) -> pl.DataFrame:
         """(g, first, last): start of each device's first activity, end of its last."""
         s = np.frombuffer(self._gaps.spans(), dtype=np.int64).reshape(-1, 3)

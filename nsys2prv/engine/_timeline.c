@@ -1001,7 +1001,28 @@ static PyObject *Gaps_spans(Gaps *self, PyObject *Py_UNUSED(ignored)) {
     return res;
 }
 
+/* idle(window_end) -> bytes of int64 (group, since): the groups idle at the window's end
+ * (active before, their last run ended earlier): a gap is open on them since `since` */
+static PyObject *Gaps_idle(Gaps *self, PyObject *args) {
+    long long window_end;
+    if (!PyArg_ParseTuple(args, "L", &window_end)) return NULL;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t g = 0; g < self->ngroups; g++)
+        n += self->first[g] != NONE && self->last_end[g] < window_end;
+    PyObject *res = PyBytes_FromStringAndSize(NULL, n * 2 * (Py_ssize_t)sizeof(int64_t));
+    if (!res) return NULL;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(res);
+    for (Py_ssize_t g = 0; g < self->ngroups; g++)
+        if (self->first[g] != NONE && self->last_end[g] < window_end) {
+            *out++ = g;
+            *out++ = self->last_end[g];
+        }
+    return res;
+}
+
 static PyMethodDef Gaps_methods[] = {
+    {"idle", (PyCFunction)Gaps_idle, METH_VARARGS,
+     "idle(window_end) -> (group, since) of the groups idle at the window's end"},
     {"add", (PyCFunction)Gaps_add, METH_VARARGS,
      "add(run_g, run_s, run_e, send_row, send, recv_row, recv, tag, window_end) -> gaps "
      "(group, start, end, host row) that ended in the window"},
