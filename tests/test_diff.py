@@ -356,3 +356,22 @@ def test_trace_of_both_equals_translate_applications(tmp_path, window):
     for ext in (".prv", ".pcf", ".row"):
         assert both.with_suffix(ext).read_bytes() == ref.with_suffix(ext).read_bytes(), ext
     assert not list(tmp_path.glob("nsys2prv-diff-*"))  # the sides' partials are gone
+
+
+def test_two_processes_give_the_same_comparison(real_pair, tmp_path):
+    """The sides read in two processes (what large inputs get: each prepares its reports and
+    runs nsys' rules in a process of its own, then analyses) give what one process gives,
+    and leave no partial behind; a side given as a trace has no rules."""
+    work = tmp_path / "work"
+    work.mkdir()
+    two = D.compare(str(BEFORE), str(AFTER), workdir=work, parallel=True)
+    assert two.to_dict() == real_pair.to_dict()
+    assert two.rules is not None and two.rules.height
+    assert list(work.iterdir()) == []
+    trace = tmp_path / "before.prv"
+    import nsys2prv
+
+    nsys2prv.translate([str(BEFORE)], str(trace))
+    mixed = D.compare(str(trace), str(AFTER), workdir=work, parallel=True)
+    assert mixed.before.rules is None and mixed.after.rules
+    assert mixed.kernels.equals(real_pair.kernels)
