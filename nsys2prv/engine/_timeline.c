@@ -76,6 +76,16 @@ static inline int bits_of(const int64_t *types, const uint8_t *bits, Py_ssize_t 
     return (lo < k && types[lo] == t) ? bits[lo] : 0;
 }
 
+/* a 64-bit hash (the hash tables of Spans, last_events and Gaps) */
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
 /* ================================================================ group_sweep ======= */
 
 /* set bits of group_sweep and the columns it sums per group */
@@ -534,31 +544,65 @@ typedef struct {
     int32_t n, cap;
 } Stack;
 
+/* one (row, type) seen: a table of them, not rows x types (a thousand ranks' rows times the
+ * NVTX lanes and domains would be a dense table of gigabytes) */
+typedef struct {
+    uint64_t key; /* row << 32 | type index, + 1: 0 = empty */
+    OpenSpan open;
+    Stack stack;
+} Cell;
+
 typedef struct {
     PyObject_HEAD
     int64_t *types;  /* sorted */
     uint8_t *kinds;  /* K_* of each type */
     Py_ssize_t ntypes, nrows;
-    OpenSpan *open;  /* [nrows * ntypes] */
-    Stack *stacks;   /* [nrows * ntypes] */
+    Cell *cells;
+    size_t cap, used;
     int64_t *full_t, *full_v; /* per row: the last full-name event */
     int kernel_types[2];
     int nkernel;
 } Spans;
 
 static void Spans_dealloc(Spans *self) {
-    if (self->stacks)
-        for (Py_ssize_t i = 0; i < self->nrows * self->ntypes; i++) {
-            free(self->stacks[i].start);
-            free(self->stacks[i].value);
-        }
-    free(self->stacks);
-    free(self->open);
+    for (size_t i = 0; self->cells && i < self->cap; i++) {
+        free(self->cells[i].stack.start);
+        free(self->cells[i].stack.value);
+    }
+    free(self->cells);
     free(self->types);
     free(self->kinds);
     free(self->full_t);
     free(self->full_v);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Cell *cell_slot(Cell *cells, size_t cap, uint64_t key) {
+    size_t h = (size_t)mix64(key) & (cap - 1);
+    while (cells[h].key && cells[h].key != key) h = (h + 1) & (cap - 1);
+    return &cells[h];
+}
+
+/* the cell of (row, type index), made when first seen; NULL without memory */
+static Cell *spans_cell(Spans *self, int32_t row, Py_ssize_t k) {
+    uint64_t key = ((uint64_t)(uint32_t)row << 32 | (uint64_t)k) + 1;
+    Cell *c = cell_slot(self->cells, self->cap, key);
+    if (c->key) return c;
+    if ((self->used + 1) * 2 > self->cap) {
+        size_t cap = self->cap * 2;
+        Cell *fresh = calloc(cap, sizeof *fresh);
+        if (!fresh) return NULL;
+        for (size_t i = 0; i < self->cap; i++)
+            if (self->cells[i].key) *cell_slot(fresh, cap, self->cells[i].key) = self->cells[i];
+        free(self->cells);
+        self->cells = fresh;
+        self->cap = cap;
+        c = cell_slot(self->cells, self->cap, key);
+    }
+    c->key = key;
+    c->open = (OpenSpan){NONE, 0, NONE};
+    self->used++;
+    return c;
 }
 
 /* Spans(types, kinds, nrows): types sorted (int64), kinds (uint8: 1 flat, 2 kernel, 3 stacked,
@@ -580,15 +624,13 @@ static int Spans_init(Spans *self, PyObject *args, PyObject *kw) {
     }
     self->ntypes = k;
     self->nrows = nrows;
-    size_t cells = (k && nrows) ? (size_t)(k * nrows) : 1;
+    self->cap = 1024;
     self->types = malloc((size_t)(k ? k : 1) * sizeof(int64_t));
     self->kinds = malloc((size_t)(k ? k : 1));
-    self->open = malloc(cells * sizeof *self->open);
-    self->stacks = calloc(cells, sizeof *self->stacks);
+    self->cells = calloc(self->cap, sizeof *self->cells);
     self->full_t = malloc((size_t)(nrows ? nrows : 1) * sizeof(int64_t));
     self->full_v = malloc((size_t)(nrows ? nrows : 1) * sizeof(int64_t));
-    if (!self->types || !self->kinds || !self->open || !self->stacks || !self->full_t ||
-        !self->full_v) {
+    if (!self->types || !self->kinds || !self->cells || !self->full_t || !self->full_v) {
         trelease(b, 2);
         PyErr_NoMemory();
         return -1;
@@ -601,7 +643,6 @@ static int Spans_init(Spans *self, PyObject *args, PyObject *kw) {
             PyErr_SetString(PyExc_ValueError, "Spans: types must be sorted and distinct");
             return -1;
         }
-    for (size_t i = 0; i < cells; i++) self->open[i] = (OpenSpan){NONE, 0, NONE};
     for (Py_ssize_t r = 0; r < nrows; r++) self->full_t[r] = NONE;
     self->nkernel = 0;
     for (Py_ssize_t i = 0; i < k; i++)
@@ -676,18 +717,22 @@ static PyObject *Spans_add(Spans *self, PyObject *args) {
         Py_ssize_t k = type_index(self, type[i]);
         if (k < 0) continue;
         int64_t t = time[i], v = value[i];
-        Py_ssize_t cell = (Py_ssize_t)r * self->ntypes + k;
         uint8_t kind = self->kinds[k];
         if (kind == K_FULL) {
             if (v == 0) continue;
             self->full_t[r] = t;
             self->full_v[r] = v;
             for (int j = 0; j < self->nkernel; j++) {
-                OpenSpan *os = &self->open[(Py_ssize_t)r * self->ntypes + self->kernel_types[j]];
-                if (os->start == t && os->full == NONE) os->full = v;
+                uint64_t key = ((uint64_t)(uint32_t)r << 32 | (uint64_t)self->kernel_types[j]) + 1;
+                Cell *c = cell_slot(self->cells, self->cap, key);
+                if (c->key && c->open.start == t && c->open.full == NONE) c->open.full = v;
             }
-        } else if (kind == K_STACKED) {
-            Stack *st = &self->stacks[cell];
+            continue;
+        }
+        Cell *c = spans_cell(self, r, k);
+        if (!c) { err = 1; break; }
+        if (kind == K_STACKED) {
+            Stack *st = &c->stack;
             if (v != 0) {
                 if (stack_push(st, t, v) < 0) err = 1;
             } else if (st->n > 0) {
@@ -697,7 +742,7 @@ static PyObject *Spans_add(Spans *self, PyObject *args) {
                     err = 1;
             }
         } else {
-            OpenSpan *os = &self->open[cell];
+            OpenSpan *os = &c->open;
             if (os->start != NONE &&
                 push6(&flat, r, type[i], os->value, os->start, t - os->start, os->full) < 0)
                 err = 1;
@@ -745,15 +790,6 @@ static PyTypeObject SpansType = {
 };
 
 /* ================================================================ last_events ======= */
-
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
 
 /* last_events(ev_row, ev_type) -> bytes of int64: the index of the last event of every
  * (row, type), ascending (file order) */
