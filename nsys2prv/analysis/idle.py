@@ -556,13 +556,16 @@ class OnePassCauses:
             times = cause_times(window, walked, pieces).select(CAUSE_KEYS).to_numpy()
         n = int(known.sum())
         done = times[:n].copy()
-        for i, (gi, start, _, row) in enumerate(ended[known]):
+        attributed = ended[known]
+        # the gaps that began before this window (one a device at most): their earlier part
+        for i in np.flatnonzero(attributed[:, 1] < lo):
+            gi, start, _, row = attributed[i]
             held = self._open.get(int(gi))
-            if held is not None and held[0] == start:  # its part in earlier windows
+            if held is not None and held[0] == start:
                 hit = np.flatnonzero(held[1] == row)
                 if len(hit):
                     done[i] += held[2][hit[0]]
-        self._fold(ended[known], done)
+        self._fold(attributed, done)
         self._fold(ended[~known], None)
         at = n
         still: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
