@@ -330,6 +330,13 @@ def test_text_columns_hold_a_thousand_gpus(sample_trace, tmp_path):
     text = format_text(big)
     assert "-" in text and re.search(r"\d{6}\.\d{3}", text)  # the numbers are that big
     assert not re.search(r"\.\d{3}[-\d]", text), text
+    # a kernel hundreds of times longer (a diff of two 10M runs printed '14693.150483.910')
+    for factor in (483.91, 48391.0):
+        grown = dataclasses.replace(big, kernels=big.kernels.with_columns(
+            pl.lit(factor).alias("ratio")))
+        text = format_text(grown)
+        assert re.search(r"\.\d{3} +(483\.9|4\.84e\+04)  ", text), text
+        assert not re.search(r"\.\d{3}[-\d]", text), text
 
 
 @pytest.mark.parametrize("window", [None, "iteration 2", "2ms/9ms"])

@@ -59,7 +59,11 @@ def _ms(ns) -> str:
 
 
 def _ratio(r) -> str:
-    return "-" if r is None else f"{r:.3f}"
+    """A ratio in at most 7 characters (a kernel 480 times longer is '480.4', not a number
+    that runs into the delta before it)."""
+    if r is None:
+        return "-"
+    return f"{r:.3f}" if abs(r) < 100 else f"{r:.1f}" if abs(r) < 10_000 else f"{r:.3g}"
 
 
 def _short(text: str, width: int) -> str:
@@ -90,16 +94,16 @@ def format_text(c, top: int = 15) -> str:
     for r in c.categories.iter_rows(named=True):
         name = r["category"] + (f" {r['detail']}" if r["detail"] else "")
         w(f"{_short(name, 31):<32}{_ms(r['total_before']):>14}{_ms(r['total_after']):>14}"
-          f"{_ms(r['delta']):>14}{_ratio(r['ratio']):>8}\n")
+          f"{_ms(r['delta']):>14} {_ratio(r['ratio']):>7}\n")
     k = c.kernels
     w(f"\nkernels ({k.height}; {top} largest changes; totals in ms)\n")
     w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'before':>13}{'after':>13}{'delta':>13}"
-      f"{'ratio':>7}  match\n")
+      f"{'ratio':>8}  match\n")
     for r in k.head(top).iter_rows(named=True):
         name = r["short"] if r["matched_by"] != "normalised" else r["kernel"]
         w(f"{_short(name or r['kernel'], 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
           f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
-          f"{_ratio(r['ratio']):>7}  {r['matched_by']}\n")
+          f" {_ratio(r['ratio']):>7}  {r['matched_by']}\n")
     tb, ta = int(k["total_before"].sum()), int(k["total_after"].sum())
     w(f"{'all kernels':<44}{int(k['count_before'].sum()):>9}{int(k['count_after'].sum()):>9}"
       f"{_ms(tb):>13}{_ms(ta):>13}{_ms(ta - tb):>13}\n")
@@ -114,7 +118,7 @@ def format_text(c, top: int = 15) -> str:
             name = r["range"] + (f" @{r['domain']}" if r["domain"] else "")
             w(f"{_short(name, 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
               f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
-              f"{_ratio(r['ratio']):>7}\n")
+              f" {_ratio(r['ratio']):>7}\n")
     if c.devices is not None:
         _devices(w, c.devices, top)
     if c.models.height and c.before.analysis is not None:
