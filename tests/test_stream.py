@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import nsys2prv
@@ -154,3 +155,20 @@ def test_stream_without_attributes_is_analysed_the_same(multi_job, tmp_path, win
         return sum(f.stat().st_size for p in stream.partials for f in Path(p).iterdir())
 
     assert size(lean) < size(full)
+
+
+def test_sources_read_attributes_only_when_kept():
+    """Without attributes, a kernel's launch geometry and a call's return value are not
+    read (null), every other column is the same."""
+    from nsys2prv.report.report import Report
+    from nsys2prv.sources import cuda_api, kernels
+
+    report = Report(str(Path(__file__).resolve().parent.parent / "examples" / "sample.sqlite"))
+    for source in (kernels, cuda_api):
+        whole = pl.concat(list(source.read(report)))
+        lean = pl.concat(list(source.read(report, attributes=False)))
+        attrs = [c.name for c in source.COLUMNS if c.attribute]
+        assert attrs and whole.height == lean.height > 0
+        assert lean.select(attrs).null_count().row(0) == (lean.height,) * len(attrs)
+        assert whole.drop(attrs).equals(lean.drop(attrs))
+        assert whole.select(attrs).null_count().sum_horizontal().item() < whole.height

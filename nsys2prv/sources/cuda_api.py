@@ -17,7 +17,7 @@ TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 COLUMNS = CPU_CALL + (
     Column("correlation", ("correlationId",)),
     Column("name_id", ("nameId",)),
-    Column("return_value", ("returnValue",)),
+    Column("return_value", ("returnValue",), attribute=True),
 )
 
 
@@ -25,8 +25,11 @@ def available(report: Report) -> bool:
     return has_rows(report, TABLE)
 
 
-def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, windowed=True)
+def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS, attributes: bool = True
+         ) -> Iterator[pl.DataFrame]:
+    """Normalised calls; without `attributes`, the return value is null."""
+    yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, windowed=True,
+                           attributes=attributes)
 
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")

@@ -22,7 +22,7 @@ def translate(report: Report, ctx: Context) -> None:
     state_of = NameClassifier(ctx.names, "cuda_api", call_state, pl.Int8,
                               reg.STATE_OTHERS)
     parts = []
-    for chunk in source.read(report, ctx.chunk_rows):
+    for chunk in source.read(report, ctx.chunk_rows, attributes=ctx.options.attributes):
         df = fix_times(chunk, ctx, "CUDA API calls")
         df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
         df = name_value(df, ctx, "cuda_api", "name_id", "CUDA API calls")

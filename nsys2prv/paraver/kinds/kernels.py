@@ -26,7 +26,7 @@ def translate(report: Report, ctx: Context) -> None:
     index = cuda_api.index(ctx)
     c = pl.col
     ctx.shared[NCCL_KERNELS] = []
-    for chunk in source.read(report, ctx.chunk_rows):
+    for chunk in source.read(report, ctx.chunk_rows, attributes=ctx.options.attributes):
         df = fix_times(chunk, ctx, "kernels")
         df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
                              nccl(df["short_name_id"]).alias("is_nccl"))
