@@ -23,7 +23,6 @@ import nsys2prv
 from nsys2prv.cli import main as cli_main
 from nsys2prv.errors import UsageError
 from nsys2prv.paraver.check import check_trace
-from nsys2prv.paraver.registry import deps as dreg
 from nsys2prv.pipeline.facts import report_facts
 from nsys2prv.pipeline.prepare import prepare
 from nsys2prv.pipeline.window import (NvtxFilter, TimeFilter, cut_trace, parse_duration,
@@ -34,7 +33,6 @@ from nsys2prv.testing.synth import write_export
 from nsys2prv.api import merge_partials, prepare_report, translate
 
 DATA = ROOT / "tests" / "data" / "window"
-DEPENDENCY_TAGS = set(dreg.COMM_TAGS)
 ITERATION2 = (3_300_000, 4_350_000)  # "iteration 2" of sample_spec(6), in trace time
 
 
@@ -111,11 +109,7 @@ def test_cut_equals_paravers_cutter(sample6, tmp_path):
     assert end == ITERATION2[1] - ITERATION2[0]
     assert check_trace(tmp_path / "ours.prv").ok
     stored = DATA / "sample6_iteration2_paraver_cut.prv"
-    # the stored cut was made before the trace had dependency lines (issue 26): they are
-    # left out of the comparison until it is made again where paramedir is installed
-    ours = [ln for ln in _body(tmp_path / "ours.prv")
-            if not (ln.startswith("3:") and int(ln.rsplit(":", 1)[1]) in DEPENDENCY_TAGS)]
-    assert _vs_paraver(ours, _body(stored), end) == ([], [])
+    assert _vs_paraver(_body(tmp_path / "ours.prv"), _body(stored), end) == ([], [])
     # what we add: the start/end range open at the start, written at 0
     ours = _body(tmp_path / "ours.prv")
     assert [ln for ln in ours if ln.startswith("2:") and ln.split(":")[5] == "0"
