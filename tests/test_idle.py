@@ -81,6 +81,19 @@ def test_windows_of_any_size_give_the_whole_trace_report(traces, cause, monkeypa
     assert whole.job.causes == gen.expected(cause)
 
 
+def _windows_of_a_few_lines(trace, monkeypatch):
+    """A source of the trace's windows of a few lines each (calls and ranges cross them),
+    the keyword arguments of every read it serves, and the trace's .pcf."""
+    monkeypatch.setattr(read, "BLOCK", 997)
+    calls = []
+
+    def source(**kw):
+        calls.append(sorted(kw))
+        return read.windows(trace, **kw)
+
+    return source, calls, trace.with_suffix(".pcf")
+
+
 @pytest.mark.parametrize("cause", gen.CAUSES)
 def test_second_pass_reads_the_first_ones_spill(traces, cause, monkeypatch):
     """A trace file or stream is read once: pass 2 reads the windows pass 1 kept
@@ -88,14 +101,7 @@ def test_second_pass_reads_the_first_ones_spill(traces, cause, monkeypatch):
     lines, so that calls and ranges cross them), and the spill is removed after."""
     from nsys2prv.analysis.model import _analyze
 
-    monkeypatch.setattr(read, "BLOCK", 997)
-    calls = []
-
-    def source(**kw):
-        calls.append(sorted(kw))
-        return read.windows(traces[cause], **kw)
-
-    pcf = traces[cause].with_suffix(".pcf")
+    source, calls, pcf = _windows_of_a_few_lines(traces[cause], monkeypatch)
     twice = _analyze(source, True, 10, pcf)
     assert calls == [["comms", "types"], ["state_rows", "types"]]
     calls.clear()
@@ -123,14 +129,7 @@ def test_one_pass_causes_equal_the_second_pass(traces, cause, monkeypatch):
     kept on disk."""
     from nsys2prv.analysis.model import _analyze
 
-    monkeypatch.setattr(read, "BLOCK", 997)
-    calls = []
-
-    def source(**kw):
-        calls.append(sorted(kw))
-        return read.windows(traces[cause], **kw)
-
-    pcf = traces[cause].with_suffix(".pcf")
+    source, calls, pcf = _windows_of_a_few_lines(traces[cause], monkeypatch)
     two = _analyze(source, True, 10, pcf, detail=False, steps=lambda: None)
     assert calls == [["comms", "types"], ["state_rows", "types"]]
     calls.clear()
