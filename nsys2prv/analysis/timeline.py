@@ -12,8 +12,8 @@ next event of the set there, or the window's end). Two sweeps:
   `between`: the time of each column of a (state, open sets) -> column map between two
   instants of a row (the causes of a GPU gap).
 
-And `Spans`, every activity paired across windows, and `last_events`, what a window carries
-into the next.
+And `Spans`, every activity paired across windows, and `Gaps`, the holes between a device's
+active runs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import polars as pl
 
 from ..engine._engine import Gaps as _Gaps
 from ..engine._engine import Spans as _Spans
-from ..engine._engine import group_sweep, last_events, row_timeline
+from ..engine._engine import group_sweep, row_timeline
 from ..paraver.read import Trace
 
 NSUMS = ("useful_talp", "comm_talp", "useful_nccl", "comm_nccl", "active", "nccl_time",
@@ -48,6 +48,13 @@ def set_table(sets: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def _col(frame: pl.DataFrame, name: str, dtype) -> np.ndarray:
     return np.ascontiguousarray(frame[name].to_numpy(), dtype=dtype)
+
+
+def _slots(nrows: int, rows: Sequence[int]) -> np.ndarray:
+    """The slot of each of `nrows` rows: its place in `rows`, -1 for the others."""
+    slot = np.full(nrows, -1, dtype=np.int32)
+    slot[np.asarray(list(rows), dtype=np.int64)] = np.arange(len(rows))
+    return slot
 
 
 def _events(window: Trace) -> tuple[np.ndarray, ...]:
@@ -93,8 +100,7 @@ class RowTimeline:
 
     def __init__(self, nrows: int, rows: Sequence[int], sets: Sequence[Sequence[int]]) -> None:
         self.rows = list(rows)
-        self.slot_of_row = np.full(nrows, -1, dtype=np.int32)
-        self.slot_of_row[np.asarray(self.rows, dtype=np.int64)] = np.arange(len(self.rows))
+        self.slot_of_row = _slots(nrows, self.rows)
         self.nsets = len(sets)
         self.types, self.bits = set_table(sets)
         self.bins = np.zeros((len(self.rows), (NST + 3) << self.nsets), dtype=np.int64)
@@ -129,8 +135,7 @@ def between(window: Trace, rows: Sequence[int], nrows: int, sets: Sequence[Seque
     """[len(queries), ncols]: per query (row, a, b), the time between a and b of each column,
     the column of an instant being `column[state index << len(sets) | open sets]` (-1:
     none) on the query's row, as the window's states and call events on `rows` give it."""
-    slot = np.full(nrows, -1, dtype=np.int32)
-    slot[np.asarray(list(rows), dtype=np.int64)] = np.arange(len(rows))
+    slot = _slots(nrows, rows)
     types, bits = set_table(sets)
     st = window.states
     out = np.zeros((queries.height, ncols), dtype=np.int64)
@@ -171,13 +176,6 @@ class Spans:
                                         _col(ev, "type", np.int64), _col(ev, "value", np.int64))
         return (np.frombuffer(flat, dtype=np.int64).reshape(-1, 6),
                 np.frombuffer(stacked, dtype=np.int64).reshape(-1, 6))
-
-
-def last_of_each(events: pl.DataFrame) -> pl.DataFrame:
-    """The last event of every (row, type) of `events`, in their order."""
-    idx = np.frombuffer(last_events(_col(events, "row", np.int32),
-                                    _col(events, "type", np.int64)), dtype=np.int64)
-    return events[idx]
 
 
 class Gaps:
