@@ -22,8 +22,8 @@ about a tenth of the trace's text), as reading it again cost as much as pass 1's
    times every launch.
 2. `CauseSums` partitions the host threads' time into causes (`cause_of`) and sums each
    cause between both ends of every gap piece of the window, in one compiled walk of each
-   host row's states and calls (`timeline.between`: no join of gaps with states), and names the NVTX push/pop range open on the thread at the gap's middle
-   (`NvtxStacks`, whose open ranges are carried from window to window). A gap is folded
+   host row's states and calls (`timeline.between`: no join of gaps with states), and
+   names the NVTX push/pop range open on the thread at the gap's middle (`NvtxStacks`, whose open ranges are carried from window to window). A gap is folded
    (`GapFold`: sums per device and per NVTX range, the top N gaps) in the window where it
    ends; only the gaps that cross a window's end wait for the next.
 """
@@ -483,13 +483,8 @@ class CauseSums:
         """Fold gaps with a host row whose every window has been seen."""
         if not done.height:
             return
-        dur = pl.col("end") - pl.col("start")
-        table = (done.join(self._open, left_on="gid", right_on="qid", how="left")
-                 .with_columns(pl.col(k).fill_null(0) for k in CAUSE_KEYS))
-        # what no segment explains (no state or call record on the row): 'no data'
-        explained = pl.sum_horizontal(*(pl.col(k) for k in CAUSE_KEYS if k != "no_data"))
-        table = table.with_columns((dur - explained).alias("no_data"),
-                                   pl.lit(0, pl.Int64).alias(UNKNOWN_HOST))
+        table = _with_no_data(done.join(self._open, left_on="gid", right_on="qid", how="left")
+                              .with_columns(pl.col(k).fill_null(0) for k in CAUSE_KEYS))
         table = table.join(self._open_nvtx, left_on="gid", right_on="qid", how="left")
         self.fold.add(table.select("gid", "g", "start", "end", "host_row", *SUM_COLS,
                                    "type", "value"))
@@ -503,12 +498,26 @@ class CauseSums:
         self._finish(self.gaps.filter(pl.Series(self._end > self._done_until)))
         unknown = self.all_gaps.filter(pl.col("host_row").is_null())
         if unknown.height:
-            self.fold.add(unknown.select(
-                "gid", "g", "start", "end", "host_row",
-                *(pl.lit(0, pl.Int64).alias(k) for k in CAUSE_KEYS),
-                (pl.col("end") - pl.col("start")).alias(UNKNOWN_HOST),
-                pl.lit(None, pl.Int64).alias("type"), pl.lit(None, pl.Int64).alias("value")))
+            self.fold.add(_unknown_host(unknown))
         return self.fold
+
+
+def _with_no_data(gaps: pl.DataFrame) -> pl.DataFrame:
+    """Gaps with a host row and their cause times: the time no cause explains (no state or
+    call record on the row) is 'no data'; none of it is 'unknown host'."""
+    explained = pl.sum_horizontal(*(pl.col(k) for k in CAUSE_KEYS if k != "no_data"))
+    return gaps.with_columns((pl.col("end") - pl.col("start") - explained).alias("no_data"),
+                             pl.lit(0, pl.Int64).alias(UNKNOWN_HOST))
+
+
+def _unknown_host(gaps: pl.DataFrame) -> pl.DataFrame:
+    """Gaps with no launch record at their end, as `GapFold.add` takes them: all their time
+    is 'unknown host', in no NVTX range."""
+    return gaps.select("gid", "g", "start", "end", "host_row",
+                       *(pl.lit(0, pl.Int64).alias(k) for k in CAUSE_KEYS),
+                       (pl.col("end") - pl.col("start")).alias(UNKNOWN_HOST),
+                       pl.lit(None, pl.Int64).alias("type"),
+                       pl.lit(None, pl.Int64).alias("value"))
 
 
 class OnePassCauses:
@@ -586,19 +595,12 @@ class OnePassCauses:
         frame = _gap_frame(self.finder.keys, gaps).with_columns(
             pl.int_range(self._ids, self._ids + len(gaps), dtype=pl.Int64).alias("gid"))
         self._ids += len(gaps)
-        dur = pl.col("end") - pl.col("start")
         if times is None:
-            causes = [pl.lit(0, pl.Int64).alias(k) for k in CAUSE_KEYS] + \
-                [dur.alias(UNKNOWN_HOST)]
-        else:
-            explained = times[:, [i for i, k in enumerate(CAUSE_KEYS) if k != "no_data"]]
-            frame = frame.with_columns(
-                *(pl.Series(k, times[:, i]) for i, k in enumerate(CAUSE_KEYS)),
-                pl.Series("explained", explained.sum(axis=1)))
-            # what no segment explains (no state or call record on the row): 'no data'
-            causes = [(dur - pl.col("explained")).alias("no_data"),
-                      pl.lit(0, pl.Int64).alias(UNKNOWN_HOST)]
-        self.fold.add(frame.with_columns(*causes).select(
+            self.fold.add(_unknown_host(frame))
+            return
+        frame = _with_no_data(frame.with_columns(
+            pl.Series(k, times[:, i]) for i, k in enumerate(CAUSE_KEYS)))
+        self.fold.add(frame.select(
             "gid", "g", "start", "end", "host_row", *SUM_COLS,
             pl.lit(None, pl.Int64).alias("type"), pl.lit(None, pl.Int64).alias("value")))
 
@@ -803,7 +805,7 @@ def explain(finder: GapFinder, launches: LaunchStats | None,
         sums = CauseSums(finder.gaps(), top, buckets, nvtx)
         types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)
         if sums.rows.len():
-            for window in source(types=types, state_rows=sums.rows.to_list()):
+            for window in source(types=types, state_rows=sums.host_rows):
                 sums.add(window)
         fold = sums.result()
 
