@@ -65,7 +65,7 @@ ENGINE = Extension("nsys2prv.engine._engine", ["nsys2prv/engine/_engine.c",
                                                "nsys2prv/engine/_scan.c",
                                                "nsys2prv/engine/_graph.c",
                                                "nsys2prv/engine/_timeline.c"],
-                   depends=["nsys2prv/engine/_scan.h"],
+                   depends=["nsys2prv/engine/_scan.h", "nsys2prv/engine/_views.h"],
                    # hidden: the functions _engine.c calls in _scan.c stay inlinable there
                    extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall",
                                        "-Wextra",

@@ -32,35 +32,16 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef struct {
-    Py_buffer view;
-    int held;
-} Buf;
-
-static int get(PyObject *obj, Buf *b, Py_ssize_t itemsize, int writable, const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) return -1;
-    b->held = 1;
-    if (b->view.itemsize != itemsize && !(itemsize == 1 && b->view.len >= 0)) {
-        PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes expected", name, itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void release(Buf *bufs, int n) {
-    for (int i = 0; i < n; i++)
-        if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
-}
+#include "_views.h"
 
 /* The buffers of the objects `o` (an entry NULL: none), with their item sizes, whether
  * written, and their names for errors; on failure every buffer taken is released. */
-static int get_all(PyObject **o, Buf *b, int count, const Py_ssize_t *size,
+static int get_all(PyObject **o, View *b, int count, const Py_ssize_t *size,
                    const int *writable, const char *const *names) {
-    memset(b, 0, sizeof(Buf) * (size_t)count);
+    memset(b, 0, sizeof(View) * (size_t)count);
     for (int i = 0; i < count; i++)
-        if (o[i] != NULL && get(o[i], &b[i], size[i], writable[i], names[i]) < 0) {
-            release(b, count);
+        if (o[i] != NULL && view_get(o[i], &b[i], size[i], writable[i], names[i]) < 0) {
+            views_release(b, count);
             return -1;
         }
     return 0;
@@ -69,7 +50,7 @@ static int get_all(PyObject **o, Buf *b, int count, const Py_ssize_t *size,
 /* The graph's buffers, the first seven of graph_replay and graph_float (start end pred_ptr
  * pred_node pred_lag edge_kind kind_on): their node and edge counts, or -1 when their
  * lengths do not agree. */
-static int graph_sizes(const Buf *b, Py_ssize_t *n, Py_ssize_t *m) {
+static int graph_sizes(const View *b, Py_ssize_t *n, Py_ssize_t *m) {
     *n = b[0].view.len / 8;
     *m = b[3].view.len / 4;
     return (b[1].view.len / 8 != *n || b[2].view.len / 8 != *n + 1 ||
@@ -91,12 +72,12 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
     static const char *const names[NBUF] = {
         "start", "end", "pred_ptr", "pred_node", "pred_lag", "edge_kind", "kind_on", "scale",
         "new_start", "new_end", "binding", "row_prev"};
-    Buf b[NBUF];
+    View b[NBUF];
     if (get_all(o, b, NBUF, size, writable, names) < 0) return NULL;
     Py_ssize_t n, m;
     if (graph_sizes(b, &n, &m) < 0 || b[7].view.len / 8 != n || b[8].view.len / 8 != n ||
         b[9].view.len / 8 != n || b[10].view.len / 8 != n || b[11].view.len / 4 != n) {
-        release(b, NBUF);
+        views_release(b, NBUF);
         PyErr_SetString(PyExc_ValueError, "graph_replay: array lengths do not match");
         return NULL;
     }
@@ -151,7 +132,7 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
         binding[i] = best;
     }
     Py_END_ALLOW_THREADS
-    release(b, NBUF);
+    views_release(b, NBUF);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "graph_replay: pred_ptr is not increasing");
         return NULL;
@@ -165,12 +146,13 @@ static PyObject *graph_path(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOLLOO", &o_bind, &o_pred, &o_end, &from, &stop, &o_out,
                           &o_prev))
         return NULL;
-    Buf b[5];
+    View b[5];
     memset(b, 0, sizeof b);
-    if (get(o_bind, &b[0], 8, 0, "binding") < 0 || get(o_pred, &b[1], 4, 0, "pred_node") < 0 ||
-        get(o_end, &b[2], 8, 0, "new_end") < 0 || get(o_out, &b[3], 8, 1, "out") < 0 ||
-        get(o_prev, &b[4], 4, 0, "row_prev") < 0) {
-        release(b, 5);
+    if (view_get(o_bind, &b[0], 8, 0, "binding") < 0 ||
+        view_get(o_pred, &b[1], 4, 0, "pred_node") < 0 ||
+        view_get(o_end, &b[2], 8, 0, "new_end") < 0 || view_get(o_out, &b[3], 8, 1, "out") < 0 ||
+        view_get(o_prev, &b[4], 4, 0, "row_prev") < 0) {
+        views_release(b, 5);
         return NULL;
     }
     const int64_t *binding = b[0].view.buf, *end = b[2].view.buf;
@@ -178,7 +160,7 @@ static PyObject *graph_path(PyObject *self, PyObject *args) {
     int64_t *out = b[3].view.buf;
     Py_ssize_t n = b[0].view.len / 8, m = b[1].view.len / 4, cap = b[3].view.len / 8;
     if (b[4].view.len / 4 != n) {
-        release(b, 5);
+        views_release(b, 5);
         PyErr_SetString(PyExc_ValueError, "graph_path: row_prev has one entry a node");
         return NULL;
     }
@@ -198,7 +180,7 @@ static PyObject *graph_path(PyObject *self, PyObject *args) {
         i = p;
     }
     Py_END_ALLOW_THREADS
-    release(b, 5);
+    views_release(b, 5);
     return PyLong_FromSsize_t(k);
 }
 
@@ -217,11 +199,11 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
     static const char *const names[10] = {"start", "end", "pred_ptr", "pred_node", "pred_lag",
                                           "edge_kind", "kind_on", "", "latest_end",
                                           "row_prev"};
-    Buf b[10];
+    View b[10];
     if (get_all(o, b, 10, size, writable, names) < 0) return NULL;
     Py_ssize_t n, m;
     if (graph_sizes(b, &n, &m) < 0 || b[8].view.len / 8 != n || b[9].view.len / 4 != n) {
-        release(b, 10);
+        views_release(b, 10);
         PyErr_SetString(PyExc_ValueError, "graph_float: array lengths do not match");
         return NULL;
     }
@@ -263,7 +245,7 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    release(b, 10);
+    views_release(b, 10);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "graph_float: pred_ptr is not increasing");
         return NULL;

@@ -37,33 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_views.h"
+
 #define NONE INT64_MIN
-
-typedef struct {
-    Py_buffer view;
-    int held;
-} TBuf;
-
-static int tget(PyObject *obj, TBuf *b, Py_ssize_t itemsize, int writable, const char *name) {
-    memset(b, 0, sizeof *b);
-    if (obj == Py_None) return 0;
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) return -1;
-    b->held = 1;
-    if (b->view.itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes expected, got %zd", name,
-                     itemsize, b->view.itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void trelease(TBuf *b, int n) {
-    for (int i = 0; i < n; i++)
-        if (b[i].held) PyBuffer_Release(&b[i].view);
-}
-
-static Py_ssize_t tlen(const TBuf *b) { return b->held ? b->view.len / b->view.itemsize : 0; }
 
 /* the set bits of an event type: types sorted, k of them (a handful: binary search) */
 static inline int bits_of(const int64_t *types, const uint8_t *bits, Py_ssize_t k, int64_t t) {
@@ -168,17 +144,21 @@ static PyObject *group_sweep(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOLO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
                           &end, &o[7]))
         return NULL;
-    TBuf b[8];
+    View b[8];
     memset(b, 0, sizeof b);
     static const Py_ssize_t size[8] = {4, 8, 8, 8, 4, 8, 1, 8};
     static const char *names[8] = {"ev_row", "ev_time", "ev_type", "ev_value", "group_of_row",
                                    "set_types", "set_bits", "sums"};
     for (int i = 0; i < 8; i++)
-        if (tget(o[i], &b[i], size[i], i == 7, names[i]) < 0) { trelease(b, 8); return NULL; }
-    Py_ssize_t n = tlen(&b[0]), nrows = tlen(&b[4]), k = tlen(&b[5]);
-    Py_ssize_t ngroups = tlen(&b[7]) / NSUMS;
-    if (tlen(&b[1]) != n || tlen(&b[2]) != n || tlen(&b[3]) != n || tlen(&b[6]) != k) {
-        trelease(b, 8);
+        if (view_get(o[i], &b[i], size[i], i == 7, names[i]) < 0) {
+            views_release(b, 8);
+            return NULL;
+        }
+    Py_ssize_t n = view_len(&b[0]), nrows = view_len(&b[4]), k = view_len(&b[5]);
+    Py_ssize_t ngroups = view_len(&b[7]) / NSUMS;
+    if (view_len(&b[1]) != n || view_len(&b[2]) != n || view_len(&b[3]) != n ||
+        view_len(&b[6]) != k) {
+        views_release(b, 8);
         PyErr_SetString(PyExc_ValueError, "group_sweep: column lengths differ");
         return NULL;
     }
@@ -232,7 +212,7 @@ static PyObject *group_sweep(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(flags);
     free(groups);
-    trelease(b, 8);
+    views_release(b, 8);
     if (err) {
         free(runs.p);
         if (err == 1) return PyErr_NoMemory();
@@ -418,38 +398,39 @@ static PyObject *row_timeline(PyObject *self, PyObject *args) {
                                     "ev_time", "ev_type", "ev_value", "slot_of_row",
                                     "set_types", "set_bits", "row_bins", "opens", "q_row",
                                     "q_a", "q_b", "bin_col", "q_out"};
-    TBuf b[NB];
+    View b[NB];
     memset(b, 0, sizeof b);
     for (int i = 0; i < NB; i++)
-        if (tget(objs[i], &b[i], size[i], i == BINS || i == OPENS || i == QOUT, names[i]) < 0) {
-            trelease(b, NB);
+        if (view_get(objs[i], &b[i], size[i], i == BINS || i == OPENS || i == QOUT, names[i]) < 0) {
+            views_release(b, NB);
             return NULL;
         }
     Timeline tl = {0};
-    Py_ssize_t nstates = tlen(&b[STR]), nev = tlen(&b[EVR]), nq = tlen(&b[QR]);
-    tl.nrows = tlen(&b[SLOT]);
+    Py_ssize_t nstates = view_len(&b[STR]), nev = view_len(&b[EVR]), nq = view_len(&b[QR]);
+    tl.nrows = view_len(&b[SLOT]);
     tl.nst = nst;
     tl.nsets = nsets;
     tl.end = end;
-    tl.nset_types = tlen(&b[TYPES]);
+    tl.nset_types = view_len(&b[TYPES]);
     Py_ssize_t nbins = (nst + 3) << nsets;
     tl.nslots = 0;
     const int32_t *slot_of = b[SLOT].view.buf;
     for (Py_ssize_t r = 0; r < tl.nrows; r++)
         if (slot_of[r] >= tl.nslots) tl.nslots = slot_of[r] + 1;
-    int bad = tlen(&b[STB]) != nstates || tlen(&b[STE]) != nstates || tlen(&b[STS]) != nstates ||
-              tlen(&b[EVT]) != nev || tlen(&b[EVY]) != nev || tlen(&b[EVV]) != nev ||
-              tlen(&b[BITS]) != tl.nset_types ||
-              (b[BINS].held && tlen(&b[BINS]) < tl.nslots * nbins) ||
-              (b[OPENS].held && tlen(&b[OPENS]) < tl.nslots * nsets) ||
-              (nq && (tlen(&b[QA]) != nq || tlen(&b[QB]) != nq || !b[BCOL].held ||
-                      tlen(&b[BCOL]) != nbins || !b[QOUT].held));
+    int bad = view_len(&b[STB]) != nstates || view_len(&b[STE]) != nstates ||
+              view_len(&b[STS]) != nstates ||
+              view_len(&b[EVT]) != nev || view_len(&b[EVY]) != nev || view_len(&b[EVV]) != nev ||
+              view_len(&b[BITS]) != tl.nset_types ||
+              (b[BINS].held && view_len(&b[BINS]) < tl.nslots * nbins) ||
+              (b[OPENS].held && view_len(&b[OPENS]) < tl.nslots * nsets) ||
+              (nq && (view_len(&b[QA]) != nq || view_len(&b[QB]) != nq || !b[BCOL].held ||
+                      view_len(&b[BCOL]) != nbins || !b[QOUT].held));
     if (!bad && nq) {
-        tl.ncols = tlen(&b[QOUT]) / nq;
-        bad = tl.ncols * nq != tlen(&b[QOUT]);
+        tl.ncols = view_len(&b[QOUT]) / nq;
+        bad = tl.ncols * nq != view_len(&b[QOUT]);
     }
     if (bad) {
-        trelease(b, NB);
+        views_release(b, NB);
         PyErr_SetString(PyExc_ValueError, "row_timeline: column lengths differ");
         return NULL;
     }
@@ -467,7 +448,7 @@ static PyObject *row_timeline(PyObject *self, PyObject *args) {
     tl.q_out = nq ? b[QOUT].view.buf : NULL;
     for (Py_ssize_t i = 0; nq && i < nbins; i++)
         if (tl.bin_col[i] >= tl.ncols) {
-            trelease(b, NB);
+            views_release(b, NB);
             PyErr_SetString(PyExc_ValueError, "row_timeline: a bin's column out of range");
             return NULL;
         }
@@ -526,7 +507,7 @@ static PyObject *row_timeline(PyObject *self, PyObject *args) {
     free(st_slot); free(ev_slot); free(q_slot); free(st_start); free(st_order);
     free(ev_start); free(ev_order); free(ep); free(ep_start); free(cum);
     Py_END_ALLOW_THREADS
-    trelease(b, NB);
+    views_release(b, NB);
     if (err) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -611,14 +592,14 @@ static int Spans_init(Spans *self, PyObject *args, PyObject *kw) {
     PyObject *ot, *ok;
     Py_ssize_t nrows;
     if (!PyArg_ParseTuple(args, "OOn", &ot, &ok, &nrows)) return -1;
-    TBuf b[2];
-    if (tget(ot, &b[0], 8, 0, "types") < 0 || tget(ok, &b[1], 1, 0, "kinds") < 0) {
-        trelease(b, 2);
+    View b[2];
+    if (view_get(ot, &b[0], 8, 0, "types") < 0 || view_get(ok, &b[1], 1, 0, "kinds") < 0) {
+        views_release(b, 2);
         return -1;
     }
-    Py_ssize_t k = tlen(&b[0]);
-    if (tlen(&b[1]) != k || nrows < 0) {
-        trelease(b, 2);
+    Py_ssize_t k = view_len(&b[0]);
+    if (view_len(&b[1]) != k || nrows < 0) {
+        views_release(b, 2);
         PyErr_SetString(PyExc_ValueError, "Spans: one kind per type");
         return -1;
     }
@@ -631,13 +612,13 @@ static int Spans_init(Spans *self, PyObject *args, PyObject *kw) {
     self->full_t = malloc((size_t)(nrows ? nrows : 1) * sizeof(int64_t));
     self->full_v = malloc((size_t)(nrows ? nrows : 1) * sizeof(int64_t));
     if (!self->types || !self->kinds || !self->cells || !self->full_t || !self->full_v) {
-        trelease(b, 2);
+        views_release(b, 2);
         PyErr_NoMemory();
         return -1;
     }
     memcpy(self->types, b[0].view.buf, (size_t)k * sizeof(int64_t));
     memcpy(self->kinds, b[1].view.buf, (size_t)k);
-    trelease(b, 2);
+    views_release(b, 2);
     for (Py_ssize_t i = 1; i < k; i++)
         if (self->types[i] <= self->types[i - 1]) {
             PyErr_SetString(PyExc_ValueError, "Spans: types must be sorted and distinct");
@@ -695,14 +676,14 @@ static inline Py_ssize_t type_index(const Spans *s, int64_t t) {
 static PyObject *Spans_add(Spans *self, PyObject *args) {
     PyObject *o[4];
     if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
-    TBuf b[4];
+    View b[4];
     static const Py_ssize_t size[4] = {4, 8, 8, 8};
     static const char *names[4] = {"ev_row", "ev_time", "ev_type", "ev_value"};
     for (int i = 0; i < 4; i++)
-        if (tget(o[i], &b[i], size[i], 0, names[i]) < 0) { trelease(b, 4); return NULL; }
-    Py_ssize_t n = tlen(&b[0]);
-    if (tlen(&b[1]) != n || tlen(&b[2]) != n || tlen(&b[3]) != n) {
-        trelease(b, 4);
+        if (view_get(o[i], &b[i], size[i], 0, names[i]) < 0) { views_release(b, 4); return NULL; }
+    Py_ssize_t n = view_len(&b[0]);
+    if (view_len(&b[1]) != n || view_len(&b[2]) != n || view_len(&b[3]) != n) {
+        views_release(b, 4);
         PyErr_SetString(PyExc_ValueError, "Spans.add: column lengths differ");
         return NULL;
     }
@@ -755,7 +736,7 @@ static PyObject *Spans_add(Spans *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    trelease(b, 4);
+    views_release(b, 4);
     if (err) {
         free(flat.p);
         free(stacked.p);
@@ -796,14 +777,14 @@ static PyTypeObject SpansType = {
 static PyObject *last_events(PyObject *self, PyObject *args) {
     PyObject *o[2];
     if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
-    TBuf b[2];
-    if (tget(o[0], &b[0], 4, 0, "ev_row") < 0 || tget(o[1], &b[1], 8, 0, "ev_type") < 0) {
-        trelease(b, 2);
+    View b[2];
+    if (view_get(o[0], &b[0], 4, 0, "ev_row") < 0 || view_get(o[1], &b[1], 8, 0, "ev_type") < 0) {
+        views_release(b, 2);
         return NULL;
     }
-    Py_ssize_t n = tlen(&b[0]);
-    if (tlen(&b[1]) != n) {
-        trelease(b, 2);
+    Py_ssize_t n = view_len(&b[0]);
+    if (view_len(&b[1]) != n) {
+        views_release(b, 2);
         PyErr_SetString(PyExc_ValueError, "last_events: column lengths differ");
         return NULL;
     }
@@ -837,7 +818,7 @@ static PyObject *last_events(PyObject *self, PyObject *args) {
             if (last[i]) out[m++] = i;
         Py_END_ALLOW_THREADS
     }
-    trelease(b, 2);
+    views_release(b, 2);
     PyObject *res = (slot_idx && last && out)
         ? PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(m * sizeof *out))
         : PyErr_NoMemory();
@@ -880,13 +861,14 @@ static int Gaps_init(Gaps *self, PyObject *args, PyObject *kw) {
     PyObject *og, *ot;
     Py_ssize_t ngroups;
     if (!PyArg_ParseTuple(args, "OnO", &og, &ngroups, &ot)) return -1;
-    TBuf b[2];
-    if (tget(og, &b[0], 4, 0, "group_of_row") < 0 || tget(ot, &b[1], 8, 0, "launch_tags") < 0) {
-        trelease(b, 2);
+    View b[2];
+    if (view_get(og, &b[0], 4, 0, "group_of_row") < 0 ||
+        view_get(ot, &b[1], 8, 0, "launch_tags") < 0) {
+        views_release(b, 2);
         return -1;
     }
-    self->nrows = tlen(&b[0]);
-    self->ntags = tlen(&b[1]);
+    self->nrows = view_len(&b[0]);
+    self->ntags = view_len(&b[1]);
     self->ngroups = ngroups;
     self->group_of_row = malloc((size_t)(self->nrows ? self->nrows : 1) * sizeof(int32_t));
     self->tags = malloc((size_t)(self->ntags ? self->ntags : 1) * sizeof(int64_t));
@@ -895,13 +877,13 @@ static int Gaps_init(Gaps *self, PyObject *args, PyObject *kw) {
     self->cap = 1024;
     self->arrows = malloc(self->cap * sizeof(Arrow));
     if (!self->group_of_row || !self->tags || !self->last_end || !self->first || !self->arrows) {
-        trelease(b, 2);
+        views_release(b, 2);
         PyErr_NoMemory();
         return -1;
     }
     memcpy(self->group_of_row, b[0].view.buf, (size_t)self->nrows * sizeof(int32_t));
     memcpy(self->tags, b[1].view.buf, (size_t)self->ntags * sizeof(int64_t));
-    trelease(b, 2);
+    views_release(b, 2);
     for (Py_ssize_t g = 0; g < ngroups; g++) self->last_end[g] = self->first[g] = NONE;
     for (size_t i = 0; i < self->cap; i++) self->arrows[i].g = -1;
     for (Py_ssize_t r = 0; r < self->nrows; r++)
@@ -966,16 +948,16 @@ static PyObject *Gaps_add(Gaps *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOOL", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
                           &o[7], &window_end))
         return NULL;
-    TBuf b[8];
+    View b[8];
     static const Py_ssize_t size[8] = {8, 8, 8, 4, 8, 4, 8, 8};
     static const char *names[8] = {"run_g", "run_s", "run_e", "send_row", "send", "recv_row",
                                    "recv", "tag"};
     for (int i = 0; i < 8; i++)
-        if (tget(o[i], &b[i], size[i], 0, names[i]) < 0) { trelease(b, 8); return NULL; }
-    Py_ssize_t nr = tlen(&b[0]), nc = tlen(&b[3]);
-    if (tlen(&b[1]) != nr || tlen(&b[2]) != nr || tlen(&b[4]) != nc || tlen(&b[5]) != nc ||
-        tlen(&b[6]) != nc || tlen(&b[7]) != nc) {
-        trelease(b, 8);
+        if (view_get(o[i], &b[i], size[i], 0, names[i]) < 0) { views_release(b, 8); return NULL; }
+    Py_ssize_t nr = view_len(&b[0]), nc = view_len(&b[3]);
+    if (view_len(&b[1]) != nr || view_len(&b[2]) != nr || view_len(&b[4]) != nc ||
+        view_len(&b[5]) != nc || view_len(&b[6]) != nc || view_len(&b[7]) != nc) {
+        views_release(b, 8);
         PyErr_SetString(PyExc_ValueError, "Gaps.add: column lengths differ");
         return NULL;
     }
@@ -1010,7 +992,7 @@ static PyObject *Gaps_add(Gaps *self, PyObject *args) {
     }
     if (!err && arrows_rehash(self, self->cap, window_end) < 0) err = 1;
     Py_END_ALLOW_THREADS
-    trelease(b, 8);
+    views_release(b, 8);
     if (err) {
         free(out.p);
         if (err == 1) return PyErr_NoMemory();
