@@ -80,14 +80,20 @@ typedef struct {
     size_t n, cap; /* in int64 */
 } I64s;
 
+/* room for k more values (the capacity doubles) */
+static int i64s_reserve(I64s *v, size_t k) {
+    if (v->n + k <= v->cap) return 0;
+    size_t cap = v->cap ? v->cap * 2 : 3 * 4096;
+    while (cap < v->n + k) cap *= 2;
+    int64_t *p = realloc(v->p, cap * sizeof *p);
+    if (!p) return -1;
+    v->p = p;
+    v->cap = cap;
+    return 0;
+}
+
 static int i64s_push3(I64s *v, int64_t a, int64_t b, int64_t c) {
-    if (v->n + 3 > v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 3 * 4096;
-        int64_t *p = realloc(v->p, cap * sizeof *p);
-        if (!p) return -1;
-        v->p = p;
-        v->cap = cap;
-    }
+    if (i64s_reserve(v, 3) < 0) return -1;
     v->p[v->n++] = a;
     v->p[v->n++] = b;
     v->p[v->n++] = c;
@@ -95,13 +101,10 @@ static int i64s_push3(I64s *v, int64_t a, int64_t b, int64_t c) {
 }
 
 static int i64s_push4(I64s *v, int64_t a, int64_t b, int64_t c, int64_t d) {
-    if (i64s_push3(v, a, b, c) < 0) return -1;
-    if (v->n + 1 > v->cap) {
-        int64_t *p = realloc(v->p, v->cap * 2 * sizeof *p);
-        if (!p) return -1;
-        v->p = p;
-        v->cap *= 2;
-    }
+    if (i64s_reserve(v, 4) < 0) return -1;
+    v->p[v->n++] = a;
+    v->p[v->n++] = b;
+    v->p[v->n++] = c;
     v->p[v->n++] = d;
     return 0;
 }
