@@ -95,6 +95,13 @@ def _main(argv: list[str]) -> int:
         print(f"nsys2prv: error: {what}; partial outputs removed (try a smaller --memory "
               "or -j 1)", file=sys.stderr)
         return 1
+    except RuntimeError as e:
+        if debug or "can't start new thread" not in str(e):
+            raise
+        # the process's address space (ulimit -v) or thread limit (ulimit -u) is spent
+        print("nsys2prv: error: could not start a thread (the process is out of address "
+              "space or threads: ulimit -v / -u); partial outputs removed", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `nsys2prv analyze ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when stdout is flushed at exit

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,16 +100,16 @@ class Database:
         """Run `sql` and return its columns with the given dtypes (names must match)."""
         if self._arrow_ok:
             try:
-                import connectorx as cx
-
-                table = cx.read_sql("sqlite://" + urllib.parse.quote(str(self.path.resolve())),
-                                     sql, return_type="arrow")
+                table = _read_sql("sqlite://" + urllib.parse.quote(str(self.path.resolve())),
+                                  sql, return_type="arrow")
                 df = pl.from_arrow(table)
                 if isinstance(df, pl.Series):  # pragma: no cover - single column edge
                     df = df.to_frame()
                 return _conform(df, schema)
             except Exception:  # noqa: BLE001 - any connectorx failure: use the safe path
                 pass
+            except BaseException as e:  # a Rust panic (pyo3's PanicException)
+                _unless_panic(e)
         return self._frame_sqlite(sql, schema)
 
     def _frame_sqlite(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -169,20 +169,148 @@ class Database:
                 if df.height:
                     yield df
             return
+        if self._arrow_ok and rowids is None:
+            yield from self._stream(table, select, schema, chunk_rows, lo, hi, extra)
+            return
         # The next chunk is read on a second thread while the caller works on this one
         # (connectorx and polars release the GIL): reading overlaps translating, and at most
         # two chunks are held.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
-            ahead = pool.submit(self.frame, queries[0], schema)
+            ahead = _submit(pool, self.frame, queries[0], schema)
             for k in range(len(queries)):
                 df = ahead.result()
                 if k + 1 < len(queries):
-                    ahead = pool.submit(self.frame, queries[k + 1], schema)
+                    ahead = _submit(pool, self.frame, queries[k + 1], schema)
                 if df.height:
                     yield df
 
+    def _stream(self, table: str, select: str, schema: dict[str, pl.DataType],
+                chunk_rows: int, lo: int, hi: int, extra: str) -> Iterator[pl.DataFrame]:
+        """A table's rows [lo, hi] in rowid order as one connectorx query read in batches of
+        `chunk_rows` (`arrow_stream`): one query, not one per chunk, because every
+        `read_sql` call of connectorx 0.4 leaves the three threads of its connection pool
+        behind (a process translating many reports, or a library user's session, would
+        gather hundreds, 2 MiB of address space each). The next batch is read on a second
+        thread; where connectorx fails (odd data), what is left is read with `sqlite3`
+        from the last rowid given, when the query selects it (`row_id`)."""
+        sql = (f'SELECT {select} FROM "{table}" WHERE rowid >= {lo} AND rowid <= {hi}'
+               f"{extra} ORDER BY rowid")
+        url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
+        last = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
+            try:
+                reader = _read_sql(url, sql, return_type="arrow_stream",
+                                   batch_size=max(1, chunk_rows))
+                ahead = _submit(pool, _next_batch, reader)
+                while True:
+                    batch = ahead.result()
+                    if batch is None:
+                        return
+                    ahead = _submit(pool, _next_batch, reader)
+                    if batch.num_rows:
+                        df = pl.from_arrow(batch)
+                        if isinstance(df, pl.Series):  # pragma: no cover - one column
+                            df = df.to_frame()
+                        df = _conform(df, schema)
+                        if "row_id" in df.columns:
+                            last = int(df["row_id"][-1])
+                        yield df
+            except BaseException as e:  # noqa: BLE001 - any connectorx failure: the safe path
+                if not isinstance(e, Exception):
+                    _unless_panic(e)
+                if last is None:
+                    start = lo
+                elif _selects_rowid(select):
+                    start = last + 1
+                else:  # pragma: no cover - every chunked read selects its rowid
+                    raise InputError(f"{self.path}: reading {table} failed midway ({e})") \
+                        from None
+        for begin in range(start, hi + 1, chunk_rows):
+            df = self._frame_sqlite(
+                f'SELECT {select} FROM "{table}" WHERE rowid >= {begin} AND '
+                f"rowid < {begin + chunk_rows}{extra}", schema)
+            if df.height:
+                yield df
+
     def close(self) -> None:
         self._con.close()
+
+
+def _submit(pool: ThreadPoolExecutor, fn, *args) -> Future:
+    """`pool.submit`, or, where no thread can be started (the process is out of address
+    space or threads), the call made here: reading goes on without reading ahead."""
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError as e:
+        if "can't start new thread" not in str(e):
+            raise
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller as submit would
+            done.set_exception(err)
+        return done
+
+
+CX_STACK = "524288"  # bytes of stack of the threads connectorx starts (Rust's default: 2 MiB)
+_CX_FIRST = True
+
+
+def _read_sql(*args, **kwargs):
+    """connectorx's `read_sql`, its first call made with a small stack for the threads it
+    starts. Every call leaves the three threads of a connection pool behind (connectorx
+    0.4); they only manage connections, so a 512 KiB stack is plenty (a query 900
+    subqueries deep ran on 64 KiB), and each costs a quarter of the address space Rust's
+    default would. Rust reads RUST_MIN_STACK once per library, at its first thread: polars'
+    threads are started before (`thread_pool_size`), with their own default, and the
+    variable is put back after. A value the user set is kept."""
+    global _CX_FIRST
+    import connectorx as cx
+
+    if not _CX_FIRST:
+        return cx.read_sql(*args, **kwargs)
+    _CX_FIRST = False
+    if "RUST_MIN_STACK" in os.environ:
+        return cx.read_sql(*args, **kwargs)
+    pl.thread_pool_size()  # polars' pool exists before the variable is set
+    os.environ["RUST_MIN_STACK"] = CX_STACK
+    try:
+        return cx.read_sql(*args, **kwargs)
+    finally:
+        os.environ.pop("RUST_MIN_STACK", None)
+
+
+def _unless_panic(e: BaseException) -> None:
+    """Re-raise `e` unless it is a Rust panic inside connectorx (pyo3 raises those as
+    PanicException, a BaseException): seen when the process can start no more threads
+    (its address space or thread limit reached). The read then goes through sqlite3, which
+    needs no thread, and the user is told once why it is slower."""
+    if type(e).__name__ != "PanicException":
+        raise e
+    global _PANIC_TOLD
+    if not _PANIC_TOLD:
+        _PANIC_TOLD = True
+        import sys
+
+        print("nsys2prv: warning: the fast SQLite reader (connectorx) failed "
+              f"({str(e).splitlines()[0][:120]}); reading with sqlite3 instead, which is "
+              "slower (is the process short of address space or threads? ulimit -v / -u)",
+              file=sys.stderr)
+
+
+_PANIC_TOLD = False
+
+
+def _next_batch(reader):
+    """The next record batch of a connectorx stream, None at its end."""
+    try:
+        return reader.read_next_batch()
+    except StopIteration:
+        return None
+
+
+def _selects_rowid(select: str) -> bool:
+    return select.lstrip().lower().startswith("rowid as row_id")
 
 
 def _loose(dtype):
