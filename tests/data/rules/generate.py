@@ -2,7 +2,7 @@
 compares nsys2prv.rules against (CI has no nsys).
 
     python tests/data/rules/generate.py [--corpus ../shared/corpus] [--nsys2023 nsys2023]
-                                        [--nsys2022 nsys]
+                                        [--nsys2022 nsys] [--only EXPORT ...]
 
 For every corpus export it runs each case (a rule spec; see `cases`) through Nsight Systems
 2023.4 with `--format csv:noconv` (exact values: bytes in B) and writes
@@ -159,15 +159,28 @@ PROBE_CASES = ["gpu_gaps:gap=0:rows=7", "gpu_gaps:gap=0:rows=-1",
 
 
 def record(nsys: str, out: Path, exports: list[tuple[str, Path]],
-           spec_of=lambda spec: spec, keep=lambda name, spec: True) -> None:
-    """Run every case of every (name, export) and write `out`/index.csv and the row files."""
-    if out.exists():
+           spec_of=lambda spec: spec, keep=lambda name, spec: True,
+           only: set[str] | None = None) -> None:
+    """Run every case of every (name, export) and write `out`/index.csv and the row files;
+    with `only`, just those exports, their rows replacing theirs in the existing index
+    (the others' recorded rows kept as they are)."""
+    old: dict[str, list[list[str]]] = {}
+    if only is not None and (out / "index.csv").exists():
+        with open(out / "index.csv", newline="") as f:
+            for row in list(csv.reader(f))[1:]:
+                old.setdefault(row[0], []).append(row)
+        for name in only:
+            shutil.rmtree(out / name.removesuffix(".sqlite"), ignore_errors=True)
+    elif out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     with open(out / "index.csv", "w", newline="") as f:
         index = csv.writer(f, lineterminator="\n")
         index.writerow(["export", "spec", "status", "rows", "file", "message"])
         for name, export in exports:
+            if only is not None and name not in only:
+                index.writerows(old.get(name, []))
+                continue
             stem = name.removesuffix(".sqlite")
             specs = cases(export) + (PROBE_CASES if name.startswith("probe/") else [])
             for n, spec in enumerate(specs):
@@ -188,6 +201,9 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
     parser.add_argument("--nsys2023", default="nsys2023")
     parser.add_argument("--nsys2022", default="nsys")
+    parser.add_argument("--only", nargs="+", metavar="EXPORT",
+                        help="record only these exports (names as in index.csv, e.g. "
+                             "exported2023/x.sqlite), keeping the others' recorded rows")
     args = parser.parse_args()
     corpus = args.corpus.resolve()
     exports = [(p.relative_to(corpus).as_posix(), p) for p in sorted(
@@ -199,7 +215,8 @@ def main() -> None:
     probes = tempfile.TemporaryDirectory(prefix="nsys2prv-probes-")
     exports += [(f"probe/{name}.sqlite", path)
                 for name, path in probe_exports(probes.name).items()]
-    record(args.nsys2023, HERE / "nsys2023", exports)
+    only = set(args.only) if args.only else None
+    record(args.nsys2023, HERE / "nsys2023", exports, only=only)
 
     # where 2023.4 refused a memory rule for the export's age: the 2022.4 answer
     refused = set()
@@ -216,7 +233,7 @@ def main() -> None:
         # 2022.4 has no nvtx=NAME/N instances; its nvtx filter is otherwise the same
         return (name, spec) in refused and "/" not in spec
 
-    record(args.nsys2022, HERE / "nsys2022", exports, old_spec, keep)
+    record(args.nsys2022, HERE / "nsys2022", exports, old_spec, keep, only=only)
     probes.cleanup()
 
 
