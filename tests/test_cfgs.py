@@ -17,6 +17,7 @@ from nsys2prv.views import catalogue
 from nsys2prv.views.cfg import parse_cfg, render
 from nsys2prv.paraver.read import event_types
 from nsys2prv.paraver import registry
+from nsys2prv.paraver.registry.gpu_metrics import KERNEL_METRICS
 from nsys2prv.paraver.kinds import TRANSLATORS
 
 CFG_DIR = ROOT / "cfgs"
@@ -161,9 +162,17 @@ def test_catalogue_covers_the_families():
                  "analysis/efficiency_talp.cfg", "analysis/efficiency_nccl.cfg",
                  "analysis/kernel_duration_histogram.cfg", "analysis/useful_imbalance.cfg"}
     assert expected <= set(CFGS)
+    # a timeline per known metric, a per-kernel table per metric a kernel drives (the rates
+    # written on the kernels), the model against the samples for four of them
     metrics = registry.TYPE_RANGE_BY_NAME["gpu_metrics"].fixed
     hw = {c for c in CFGS if c.startswith("hwcounters/")}
-    assert len(hw) == 2 * len(metrics)
+    assert {c for c in hw if c.endswith("_timeline.cfg")} == {
+        f"hwcounters/{catalogue._slug(m).replace('__', '_')}_timeline.cfg" for m in metrics}
+    assert {c for c in hw if c.endswith("_per_kernel.cfg")} == {
+        f"hwcounters/{catalogue._slug(m).replace('__', '_')}_per_kernel.cfg"
+        for m in KERNEL_METRICS}
+    assert len([c for c in hw if c.endswith("_model_fit.cfg")]) == 4
+    assert len(hw) == len(metrics) + len(KERNEL_METRICS) + 4
 
 
 @pytest.mark.parametrize("rel", CFGS)

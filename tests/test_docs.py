@@ -26,6 +26,10 @@ def test_registry_numbers_are_unique_and_in_range():
         assert not any(r.base <= n < r.base + r.size for n in numbers)
     spans = sorted((r.base, r.base + r.size) for r in reg.TYPE_RANGES)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    # a retired number is never used again
+    for lo, hi, _ in reg.RETIRED:
+        assert not any(lo <= n <= hi for n in numbers)
+        assert not any(r.base <= hi and lo < r.base + r.size for r in reg.TYPE_RANGES)
 
 
 def test_extrae_numbers_keep_extrae_meaning():

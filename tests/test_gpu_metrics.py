@@ -1,6 +1,8 @@
-"""GPU metrics: samples on the metrics rows and per-kernel attribution on the stream rows.
+"""GPU metrics: samples on the metrics rows, the model's prediction beside them, and each
+kernel's rates (the sample-mixing model) on the stream rows.
 
-Real exports: every count, mean and per-kernel integral is checked against SQL on the export.
+Real exports: every count and mean is checked against SQL on the export; the rates on the
+kernels are those the analysis finds on the trace.
 Synthetic exports (native form with TARGET_INFO_CUDA_DEVICE, JSON form without): two GPUs,
 two processes, a shared GPU seen under another CUDA ordinal, with values known sample by
 sample. The trace side is read with the naive reader of prvtools and Paraver's "Last Evt Val"
@@ -15,6 +17,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import CORPUS, corpus_cases, corpus_files, translate_case
 from prvtools import read_prv, sql, tables, validate
@@ -134,7 +137,9 @@ def real(request, tmp_path_factory):
         request, tmp_path_factory, f"no real export with GPU metrics (corpus at {CORPUS} "
         "absent or without GPU_METRICS / GENERIC_EVENTS GpuMetrics)")
     validate(out)
-    return db, _metrics_form(db), result, read_prv(out)
+    tr = read_prv(out)
+    tr.path = out
+    return db, _metrics_form(db), result, tr
 
 
 def _samples_sql(db: Path, form: str) -> list[tuple[str, int, int]]:
@@ -194,32 +199,64 @@ def test_metrics_row_belongs_to_the_gpu_user(real):
                    "CUPTI_ACTIVITY_KIND_KERNEL")
     assert len(pids) == 1
     (task, _), = _row_of(tr, "GPU 0 metrics")
-    assert _tasks(tr)[task - 1].startswith(f"pid {pids[0][0]}")
-    assert not result.warnings or set(result.warnings) == {
-        "GPU metrics: values negative (counter overflow) (dropped)"}
+    # the task is labelled 'pid P' or, for a rank, 'rank R name (pid P)'
+    assert re.search(rf"\bpid {pids[0][0]}\b", _tasks(tr)[task - 1])
+    assert set(result.warnings) <= {
+        "GPU metrics: values negative (counter overflow) (dropped)",
+        "GPU metrics: samples followed by a gap in the sampling (their period cut to one "
+        "sampling interval)"}
 
 
-def test_per_kernel_averages_match_sql(real):
+def _rate_events(tr) -> dict[tuple, dict[int, int]]:
+    """(task, thread, time) -> {rate type: value} in effect at every kernel start (Paraver's
+    Last Evt Val: a rate holds on its row until the next one of its type), nonzero ones."""
+    rates = lambda ty: (greg.RATE.base <= ty < greg.RATE.base + greg.RATE.size  # noqa: E731
+                        or ty == greg.GPU_METRICS_METHOD)
+    held: dict[tuple, dict[int, int]] = defaultdict(dict)
+    out: dict[tuple, dict[int, int]] = {}
+    for task, thread, t, pairs in tr.events:
+        row = held[(task, thread)]
+        for ty, v in pairs:
+            if rates(ty):
+                row[ty] = v
+        if any(ty in (reg.CUDA_KERNEL, 67_000_002) and v for ty, v in pairs):
+            now = {ty: v for ty, v in row.items() if v}
+            if now:
+                out[(task, thread, t)] = now
+    return out
+
+
+def test_rates_on_every_sampled_kernel(real):
+    """Every kernel that ran while its GPU was sampled carries how its rates were found,
+    and the rates the analysis finds on the trace (one value per name and metric)."""
+    from nsys2prv.analysis.kernel_metrics import read_kernel_metrics
+
     db, form, result, tr = real
-    k = "CUPTI_ACTIVITY_KIND_KERNEL"
-    kernels = sql(db, f"SELECT s.value, k.deviceId, k.start, k.end FROM {k} k JOIN StringIds s "
-                      "ON s.id = k.shortName")
     rows = _samples_sql(db, form)
-    periods = {0: sorted({t for _, t, _ in rows})}
-    shift = result.alignment.shifts[0]
-    on_kernel = _types_by_label(tr, "GPU metric during kernel: ")
-    for key in ("SM Active", "Tensor Active"):
-        values = {(0, t): v * 100 for n, t, v in rows if greg.normalise(n)[0] == key}
-        want_area, want_time = expected_integrals(
-            [(n, d, s + shift, e + shift) for n, d, s, e in kernels],
-            {0: [t + shift for t in periods[0]]},
-            {(g, t + shift): v for (g, t), v in values.items()})
-        area, time = integrals(tr, on_kernel[key])
-        assert time == want_time
-        assert area.keys() <= want_area.keys()
-        for name, a in want_area.items():
-            assert area.get(name, 0) == pytest.approx(a), (key, name)
-    assert result.counts["gpu_metrics_kernels_attributed"] == len(kernels)
+    times = sorted({t for _, t, _ in rows})
+    interval = statistics.median(b - a for a, b in zip(times, times[1:]))
+    k = "CUPTI_ACTIVITY_KIND_KERNEL"
+    sampled = sql(db, f"SELECT count(*) FROM {k} WHERE end > start AND end > {times[0]} "
+                      f"AND start < {times[-1] + interval}")[0][0]
+    assert result.counts["gpu_metrics_kernels_with_rates"] == sampled
+    held = _rate_events(tr)
+    assert sum(1 for r in held.values() if r.get(greg.GPU_METRICS_METHOD)) == sampled
+    km = read_kernel_metrics(Path(tr.path))
+    labels = tr.pcf_labels(67_000_001)
+    rate_types = {v: key for key, v in _types_by_label(tr, "GPU metric rate of kernel: ").items()}
+    full_at = {(task, th, t): labels[v] for task, th, t, pairs in tr.events
+               for ty, v in pairs if ty == 67_000_001 and v}
+    seen: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for where, rates in held.items():
+        for ty, v in rates.items():
+            if ty != greg.GPU_METRICS_METHOD:
+                seen[(full_at[where], rate_types[ty])].add(v)
+    assert all(len(v) == 1 for v in seen.values())
+    want = {(r["kernel"], r["metric"]): round(r["rate"] * 100)
+            for r in km.rates.filter(km.rates["kind"] == "kernel").iter_rows(named=True)
+            if r["rate"] == r["rate"] and round(r["rate"] * 100)
+            and r["metric"] in greg.KERNEL_METRICS}
+    assert {key: v.pop() for key, v in seen.items()} == want
 
 
 # -- synthetic: two GPUs, two processes, a shared GPU --------------------------------------------
@@ -294,82 +331,83 @@ def test_sample_values_exact(synthetic):
         greg.FIRST_FREE_OFFSET)
     for gpu in (0, 1):
         row = _metrics_row(tr, form, gpu)
-        got = {t: dict(pairs) for task, thread, t, pairs in tr.events
-               if (task, thread) == row}
+        got = {t: {ty: v for ty, v in pairs if ty < greg.GPU_METRICS_BASE + 1000}
+               for task, thread, t, pairs in tr.events if (task, thread) == row}
+        predicted = {t: {ty for ty, _ in pairs if greg.PREDICTED.base <= ty
+                         < greg.PREDICTED.base + 1000}
+                     for task, thread, t, pairs in tr.events if (task, thread) == row}
         want = {}
         for s in mspec.samples:
             if s.gpu == gpu:
                 want[s.time + shift] = {types[greg.normalise(n)[0]]: v * 100
                                         for n, v in s.values.items() if v >= 0}
         assert got == want
+        # the model's value of every sample beside it, for every metric that was ever > 0
+        live = {types[k] - greg.SAMPLES.base + greg.PREDICTED.base
+                for k in types if any(v.get(types[k], 0) for v in want.values())}
+        assert all(predicted[t] == live for t in want)
     assert result.counts["gpu_metrics_samples"] == len(mspec.samples)
     assert result.counts["gpu_metrics_values"] == sum(
         1 for s in mspec.samples for v in s.values.values() if v >= 0)
 
 
-def test_per_kernel_integrals_exact(synthetic):
+def test_kernel_rates_from_the_samples(synthetic):
+    """The rates on the kernels equal the model fitted on the scenario itself (its samples
+    and the kernels of each GPU's owner, as defined there, not as read back): every launch
+    of a name carries them, the relu moved to a lane row too; the kernels of pid 100 on
+    the GPU pid 200 owns, and those outside the sampling ('early', 'late', 'empty'), carry
+    none."""
+    from nsys2prv.analysis import rate_model as rm
+
     form, spec, mspec, result, tr = synthetic
     shift = result.alignment.shifts[0]
-    on_kernel = _types_by_label(tr, "GPU metric during kernel: ")
-    periods = defaultdict(list)
-    for s in mspec.samples:
-        periods[s.gpu].append(s.time + shift)
-    kernels = [(k.name, _gpu_of(form, k.pid, k.device), k.start + shift, k.end + shift)
-               for k in spec.kernels]
-    for name in ("SMs Active [Throughput %]", "Tensor Active [Throughput %]",
-                 "Compute Warps in Flight [Avg]"):
-        values = {(s.gpu, s.time + shift): s.values[name] * 100 for s in mspec.samples}
-        want = expected_integrals(kernels, dict(periods), values)
-        got = integrals(tr, on_kernel[greg.normalise(name)[0]])
-        assert got[1] == want[1]
-        assert {k: v for k, v in got[0].items() if v} == \
-            {k: v for k, v in want[0].items() if v}, name
-
-
-def test_per_kernel_events_exact(synthetic):
-    """The first gemm of pid 100 (GPU 0, 120-380 us): the periods starting at 80, 180 and
-    280 us (samples 1, 2, 3), events at 120, 180, 280 us and 0 at 380 us; the relu that
-    overlaps another on stream 7 took its events to the lane row; 'early', 'late' and
-    'empty' got none."""
-    form, spec, mspec, result, tr = synthetic
-    shift, us = result.alignment.shifts[0], 1000
-    t_tensor = _types_by_label(tr, "GPU metric during kernel: ")["Tensor Active"]
-    (row,) = _row_of(tr, "GPU 0 ctx 1 stream 7 (", task=1)
-    got = [(t - shift, dict(p)[t_tensor]) for task, th, t, p in tr.events
-           if (task, th) == row and t_tensor in dict(p)]
-    tensor = [s.values["Tensor Active [Throughput %]"] * 100 for s in mspec.samples
-              if s.gpu == 0]
-    assert got[:4] == [(120 * us, tensor[1]), (180 * us, tensor[2]), (280 * us, tensor[3]),
-                       (380 * us, 0)]
+    owner = {0: sm.PID_A, 1: sm.PID_B if form == "native" else sm.PID_A}
+    rate_types = _types_by_label(tr, "GPU metric rate of kernel: ")
+    labels = tr.pcf_labels(67_000_001)
+    events = _rate_events(tr)
+    full_at = {(task, th, t): labels[v] for task, th, t, pairs in tr.events
+               for ty, v in pairs if ty == 67_000_001 and v}
+    pids = [int(t.split()[1]) for t in _tasks(tr)]
+    for gpu in (0, 1):
+        names = mspec.names[gpu]
+        times = sorted(s.time for s in mspec.samples if s.gpu == gpu)
+        values = np.full((len(times), len(names)), np.nan)
+        for s in mspec.samples:
+            if s.gpu == gpu:
+                for n, v in s.values.items():
+                    if v >= 0:
+                        values[times.index(s.time), names.index(n)] = \
+                            round(v * greg.normalise(n)[1] * 100) / 100
+        mine = [k for k in spec.kernels if k.pid == owner[gpu]
+                and _gpu_of(form, k.pid, k.device) == gpu and k.end > k.start]
+        col, cols = rm.design([k.name for k in mine], np.zeros(len(mine), bool),
+                              np.array([k.end - k.start for k in mine]))
+        keys = [greg.normalise(n)[0] for n in names]
+        lo, hi = rm.bounds([greg.is_percent(x) for x in keys], values)
+        fit, _ = rm.fit_device(rm.periods_of(np.array(times)), values,
+                               np.array([k.start for k in mine]),
+                               np.array([k.end for k in mine]), col, len(cols), lo, hi)
+        task = pids.index(owner[gpu]) + 1
+        for k, c in zip(mine, col):
+            want = {rate_types[key]: round(fit.metrics[m].rates[c] * 100)
+                    for m, key in enumerate(keys)
+                    if fit.metrics[m].rates[c] == fit.metrics[m].rates[c]
+                    and round(fit.metrics[m].rates[c] * 100)
+                    and key in greg.KERNEL_METRICS}
+            got = [{ty: v for ty, v in r.items() if ty != greg.GPU_METRICS_METHOD}
+                   for (t_, th, t), r in events.items()
+                   if t_ == task and t == k.start + shift and full_at[(t_, th, t)] == k.name]
+            assert len(got) <= 1 and (got[0] if got else {}) == want, (gpu, k)
     lane = _row_of(tr, "GPU 0 ctx 1 stream 7 lane 1", task=1)
-    assert len(lane) == 1
-    lane_events = [(t - shift, dict(p)[t_tensor]) for task, th, t, p in tr.events
-                   if (task, th) == lane[0] and t_tensor in dict(p)]
-    # relu 740-790 us: period [680, 780) then [780, 880), 0 at its end
-    assert lane_events == [(740 * us, tensor[7]), (780 * us, tensor[8]), (790 * us, 0)]
-    names = tr.pcf_labels(reg.CUDA_KERNEL)
-    attributed = {names[v] for task, th, t, p in tr.events for ty, v in p
-                  if ty == reg.CUDA_KERNEL and v and t_tensor in dict(p)}
-    assert attributed == {"gemm", "relu", "conv"}
-    kernels_with_periods = 10  # every kernel but early, late and empty
-    assert result.counts["gpu_metrics_kernels_attributed"] == kernels_with_periods
-
-
-def test_unsampled_tail_of_a_kernel_is_zero(synthetic):
-    """pid 200's relu (900-1200 us) outlives the last sampling period of its GPU (GPU 1 with
-    the CUDA device mapping: 910-1010 us; GPU 0 without: 980-1080 us): 0 from there on."""
-    form, spec, mspec, result, tr = synthetic
-    shift, us = result.alignment.shifts[0], 1000
-    gpu = _gpu_of(form, sm.PID_B, 0)
-    t_sm = _types_by_label(tr, "GPU metric during kernel: ")["SM Active"]
-    (row,) = _row_of(tr, "GPU 0 ctx 1 stream 7 (", task=2)
-    got = [(t - shift, dict(p)[t_sm]) for task, th, t, p in tr.events
-           if (task, th) == row and t_sm in dict(p) and t - shift >= 900 * us]
-    samples = [(s.time, s.values["SMs Active [Throughput %]"] * 100) for s in mspec.samples
-               if s.gpu == gpu]
-    (t8, v8), (t9, v9) = samples[-2:]
-    assert t8 < 900 * us < t9 < 1200 * us < t9 + sm.PERIOD * 3
-    assert got == [(900 * us, v8), (t9, v9), (t9 + sm.PERIOD, 0)]
+    assert len(lane) == 1 and any((t_, th) == lane[0] for t_, th, _ in events)
+    # 'empty' lasts no time: in no model, it shows what its row holds (and counts for nothing)
+    named = {full_at[w] for w, r in events.items() if r.get(greg.GPU_METRICS_METHOD)} - {
+        "empty"}
+    # without the CUDA device mapping (JSON form) pid 200's conv is taken to run on GPU 0,
+    # whose owner is pid 100
+    assert named == ({"gemm", "relu", "conv"} if form == "native" else {"gemm", "relu"})
+    if form == "native":  # pid 100's gemm on GPU 1 (owned by pid 200) has no rates
+        assert not [w for w in events if w[0] == 1 and w[2] == 100_000 + shift]
 
 
 def test_deterministic(tmp_path):
@@ -406,9 +444,9 @@ def test_no_attribution_without_kernels(tmp_path):
     validate(tmp_path / "m.prv")
     tr = read_prv(tmp_path / "m.prv")
     assert [lbl.split(" (")[0] for lbl in _rows(tr)] == ["GPU 0 metrics", "GPU 0 metrics"]
-    assert not any(greg.GPU_METRICS_ON_KERNEL_BASE <= t < greg.GPU_METRICS_ON_KERNEL_BASE + 1000
-                   for *_, pairs in tr.events for t, _ in pairs)
-    assert "gpu_metrics_kernel_periods" not in result.counts
+    assert not any(greg.RATE.base <= t < greg.RATE.base + 1000 or
+                   t == greg.GPU_METRICS_METHOD for *_, pairs in tr.events for t, _ in pairs)
+    assert "gpu_metrics_kernels_with_rates" not in result.counts
 
 
 def test_gpu_used_by_no_process(tmp_path):
@@ -425,4 +463,4 @@ def test_gpu_used_by_no_process(tmp_path):
     assert _row_of(tr, "GPU 3 metrics", task=1)
     assert result.warnings["GPU metrics: GPU 3 used by no process of the report; metrics "
                            f"shown under pid {sm.PID_A}"] == 1
-    assert "gpu_metrics_kernel_periods" not in result.counts
+    assert "gpu_metrics_kernels_with_rates" not in result.counts

@@ -47,6 +47,7 @@ class Side:
     # window, the facts that preparation was given: `--trace` merges both runs from them
     partials: list[str] = field(default_factory=list)
     facts: list | None = None
+    kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
 
     @property
     def elapsed(self) -> int:
@@ -79,11 +80,14 @@ class Comparison:
     verdict: Shift
     paragraph: str
     warnings: list[str]
+    rates: pl.DataFrame | None = None  # kernel, short, metric, before, after, delta
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table of the comparison by name (what --csv and --json carry)."""
         out = {"kernels": self.kernels, "nvtx": self.nvtx, "categories": self.categories,
                "models": self.models}
+        if self.rates is not None:
+            out["kernel_rates"] = self.rates
         if self.devices is not None:
             out["devices"] = self.devices
         if self.rules is not None:
@@ -497,6 +501,71 @@ def _p(shift: Shift) -> str:
     return f"{p}, Mann-Whitney U, n = {shift.n_before}/{shift.n_after}"
 
 
+RATE_METRICS = ("Tensor Active", "Tensor Active / FP16 Active", "SM Issue", "SM Active",
+                "DRAM Read Bandwidth", "DRAM Write Bandwidth", "Compute Warps in Flight")
+
+
+def rates_table(kernels: pl.DataFrame, before, after) -> pl.DataFrame | None:
+    """Per kernel of the kernel table and metric, each side's rate (the sample-mixing
+    model's, analysis/kernel_metrics.py; the job's where a side has several GPUs; the
+    time-weighted mean of the names a normalised match groups) and the change; None when
+    neither side has GPU metrics."""
+    def per(km, side: str) -> pl.DataFrame | None:
+        if km is None or km.empty:
+            return None
+        r = km.rates
+        scope = "job" if "job" in r["device"].to_list() else r["device"][0]
+        r = r.filter((pl.col("device") == scope) & pl.col("kind").is_in(["kernel", "nccl"])
+                     & pl.col("metric").is_in(RATE_METRICS) & pl.col("rate").is_not_nan())
+        return r.select(pl.col("kernel").alias("text"), "metric", "rate", "time")
+
+    sides = {"before": per(before, "before"), "after": per(after, "after")}
+    if all(v is None for v in sides.values()):
+        return None
+    names = kernels.select("kernel", "short", "names").explode("names").rename(
+        {"names": "text"})
+    out = None
+    for side, r in sides.items():
+        if r is None:
+            continue
+        w = (r.join(names, on="text", how="inner")
+             .group_by("kernel", "metric")
+             .agg(((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum())
+                  .alias(side)))
+        out = w if out is None else out.join(w, on=["kernel", "metric"], how="full",
+                                             coalesce=True)
+    for side in sides:
+        if side not in out.columns:
+            out = out.with_columns(pl.lit(None, pl.Float64).alias(side))
+    order = kernels.select("kernel", "short").with_row_index("rank")
+    metric_rank = pl.col("metric").replace_strict(
+        {m: i for i, m in enumerate(RATE_METRICS)}, return_dtype=pl.Int64)
+    return (out.join(order, on="kernel", how="left")
+            .with_columns((pl.col("after") - pl.col("before")).alias("delta"))
+            .sort(["rank", metric_rank]).select("kernel", "short", "metric", "before", "after",
+                                             "delta"))
+
+
+def _rate_sentence(c: Comparison) -> str | None:
+    """The largest rate change among the kernels that moved most: 'Rates: GEMM -25 %:
+    Tensor Active 31.0 % -> 58.0 %'."""
+    if c.rates is None or c.rates.height == 0:
+        return None
+    moved = c.kernels.filter((pl.col("delta") != 0) & (pl.col("total_before") > 0)
+                             & (pl.col("total_after") > 0)).head(5)
+    r = c.rates.filter(pl.col("kernel").is_in(moved["kernel"].implode())
+                       & pl.col("delta").is_not_null())
+    if r.height == 0:
+        return None
+    top = r.sort(pl.col("delta").abs(), descending=True).row(0, named=True)
+    if abs(top["delta"]) < 1.0:
+        return "The kernels that moved most kept their GPU metric rates (within 1 point)."
+    k = moved.filter(pl.col("kernel") == top["kernel"]).row(0, named=True)
+    short = k["short"] or k["kernel"]
+    return (f"Largest rate change among them: {short} {_pct(k['ratio'] - 1)}: "
+            f"{top['metric']} {top['before']:.1f} % -> {top['after']:.1f} %.")
+
+
 def explain(c: Comparison) -> str:
     """One paragraph from the numbers: the verdict, then the categories and kernels that
     moved most, and the idle cause that moved most."""
@@ -545,6 +614,9 @@ def explain_changes(c: Comparison) -> list[str]:
                 ks.append(f"{short} {_pct(row['ratio'] - 1)} "
                           f"({row['delta'] / 1e6:+.3f} ms)")
         parts.append("Kernels that moved most: " + "; ".join(ks) + ".")
+        rate = _rate_sentence(c)
+        if rate:
+            parts.append(rate)
     idle = c.models.filter(pl.col("metric").str.starts_with("idle.")
                            & (pl.col("delta") != 0))
     if idle.height:
@@ -597,7 +669,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     comp = Comparison(before, after, kernels, nvtx_table(b, a),
                       category_table(b, a, before.analysis, after.analysis), devices,
                       model_table(before.analysis, after.analysis),
-                      rules_table(before.rules, after.rules), its, verdict, "", warnings)
+                      rules_table(before.rules, after.rules), its, verdict, "", warnings,
+                      rates_table(kernels, before.kernel_metrics, after.kernel_metrics))
     comp.paragraph = explain(comp)
     return comp
 
@@ -710,14 +783,17 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                                        on_report=on_report, attributes=attributes)
             exports = paths
             partials, facts = out.partials, out.facts
-        collector = None
+        collector = samples = None
         analysis = None
-        if models:  # one pass for the model, the activities and the idle causes
+        if models:  # one pass for the model, the activities, the idle causes, the samples
             from .activities import ActivityCollector
+            from .kernel_metrics import SampleCollector
             from .model import analyze_path
 
             collector = ActivityCollector(out)
-            analysis = analyze_path(out, idle, 10, observers=[collector], detail=False)
+            samples = SampleCollector(out)
+            observers = [collector] + ([samples] if samples.types else [])
+            analysis = analyze_path(out, idle, 10, observers=observers, detail=False)
         else:
             acts = read_activities(out)
         removed = None
@@ -727,15 +803,20 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             removed = threading.Thread(target=_remove, args=(partials,))
             removed.start()
             partials = []
+        km = None
         if collector is not None:
             acts = collector.result()
+            if samples is not None and samples.types:
+                from .kernel_metrics import kernel_metrics
+
+                km = kernel_metrics(acts, samples)
         if not isolate and rules and exports:
             found = _rules(exports)
         if removed is not None:
             removed.join()
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
-    return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts)
+    return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km)
 
 
 PARALLEL_BYTES = 32 << 20

@@ -18,10 +18,11 @@ What explains it, where the data allows:
   that only compute kernels count): count = K_r / K (x n / n_r for weak scaling), K the
   number of compute kernels executed; time per kernel = (U_r / K_r) / (U / K);
 * the kernel names whose total time grew most against the reference;
-* the GPU metrics sampled during the kernels (SM Active, Tensor Active; the trace types
-  `gpu_metrics_on_kernel`), as time-weighted means over compute kernel time: over all
-  kernels and per kernel name - Paraver's 'Average value' of the
-  hwcounters/*_per_kernel.cfg histograms, summed over the run's stream rows.
+* the kernels' GPU metric rates (SM Active, Tensor Active; the trace types
+  `gpu_metrics_kernel_rate`, the sample-mixing model's rate of each kernel), as
+  time-weighted means over compute kernel time: over all kernels and per kernel name -
+  Paraver's 'Average value' of the hwcounters/*_per_kernel.cfg histograms, summed over
+  the run's stream rows.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from ..paraver.read import Source, Trace, companion, windows
 
 # GPU metrics that explain computational scalability: key -> type on the kernels' rows
 KERNEL_METRICS = {
-    "sm_active": gpu_metrics.ON_KERNEL.type_of(gpu_metrics.KNOWN_METRICS["SM Active"]),
-    "tensor_active": gpu_metrics.ON_KERNEL.type_of(
+    "sm_active": gpu_metrics.RATE.type_of(gpu_metrics.KNOWN_METRICS["SM Active"]),
+    "tensor_active": gpu_metrics.RATE.type_of(
         gpu_metrics.KNOWN_METRICS["Tensor Active"]),
 }
 METRIC_LABELS = {"sm_active": "SM active", "tensor_active": "tensor active"}

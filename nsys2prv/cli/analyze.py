@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="per kernel name, whether its durations have two modes or a heavy "
                         "tail, and on which processes and in which part of the run the slow "
                         "launches are")
+    p.add_argument("--no-kernel-metrics", action="store_true",
+                   help="skip 'Inside the kernels' (each kernel's GPU metrics from the samples, "
+                        "printed by default when the trace has GPU metrics)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -139,13 +142,16 @@ class Extras:
     modality: object | None = None  # polars DataFrame of analysis.modality
     critical: object | None = None  # analysis.critical_path.CriticalPath
     graph: object | None = None  # its analysis.critical_path.Graph
+    kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
 
 
 def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | None,
-                 modality: bool, what_if: list | None = None) -> tuple[Analysis, Extras]:
-    """The analysis of a trace and, on the same passes, the steps, the kernels' modality
-    and the critical path with its what-ifs (`what_if` not None) when asked (iterations
-    '': the range is picked)."""
+                 modality: bool, what_if: list | None = None,
+                 kernel_metrics: bool = True) -> tuple[Analysis, Extras]:
+    """The analysis of a trace and, on the same passes, the steps, the kernels' modality,
+    the critical path with its what-ifs (`what_if` not None) and what the kernels do with
+    the GPU (`kernel_metrics`, where the trace has GPU metrics) when asked (iterations '':
+    the range is picked)."""
     extras = Extras()
     observers = []
     if what_if is not None:
@@ -153,13 +159,20 @@ def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | No
 
         graph = GraphCollector(path)
         observers.append(graph)
+    samples = None
+    if kernel_metrics:
+        from ..analysis.kernel_metrics import SampleCollector
+
+        samples = SampleCollector(path)
+        if samples.types:
+            observers.append(samples)
     acts = None
     if iterations is not None:
         from ..analysis.iterations import analyze_steps
 
         result, acts, extras.iterations = analyze_steps(path, iterations or None, explain,
                                                         top, observers)
-    elif modality:
+    elif modality or (samples is not None and samples.types):
         from ..analysis.activities import ActivityCollector
 
         collector = ActivityCollector(path)
@@ -171,6 +184,16 @@ def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | No
         from ..analysis.modality import kernel_modality
 
         extras.modality = kernel_modality(acts)
+    if samples is not None:
+        from ..analysis.kernel_metrics import KernelMetrics, NO_METRICS, kernel_metrics as km
+
+        if acts is None:
+            extras.kernel_metrics = KernelMetrics(note=NO_METRICS)
+        else:
+            steps = None
+            if extras.iterations is not None and not isinstance(extras.iterations, str):
+                steps = extras.iterations.steps.select("instance", "start", "end")
+            extras.kernel_metrics = km(acts, samples, steps)
     if what_if is not None:
         from ..analysis.critical_path import critical_path, step_paths
 
@@ -184,8 +207,8 @@ def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | No
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             keep_in: Path | None = None, window=None,
             allow_empty: bool = False, iterations: str | None = None,
-            modality: bool = False, what_if: list | None = None
-            ) -> tuple[Analysis, Path | None, Extras]:
+            modality: bool = False, what_if: list | None = None,
+            kernel_metrics: bool = True) -> tuple[Analysis, Path | None, Extras]:
     """Analyse one trace, or translate reports (into a temporary directory, or into
     `keep_in`) and analyse that trace; with `window`, that window of the run. Returns the
     analysis, the trace kept, if any, and what `iterations`/`modality`/`what_if` add."""
@@ -196,7 +219,7 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
         raise UsageError("give either one trace (.prv) or reports, not both")
     if single_trace and window is None:
         result, extras = _analysis_of(inputs[0], explain, top, iterations, modality,
-                                      what_if)
+                                      what_if, kernel_metrics)
         return result, Path(inputs[0]), extras
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         register_temp(tmp)
@@ -209,7 +232,8 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
                            else "trace.prv")
             out = _translate(inputs, out, window=window, allow_empty=allow_empty,
                              keep=keep_in is not None)
-        result, extras = _analysis_of(out, explain, top, iterations, modality, what_if)
+        result, extras = _analysis_of(out, explain, top, iterations, modality, what_if,
+                                      kernel_metrics)
     result.trace = " ".join(inputs) if len(inputs) <= 4 else \
         f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
     return result, out if keep_in is not None else None, extras
@@ -433,10 +457,18 @@ def _us(ns) -> str:
     return "-" if ns is None else f"{ns / 1e3:.1f} us"
 
 
-def format_modality(m, list_all: bool = False) -> str:
+def format_modality(m, list_all: bool = False, km=None) -> str:
     """The kernels whose durations have two modes or a heavy tail (all judged kernels with
-    --list-all)."""
+    --list-all), and whether the slow launches are those beside NCCL kernels or copies
+    (`km`, the kernel metrics, where the trace has GPU metrics)."""
     from ..analysis.modality import MIN_LAUNCHES
+
+    overlap = {}
+    if km is not None and not km.empty:
+        from ..analysis.kernel_metrics import slow_launches_overlapped
+
+        o = slow_launches_overlapped(m, km)
+        overlap = {r["kernel"]: r for r in o.iter_rows(named=True)} if o.height else {}
 
     flagged = m.filter(m["verdict"] != "")
     out = ["", f"### Kernel duration modality ({m.height} kernels of {MIN_LAUNCHES} launches "
@@ -458,6 +490,12 @@ def format_modality(m, list_all: bool = False) -> str:
             what = f"one mode (median {_us(row['median'])})"
         out.append(f"###   {name} ({row['count']} launches): {what}")
         where = [w for w in (row["by_process"], row["in_run"]) if w]
+        o = overlap.get(row["kernel"])
+        if o is not None and o["slow_overlapped"] is not None:
+            share = (f"{100 * o['slow_overlapped']:.0f} % of them beside NCCL kernels or "
+                     f"copies (of the fast ones {100 * (o['fast_overlapped'] or 0):.0f} %)")
+            where.append(("the slow mode is the overlapped launches: " if o["overlap_explains"]
+                          else "") + share)
         if where:
             out.append(f"###       slow launches: {'; '.join(where)}")
     if flagged.height:
@@ -605,7 +643,7 @@ def main(argv: list[str]) -> int:
         what_if = [parse_what_if(w) for w in args.what_if]
     result, trace, extras = analyze(args.inputs, not args.no_idle, args.top, views,
                                     window_of(args), args.allow_empty, args.iterations,
-                                    args.modality, what_if)
+                                    args.modality, what_if, not args.no_kernel_metrics)
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types
@@ -631,8 +669,15 @@ def main(argv: list[str]) -> int:
             out["iterations"] = extras.iterations.to_dict()
         if extras.modality is not None:
             out["modality"] = extras.modality.to_dicts()
+            if extras.kernel_metrics is not None and not extras.kernel_metrics.empty:
+                from ..analysis.kernel_metrics import slow_launches_overlapped
+
+                o = slow_launches_overlapped(extras.modality, extras.kernel_metrics)
+                out["modality_overlap"] = o.to_dicts() if o.height else []
         if extras.critical is not None:
             out["critical_path"] = extras.critical.to_dict()
+        if extras.kernel_metrics is not None:
+            out["kernel_metrics"] = extras.kernel_metrics.to_dict()
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
@@ -644,9 +689,13 @@ def main(argv: list[str]) -> int:
         elif extras.iterations is not None:
             sys.stdout.write(format_iterations(extras.iterations, args.list_all))
         if extras.modality is not None:
-            sys.stdout.write(format_modality(extras.modality, args.list_all))
+            sys.stdout.write(format_modality(extras.modality, args.list_all,
+                                             extras.kernel_metrics))
         if extras.critical is not None:
             sys.stdout.write(format_critical_path(extras.critical, args.top))
+        if extras.kernel_metrics is not None:
+            sys.stdout.write(format_kernel_metrics(extras.kernel_metrics, args.list_all,
+                                                   args.top))
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")
@@ -655,3 +704,158 @@ def main(argv: list[str]) -> int:
 
         plot_analysis(result, args.plot)
     return 0
+
+
+# metric key -> column head of the "Inside the kernels" tables
+_RATE_HEADS = {"SM Active": "SM act", "SM Issue": "SM iss", "Tensor Active": "tensor",
+               "Tensor Active / FP16 Active": "tensor", "DRAM Read Bandwidth": "DRAM r",
+               "DRAM Write Bandwidth": "DRAM w", "Compute Warps in Flight": "warps"}
+def _rate(v) -> str:
+    return "-" if v is None or v != v else f"{v:.1f}"
+
+
+def format_kernel_metrics(km, list_all: bool = False, top: int = 10) -> str:
+    """Inside the kernels: the fit quality per GPU, the kernels that hold most of the GPU
+    time with their rates, bound and how the rates were found, the spread across GPUs and
+    its outliers, interference, folding and the steps."""
+    import polars as pl
+
+    from ..analysis.kernel_metrics import FOLD_BINS, OUTLIER_RATIO, TRUSTED_R2
+
+    out = ["", "### Inside the kernels: each kernel's GPU metrics, separated from the "
+               "samples by the sample-mixing model (docs/kernel_metrics.md)"]
+    if km.empty:
+        out.append(f"###   {km.note}")
+        return "\n".join(out) + "\n"
+    c = pl.col
+    devices = km.fits["device"].unique(maintain_order=True).to_list()
+    for dev in devices:
+        f = km.fits.filter(c("device") == dev)
+        first = f.row(0, named=True)
+        out.append(f"###   {dev}: {first['samples']} samples, one every "
+                   f"{first['interval'] / 1e3:.1f} us ({first['busy_samples']} with GPU work); "
+                   "fit quality, cross-validated R^2 of the model (of the direct attribution):")
+        live = f.filter(c("r2_cv").is_not_nan())
+        parts = [f"{r['metric']} {r['r2_cv']:.3f} ({r['r2_direct']:.3f})"
+                 for r in live.iter_rows(named=True)]
+        for i in range(0, len(parts), 4):
+            out.append("###     " + "; ".join(parts[i:i + 4]))
+        weak = live.filter(c("r2_cv") < TRUSTED_R2)["metric"].to_list()
+        if weak:
+            out.append(f"###     not explained by the kernels (R^2 < {TRUSTED_R2}), do not "
+                       f"read per kernel: {', '.join(weak)}")
+        flat = f.filter(c("r2_cv").is_nan() & (c("samples") > 0))["metric"].to_list()
+        if flat:
+            out.append("###     constant while kernels run (nothing to fit): "
+                       + ", ".join(flat))
+        absent = f.filter(c("samples") == 0)["metric"].to_list()
+        if absent:
+            out.append("###     not sampled on this GPU (its metric set has them not): "
+                       + ", ".join(absent))
+    scope = "job" if "job" in km.kernels["device"].to_list() else devices[0]
+    metrics = [m for m in _RATE_HEADS if m in set(km.rates["metric"].to_list())]
+    metrics = [m for i, m in enumerate(metrics)
+               if not (m == "Tensor Active / FP16 Active" and "Tensor Active" in metrics)]
+    table = km.kernels.filter((c("device") == scope) & c("kind").is_in(["kernel", "nccl"]))
+    shown = table if list_all else table.head(top)
+    wide = (km.rates.filter((c("device") == scope) & c("metric").is_in(metrics))
+            .select("kernel", "metric", "rate", "se"))
+    rate_of = {(r["kernel"], r["metric"]): (r["rate"], r["se"])
+               for r in wide.iter_rows(named=True)}
+    heads = " ".join(f"{_RATE_HEADS[m]:>6}" for m in metrics)
+    job = ", the job: each rate averaged over the GPUs, weighted by time" \
+        if scope == "job" else ""
+    which = "all" if list_all else f"top {shown.height}"
+    out.append(f"###   kernels by GPU time ({which} of {table.height}{job}; rates in % of "
+               "peak):")
+    out.append(f"###     {'kernel':<44} {'time':>10} {'share':>6} {'launches':>8} "
+               f"{'mean':>9} {'/period':>7} {heads}  {'bound':<13} how")
+    for r in shown.iter_rows(named=True):
+        rates = [rate_of.get((r["kernel"], m), (None, None)) for m in metrics]
+        se = max((x[1] for x in rates if x[1] is not None and x[1] == x[1]), default=None)
+        how = {"direct": "measured", "model": "model", "group": f"group of {r['group']}"[:30],
+               "none": "not sampled"}.get(r["method"] or "none", r["method"])
+        if se is not None and r["method"] in ("direct", "model"):
+            how += f" ±{se:.1f}"
+        out.append(f"###     {(r['label'] or r['kernel'])[:44]:<44} {_ms(r['time']):>10} "
+                   f"{100 * r['share']:5.1f}% {r['launches']:>8} {_us(r['mean_dur']):>9} "
+                   f"{r['periods']:>7.2f} "
+                   + " ".join(f"{_rate(x[0]):>6}" for x in rates)
+                   + f"  {r['bound'] or '-':<13} {how}")
+    if table.height > shown.height:
+        out.append(f"###     ... {table.height - shown.height} more kernels (all in --json, "
+                   "or --list-all)")
+    short = table.filter(c("periods") < 1)
+    if table.height and short.height:
+        out.append(f"###   {short.height} of {table.height} kernels "
+                   f"({short['time'].sum() / max(table['time'].sum(), 1):.0%} of kernel time) "
+                   "are shorter than one sampling interval: the direct attribution blurs them "
+                   "with their neighbours, the model separates them")
+    if km.spread.height:
+        out.append("###   rates across GPUs (per compute kernel: avg, max, min, stdev, "
+                   "avg/max):")
+        for r in km.spread.head(top * 2 if not list_all else km.spread.height).iter_rows(
+                named=True):
+            ratio = "-" if r["avg_over_max"] is None else f"{r['avg_over_max']:.2f}"
+            out.append(f"###     {(r['label'] or r['kernel'])[:40]:<40} {r['metric']:<14} "
+                       f"{r['avg']:6.1f} {r['max']:6.1f} {r['min']:6.1f} {r['std']:6.2f} "
+                       f"{ratio:>5}  ({r['devices']} GPUs)")
+    if km.outliers.height:
+        per = km.outliers.group_by("device").agg(pl.len().alias("n"),
+                                                  c("dur_ratio").median().alias("dur"))
+        for r in per.sort("n", descending=True).iter_rows(named=True):
+            longer = "" if r["dur"] is None else (
+                f"; those kernels run {r['dur']:.2f}x their peers' duration there")
+            out.append(f"###   outlier: {r['device']} is below {OUTLIER_RATIO:.0%} of its "
+                       f"peers' median for {r['n']} kernel rate(s){longer}")
+    if km.interference.height:
+        out.append("###   interference (kernels alone / beside NCCL or copies on another "
+                   "stream):")
+        for (dev, kern), part in km.interference.group_by("device", "kernel",
+                                                         maintain_order=True):
+            cases = {r["case"]: r for r in part.iter_rows(named=True)}
+            a, o = cases.get("alone"), cases.get("overlapped")
+            if a is None or o is None:
+                continue
+            rates = "; ".join(f"{_RATE_HEADS.get(m, m)} {_rate(a.get(m))} -> {_rate(o.get(m))}"
+                              for m in metrics if m in a)
+            out.append(f"###     {(a['label'] or kern)[:44]}: {a['launches']} alone "
+                       f"{_us(a['mean_dur'])}, {o['launches']} overlapped "
+                       f"{_us(o['mean_dur'])} ({o['mean_dur'] / a['mean_dur']:.2f}x); {rates}")
+    if km.folding.height:
+        names = km.folding.select("kernel", "label").unique("kernel", maintain_order=True)
+        out.append(f"###   folding ({names.height} long kernel(s), metrics along the "
+                   "normalised duration, 10 bins, start -> end):")
+        for r in names.head(top).iter_rows(named=True):
+            for m in metrics:
+                prof = km.folding.filter((c("kernel") == r["kernel"]) & (c("metric") == m))
+                if prof.height:
+                    at = dict(zip(prof["bin"].to_list(), prof["mean"].to_list()))
+                    vals = " ".join(f"{at[b]:5.1f}" if b in at else "    -"
+                                    for b in range(FOLD_BINS))
+                    out.append(f"###     {(r['label'] or r['kernel'])[:30]:<30} "
+                               f"{_RATE_HEADS[m]:>6}: {vals}")
+    if km.steps.height:
+        st = km.steps
+        n = st["instance"].n_unique()
+        odd = st.filter(c("differs")).with_columns(c("z").abs().alias("az")).sort(
+            "az", descending=True)
+        if odd.height:
+            out.append(f"###   steps ({n}): each step's samples against what the run's "
+                       "rates predict from its own kernels; steps whose kernels ran "
+                       "differently:")
+            for r in odd.head(top).iter_rows(named=True):
+                out.append(f"###     step {r['instance']}: {r['metric']} measured "
+                           f"{r['measured']:.1f}, predicted {r['predicted']:.1f} "
+                           f"({r['diff']:+.1f} points, {r['z']:+.1f} robust SD from the "
+                           "other steps)")
+        else:
+            big = st.with_columns(c("diff").abs().alias("ad")).sort("ad", descending=True)
+            w = big.row(0, named=True)
+            out.append(f"###   steps ({n}): every step's samples match what the run's rates "
+                       f"predict from its own kernels (largest difference: step "
+                       f"{w['instance']}, {w['metric']} {w['diff']:+.1f} points)")
+    for what, per in km.dropped.items():
+        out.append(f"###   dropped: {what}: "
+                   + ", ".join(f"{dev} {n}" for dev, n in per.items()))
+    return "\n".join(out) + "\n"

@@ -66,6 +66,10 @@ def _ratio(r) -> str:
     return f"{r:.3f}" if abs(r) < 100 else f"{r:.1f}" if abs(r) < 10_000 else f"{r:.3g}"
 
 
+def _rate(v) -> str:
+    return "-" if v is None or v != v else f"{v:.1f}"
+
+
 def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -111,6 +115,19 @@ def format_text(c, top: int = 15) -> str:
     for r in norm.iter_rows(named=True):
         w(f"  matched by normalised name: {_short(r['kernel'], 60)} <- "
           f"{len(r['names'])} names\n")
+    rates = c.rates
+    if rates is not None and rates.height:
+        shown = k.head(top)["kernel"].to_list()
+        r = rates.filter(pl.col("kernel").is_in(shown))
+        if r.height:
+            w(f"\nkernel GPU metric rates (%, before -> after; sample-mixing model, "
+              f"docs/kernel_metrics.md)\n")
+            for (kern,), part in r.group_by("kernel", maintain_order=True):
+                row = k.filter(pl.col("kernel") == kern).row(0, named=True)
+                name = row["short"] if row["matched_by"] != "normalised" else kern
+                cells = ", ".join(f"{m['metric']} {_rate(m['before'])} -> {_rate(m['after'])}"
+                                  for m in part.iter_rows(named=True))
+                w(f"  {_short(name or kern, 43):<44}{cells}\n")
     n = c.nvtx
     if n.height:
         w(f"\nNVTX ranges ({n.height}; digits folded to #; {top} largest changes; ms)\n")

@@ -41,6 +41,13 @@ def render() -> str:
     for r in reg.TYPE_RANGES:
         out.append(f"| {r.base}-{r.base + r.size - 1} | {r.label.format(key='…')} | "
                    f"{r.values or 'number'} | {r.description} |")
+    if reg.RETIRED:
+        out += ["", "## Retired numbers", "",
+                "Released once, no longer written, never given another meaning (a trace made "
+                "by an older nsys2prv may still hold them).", "", "| types | meaning |",
+                "|---|---|"]
+        for lo, hi, what in reg.RETIRED:
+            out.append(f"| {lo}-{hi} | {what} |")
     out += ["", "## Value tables", "",
             "Names are numbered per trace: fixed values first, then every other name of the "
             "family in name order, so one name has one value in every rank of a merged trace. "

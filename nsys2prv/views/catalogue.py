@@ -147,14 +147,42 @@ def derived(name: str, op: str, a: str, b: str, level: str = "thread",
                   params=params, gradient=True, units=units)
 
 
+def _scale(offset: int) -> tuple[float, float] | None:
+    """0-100 for a percentage metric (its samples, rates and predictions then compare by
+    colour), None (fitted to the values) for the others."""
+    key = next(k for k, v in gpu_metrics.KNOWN_METRICS.items() if v == offset)
+    return (0.0, 100.0) if gpu_metrics.is_percent(key) else None
+
+
 def metric_samples(name: str, offset: int) -> Window:
     return Window(name, thread="Last Evt Val", types=(gpu_metrics.SAMPLES.type_of(offset),),
-                  gradient=True, zero_unpainted=True)
+                  gradient=True, zero_unpainted=True, y_range=_scale(offset))
 
 
-def metric_on_kernel(name: str, offset: int) -> Window:
-    return Window(name, thread="Last Evt Val", types=(gpu_metrics.ON_KERNEL.type_of(offset),),
-                  gradient=True, zero_unpainted=True)
+def metric_rate(name: str, offset: int) -> Window:
+    """The kernels' rates of a metric (the sample-mixing model), on the stream rows: each
+    kernel's from its start to the next kernel of the row."""
+    return Window(name, thread="Last Evt Val", types=(gpu_metrics.RATE.type_of(offset),),
+                  gradient=True, zero_unpainted=True, y_range=_scale(offset))
+
+
+def metric_rate_windows(metric: str, offset: int) -> tuple[Window, Window, Window]:
+    """The rate as written (the histograms' data: read while a kernel runs), whether a
+    compute kernel runs, and their product, '<metric> rate of kernels': the rate drawn only
+    while kernels run."""
+    return (metric_rate(f"{metric} rate (last kernel)", offset),
+            on_row(f"Compute kernel running ({metric})", (KERNEL,)),
+            replace(derived(f"{metric} rate of kernels", "product",
+                            f"{metric} rate (last kernel)",
+                            f"Compute kernel running ({metric})"), zero_unpainted=True,
+                    y_range=_scale(offset)))
+
+
+def metric_predicted(name: str, offset: int) -> Window:
+    """The model's prediction of each sample, on the metrics rows."""
+    return Window(name, thread="Last Evt Val",
+                  types=(gpu_metrics.PREDICTED.type_of(offset),), gradient=True,
+                  zero_unpainted=True, y_range=_scale(offset))
 
 
 # ------------------------------------------------------------------------------------------
@@ -407,16 +435,17 @@ ANALYSIS = [
                   "Compute running x100 (device)", "Average value", 1, 1, 1)),
     Cfg("analysis/tensor_per_kernel.cfg",
         "Tensor-core use per kernel: average Tensor Active (%) per kernel name and stream",
-        "Columns = compute kernel names, rows = GPU stream rows, cells = time-weighted average "
-        "of the Tensor Active samples written on the stream row during that kernel "
-        "(67501002). Windows also show the kernels, the sampled Tensor Active of each GPU "
-        "(67500002, metrics rows) and the samples on the stream rows.",
+        "Columns = compute kernel names, rows = GPU stream rows, cells = each kernel's Tensor "
+        "Active rate (%), separated from the samples by the sample-mixing model "
+        "(67502002, the same value on every launch of a name on a GPU: what `nsys2prv "
+        "analyze` prints under 'Inside the kernels'). Windows also show the kernels, the "
+        "sampled Tensor Active of each GPU (67500002, metrics rows) and the rates on the "
+        "stream rows.",
         (metric_samples("Tensor Active (samples)", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
-         metric_on_kernel("Tensor Active during kernels",
-                          gpu_metrics.KNOWN_METRICS["Tensor Active"]),
+         *metric_rate_windows("Tensor Active", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
          kernels_anchor()),
-        _profile("Average Tensor Active per kernel (%)", "CUDA kernels",
-                 "Tensor Active during kernels", "Average value")),
+        _profile("Tensor Active per kernel (%)", "CUDA kernels",
+                 "Tensor Active rate of kernels", "Average value")),
     *_efficiency("analysis/efficiency_talp.cfg",
                  "Device efficiency model, TALP-compatible form",
                  KERNELS,
@@ -486,20 +515,43 @@ def _slug(name: str) -> str:
 HWCOUNTERS = []
 for _metric, _offset in sorted(gpu_metrics.KNOWN_METRICS.items(), key=lambda kv: kv[1]):
     _slugged = _slug(_metric).replace("__", "_")
-    HWCOUNTERS += [
+    HWCOUNTERS.append(
         Cfg(f"hwcounters/{_slugged}_timeline.cfg", f"GPU metric timeline: {_metric}",
             f"Sampled '{_metric}' on each 'GPU d metrics' row (type "
             f"{gpu_metrics.SAMPLES.type_of(_offset)}, value in the metric's unit with two "
             "decimals).",
-            (metric_samples(_metric, _offset),)),
-        Cfg(f"hwcounters/{_slugged}_per_kernel.cfg", f"GPU metric per kernel: {_metric}",
-            f"Columns = compute kernel names, rows = GPU stream rows, cells = time-weighted "
-            f"average of the '{_metric}' samples written on the stream row while the kernel "
-            f"runs (type {gpu_metrics.ON_KERNEL.type_of(_offset)}).",
-            (metric_on_kernel(f"{_metric} during kernels", _offset), kernels_anchor()),
-            _profile(f"Average {_metric} per kernel", "CUDA kernels",
-                     f"{_metric} during kernels", "Average value")),
-    ]
+            (metric_samples(_metric, _offset),)))
+    if _metric in gpu_metrics.KERNEL_METRICS:  # the rates written on the kernels
+        HWCOUNTERS.append(
+            Cfg(f"hwcounters/{_slugged}_per_kernel.cfg", f"GPU metric per kernel: {_metric}",
+                f"Columns = compute kernel names, rows = GPU stream rows, cells = each "
+                f"kernel's '{_metric}' rate, separated from the samples by the sample-mixing "
+                f"model (type {gpu_metrics.RATE.type_of(_offset)}, what `nsys2prv analyze` "
+                "prints; docs/kernel_metrics.md). The timeline draws the rate while compute "
+                "kernels run.",
+                (*metric_rate_windows(_metric, _offset), kernels_anchor()),
+                _profile(f"{_metric} per kernel", "CUDA kernels",
+                         f"{_metric} rate (last kernel)", "Average value")))
+
+# the model against the samples, for the metrics the kernel views show most
+for _metric in ("SM Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth"):
+    _offset = gpu_metrics.KNOWN_METRICS[_metric]
+    _slugged = _slug(_metric).replace("__", "_")
+    HWCOUNTERS.append(
+        Cfg(f"hwcounters/{_slugged}_model_fit.cfg",
+            f"GPU metric, measured against the model: {_metric}",
+            f"On each 'GPU d metrics' row: the sampled '{_metric}' (type "
+            f"{gpu_metrics.SAMPLES.type_of(_offset)}), the value the sample-mixing model "
+            "predicts for each sampling period from the rates of the kernels that ran in it "
+            f"(type {gpu_metrics.PREDICTED.type_of(_offset)}) and their difference (measured "
+            "- predicted): where the difference stays near 0 the model explains the samples; "
+            "a run of large differences is time the kernels' rates do not account for "
+            "(docs/kernel_metrics.md).",
+            (metric_samples(f"{_metric} measured", _offset),
+             metric_predicted(f"{_metric} predicted", _offset),
+             replace(derived(f"{_metric}: measured - predicted", "substract",
+                             f"{_metric} measured", f"{_metric} predicted"),
+                     y_range=(-20.0, 20.0)))))
 
 CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS
 

@@ -50,6 +50,9 @@ class Window:
     # painted, so rows without the data stay empty instead of taking the gradient's colour
     zero_unpainted: bool = False
     hidden: bool = False  # loaded but not opened (`window_open false`)
+    # a fixed colour scale (minimum, maximum) instead of one fitted to the values shown:
+    # windows of one metric in one scale (percentages 0-100) compare by colour
+    y_range: tuple[float, float] | None = None
     # a zoom: (begin, end) in trace units instead of the whole trace
     time_range: tuple[int, int] | None = None
     # rows shown: for every task of the trace in order, one flag per thread (None = all)
@@ -172,7 +175,11 @@ def _window_lines(w: Window, position: int, names: dict[str, int],
     # without it, in code colours every value above the default maximum (18) - states 19-33
     # (launches, allocations), API and kernel names - is painted black like Idle, and in a
     # gradient every value above it gets the same colour
-    out.append("window_compute_y_max true")
+    if w.y_range is not None:
+        out += [f"window_minimum_y {_num(w.y_range[0])}", f"window_maximum_y {_num(w.y_range[1])}",
+                "window_compute_y_max false"]
+    else:
+        out.append("window_compute_y_max true")
     if w.gradient:
         out.append("window_color_mode " + ("window_in_null_gradient_mode" if w.zero_unpainted
                                            else "window_in_gradient_mode"))

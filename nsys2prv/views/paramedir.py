@@ -428,19 +428,24 @@ def families_trace(directory: str | Path) -> Path:
             at(2, e, 63_000_006, 0)
         at(2, nc[0], 67_000_002, 2, nccl.NCCL_COLLECTIVE, 1, nccl.NCCL_MESSAGE_SIZE, 1 << 20)
         at(2, nc[1], 67_000_002, 0, nccl.NCCL_COLLECTIVE, 0)
-        # metrics: one sample of every known metric every 100 us, copied onto the stream row
-        # while a kernel runs there
+        # metrics: one sample of every known metric every 100 us on the metrics row; each
+        # kernel's rates (the model's) at its start on the stream row, 0 at its end
         for t in range(50_000, end, 100_000):
             pairs: list[int] = []
-            kpairs: list[int] = []
-            busy = any(b <= t < e for b, e in (k1, nc, k2))
             for name, off in metrics:
                 v = (1000 * (off + 1) + t // 1000 + 500 * task) % 10_000
-                pairs += [gpu_metrics.SAMPLES.type_of(off), v]
-                kpairs += [gpu_metrics.ON_KERNEL.type_of(off), v]
+                pairs += [gpu_metrics.SAMPLES.type_of(off), v,
+                          gpu_metrics.PREDICTED.type_of(off), v * 9 // 10]
             at(3, t, *pairs)
-            if busy:
-                at(2, t, *kpairs)
+        for i, (b, e) in enumerate((k1, nc, k2)):
+            rates: list[int] = []
+            zeros: list[int] = []
+            for name, off in metrics:
+                rates += [gpu_metrics.RATE.type_of(off),
+                          (1000 * (off + 1) + 300 * i + 500 * task) % 10_000]
+                zeros += [gpu_metrics.RATE.type_of(off), 0]
+            at(2, b, *rates)
+            at(2, e, *zeros)
     for (t, task, thread, cpu), pairs in events.items():
         recs.append((t, f"2:{cpu}:1:{task}:{thread}:{t}:" + ":".join(str(x) for x in pairs)))
     # the MPI message: rank 1 sends 4096 bytes to rank 2 (tag 1)
@@ -468,7 +473,8 @@ def families_trace(directory: str | Path) -> Path:
            "EVENT_TYPE", f"0    {nccl.NCCL_MESSAGE_SIZE}   NCCL message size", ""]
     for name, off in metrics:
         pcf += ["EVENT_TYPE", f"0    {gpu_metrics.SAMPLES.type_of(off)}   GPU metric: {name}",
-                f"0    {gpu_metrics.ON_KERNEL.type_of(off)}   GPU metric during kernel: {name}",
+                f"0    {gpu_metrics.RATE.type_of(off)}   GPU metric rate of kernel: {name}",
+                f"0    {gpu_metrics.PREDICTED.type_of(off)}   GPU metric predicted: {name}",
                 f"PRECISION {gpu_metrics.PRECISION}", ""]
     (d / "families.pcf").write_text("\n".join(pcf) + "\n")
     threads = []

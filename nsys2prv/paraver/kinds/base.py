@@ -59,6 +59,24 @@ class Translator:
 
 # -- helpers ----------------------------------------------------------------------------------
 
+METRICS_ACTIVITIES = "gpu_metrics_activities"  # ctx.shared: the model's intervals, per kind
+
+
+def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) -> None:
+    """Keep the GPU activities of a chunk (start, end, pid, device, row, row_id and the
+    column that names them) for the GPU metrics model, when the report's metrics are
+    translated: it then needs not read the tables again (every read through connectorx
+    costs a connection pool whose threads outlive it)."""
+    wanted = ctx.shared.get(METRICS_ACTIVITIES + ".wanted")
+    if wanted is None:
+        from . import available
+
+        kinds = getattr(ctx.options, "kinds", None)
+        wanted = available("gpu_metrics", report) and (kinds is None or "gpu_metrics" in kinds)
+        ctx.shared[METRICS_ACTIVITIES + ".wanted"] = wanted
+    if wanted:
+        ctx.shared.setdefault(METRICS_ACTIVITIES, {}).setdefault(what, []).append(df)
+
 REPORT_END = object()  # fix_times(open_end=REPORT_END): unterminated regions end with the report
 
 

@@ -1,6 +1,8 @@
-"""GPU metrics samples -> one "GPU d metrics" row per sampled GPU, and the same samples on the
-stream rows of the kernels running on that GPU (per-kernel attribution, e.g. tensor-core use
-per kernel). Types, units and the Paraver semantics are described in registry/gpu_metrics.py.
+"""GPU metrics samples -> one "GPU d metrics" row per sampled GPU, and on the stream rows of
+the kernels of that GPU each kernel's rates (tensor-core use per kernel, ...) separated from
+the samples by the sample-mixing model (analysis/rate_model.py), with the model's prediction
+of every sample beside the measured one. Types, units and the Paraver semantics are
+described in registry/gpu_metrics.py.
 
 Which task holds a GPU's metrics row. Samples are device-wide and carry the nsys GPU id; the
 row goes to the process that used that GPU most (kernels + memcpy + memset on it; a CUDA
@@ -20,9 +22,13 @@ the trace with an empty head and only appear with broken clocks. Negative values
 clocks: 32-bit overflow in nsys) are dropped with a warning, so the previous sample's value
 holds, as nsys2prv's Paraver checker also rejects negative values.
 
+The model (see `_model`) is fitted on what the trace shows of each GPU: the samples as
+written and the kernels and memory operations of the GPU's owner. Kernels of other processes
+on a shared GPU are not in its model and get no rates (their samples still show them).
+
 Memory: samples stream through twice in rowid chunks (records on the metrics row; then the
-values of the sampling periods that kernels overlap); only the distinct sample times per GPU
-and the (kernel, sampling period) pairs are held.
+values of each GPU as a (periods x metrics) matrix); the owner's kernels and memory
+operations are held as a few numbers each while the model is fitted.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from ...report.report import Report
 from ...sources import gpu_metrics as source
 from ...sources import kernels as kernel_source
 from .. import records as R
+from ..registry import cuda as reg_cuda
 from ..registry import gpu_metrics as greg
-from .base import Context, Translator
+from .base import METRICS_ACTIVITIES, Context, Translator
 
 SRC_GPU_METRICS = R.SRC_GPU_METRICS
 EARLIEST_NS = -1_000_000_000
@@ -49,7 +56,7 @@ def translate(report: Report, ctx: Context) -> None:
     gpus = sorted(set((metrics["type_id"] & source.GPU_ID_MASK).to_list()))
     owners, users = placement(report, ctx, gpus)
     c = pl.col
-    times, present, n_in, n_out = [], [], 0, 0
+    times, n_in, n_out = [], 0, 0
     for chunk in source.read(report, ctx.chunk_rows, metrics):
         n_in += chunk.height
         df = _clean(chunk, ctx).join(metrics.select("metric", "factor", "sample_type"),
@@ -68,7 +75,6 @@ def translate(report: Report, ctx: Context) -> None:
             c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), c("sample_type"),
             c("pv"), sub=c("sample_type") - greg.SAMPLES.base))))
         times.append(df.select("gpu", "time").unique())
-        present.append(df.select("gpu", "metric").unique(maintain_order=True))
     ctx.count("gpu_metrics_values", n_out)
     missing = source.row_count(report) - n_in
     if missing > 0:
@@ -76,10 +82,7 @@ def translate(report: Report, ctx: Context) -> None:
     if not times:
         return
     ctx.count("gpu_metrics_samples", pl.concat(times).unique().height)
-    windows = sampling_periods(pl.concat(times))
-    pairs = kernel_periods(report, ctx, users, windows)
-    if pairs.height:
-        _on_kernel(report, ctx, metrics, pairs, pl.concat(present).unique().sort("gpu", "metric"))
+    _model(report, ctx, metrics, owners, pl.concat(times))
 
 
 def _with_types(metrics: pl.DataFrame, ctx: Context) -> pl.DataFrame:
@@ -94,10 +97,13 @@ def _with_types(metrics: pl.DataFrame, ctx: Context) -> pl.DataFrame:
             pl.col("key")).alias("key"))
     keys = sorted(set(metrics["key"].to_list()))
     sample = {k: ctx.local_type(greg.SAMPLES.name, k) for k in keys}
-    on_kernel = {k: ctx.local_type(greg.ON_KERNEL.name, k) for k in keys}
+    rate = {k: ctx.local_type(greg.RATE.name, k) for k in keys}
+    predicted = {k: ctx.local_type(greg.PREDICTED.name, k) for k in keys}
+    key = pl.col("key")
     return metrics.with_columns(
-        pl.col("key").replace_strict(sample, return_dtype=pl.Int64).alias("sample_type"),
-        pl.col("key").replace_strict(on_kernel, return_dtype=pl.Int64).alias("kernel_type"))
+        key.replace_strict(sample, return_dtype=pl.Int64).alias("sample_type"),
+        key.replace_strict(rate, return_dtype=pl.Int64).alias("rate_type"),
+        key.replace_strict(predicted, return_dtype=pl.Int64).alias("predicted_type"))
 
 
 def _clean(df: pl.DataFrame, ctx: Context) -> pl.DataFrame:
@@ -165,50 +171,249 @@ def _fallback_pid(users: pl.DataFrame, ctx: Context) -> int:
     return int(rows["pid"][0]) if rows.height else 0
 
 
-# -- per-kernel attribution -------------------------------------------------------------------
+# -- the kernels' rates (the sample-mixing model) --------------------------------------------
 
-def sampling_periods(times: pl.DataFrame) -> pl.DataFrame:
-    """(gpu, start, end) of every sampling period: a sample's value holds from its timestamp
-    to the next sample of the GPU; the last one lasts the GPU's median sampling interval."""
-    c = pl.col
-    df = times.unique().sort("gpu", "time")
-    df = df.with_columns(c("time").shift(-1).over("gpu").alias("end"))
-    period = df.group_by("gpu").agg((c("end") - c("time")).median().alias("period"))
-    df = df.join(period, on="gpu", how="left").with_columns(
-        c("end").fill_null(c("time") + c("period").fill_null(0).cast(pl.Int64)))
-    return df.select("gpu", c("time").alias("start"), "end")
+def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataFrame,
+           times: pl.DataFrame) -> None:
+    """Fit the sample-mixing model on each sampled GPU (`analysis/rate_model.py`) and write
+    its results: each kernel's rates on its stream row (and how they were found), the
+    predicted value of each sample on the metrics row.
 
+    The model sees what the trace shows of the GPU, so that the analysis of the trace finds
+    the same rates: the samples as written (value x 100, rounded), and the kernels and
+    memory operations of the process whose stream rows sit beside the metrics row (the GPU's
+    owner, see `placement`)."""
+    from ...analysis import rate_model as rm
 
-def kernel_periods(report: Report, ctx: Context, users: pl.DataFrame,
-                   windows: pl.DataFrame) -> pl.DataFrame:
-    """(gpu, start of the sampling period, kernel row, kernel rowid, kernel start/end, time
-    of its on-kernel event) for every sampling period a kernel overlaps.
-
-    An interval join done with `searchsorted` per GPU: the periods of a GPU are contiguous and
-    sorted, so the ones a kernel [s, e) overlaps are those from the period holding s to the
-    last one starting before e; each kernel expands to that many rows."""
     if not _translated(report, ctx, "kernels"):
-        return pl.DataFrame()  # no kernel events to attribute to (e.g. --only gpu_metrics)
+        return  # no kernel events to give rates to (e.g. --only gpu_metrics)
     c = pl.col
-    by_gpu = {g: (w["start"].to_numpy(), w["end"].to_numpy())
-              for (g,), w in windows.partition_by("gpu", as_dict=True).items()}
-    out, no_row = [], 0
-    for chunk in kernel_source.read(report, ctx.chunk_rows):
-        df = chunk.filter(c("start").is_not_null() & c("end").is_not_null()
-                          & (c("end") > c("start")))
-        df = df.join(users, on=["pid", "device"], how="left", maintain_order="left")
-        df = df.with_columns(ctx.rows.lookup_gpu(df).alias("row"))
-        no_row += df.filter(c("row").is_null() & c("gpu").is_in(list(by_gpu))).height
-        df = df.filter(c("row").is_not_null() & c("gpu").is_in(list(by_gpu)))
-        for (g,), k in df.partition_by("gpu", as_dict=True).items():
-            out.append(_expand(k, *by_gpu[g]).with_columns(pl.lit(g, pl.Int64).alias("gpu")))
-    if no_row:
-        ctx.count("GPU metrics: kernels without a stream row (kernels not translated)", no_row)
-    if not out:
-        return pl.DataFrame()
-    pairs = pl.concat(out, how="vertical")
-    ctx.count("gpu_metrics_kernel_periods", pairs.height)
-    return pairs
+    acts, labels = _activities(report, ctx, owners)
+    if acts.height == 0:
+        return
+    memop_of = {code: code < 0 for code in labels}
+    by_gpu = {g: w["time"].unique().sort().to_numpy()
+              for (g,), w in times.partition_by("gpu", as_dict=True).items()}
+    gpus = sorted(set(acts["gpu"].unique().to_list()) & set(by_gpu))
+    columns = {g: metrics.filter((c("type_id") & source.GPU_ID_MASK) == g).sort("metric")
+               for g in gpus}
+    periods = {g: rm.periods_of(by_gpu[g]) for g in gpus}
+    values = _values(report, ctx, metrics, periods, columns)
+    fitted = 0
+    for g in gpus:
+        mine = acts.filter(c("gpu") == g)
+        start, end = mine["start"].to_numpy(), mine["end"].to_numpy()
+        col, names = rm.design_codes(mine["code"].to_numpy(), labels, memop_of, end - start)
+        keys = columns[g]["key"].to_list()
+        lo, hi = rm.bounds([greg.is_percent(k) for k in keys], values[g])
+        result, ent = rm.fit_device(periods[g], values[g], start, end, col, len(names), lo, hi)
+        if periods[g].cut:
+            ctx.warn("GPU metrics: samples followed by a gap in the sampling (their period "
+                     "cut to one sampling interval)", periods[g].cut)
+        fitted += 1
+        rates = np.stack([f.rates for f in result.metrics], axis=1)  # (K1, M)
+        kernels = mine.select("row", "row_id", "start", "end", pl.Series("col", col),
+                              "code").filter(c("code") >= 0).drop("code")
+        del mine, start, end, col
+        _kernel_events(ctx, kernels, rates, result.method, columns[g])
+        del kernels
+        pred = rm.predict(ent, rates, periods[g].n)
+        del ent
+        _predicted_events(ctx, owners.filter(c("gpu") == g), periods[g].start, pred,
+                          columns[g], values[g])
+        values[g] = None  # done with this GPU
+    ctx.count("gpu_metrics_gpus_modelled", fitted)
+
+
+def _activities(report: Report, ctx: Context, owners: pl.DataFrame
+                ) -> tuple[pl.DataFrame, dict[int, str]]:
+    """The kernels and memory operations on each sampled GPU's owner's streams, as the trace
+    has them: (gpu, row, row_id, start, end, code), with the label of each code: a
+    kernel's code is its full name's string id (>= 0), labelled as the trace labels it; a
+    memory operation's is -1 - the value of its memory operation type, labelled
+    'memop:<value>' (the analysis reads the same value from the trace)."""
+    from ...sources import memory as memory_source
+    from ..values import NORMALISERS, clean_label
+
+    c = pl.col
+    own = owners.select("gpu", "pid", "device")
+    frames = []
+    kept = ctx.shared.pop(METRICS_ACTIVITIES, None)
+    if kept is not None:  # the kinds kept their chunks: no second read of the tables
+        sources = [(what, iter(kept.get(key, []))) for what, key in
+                   (("kernel", "kernel"), ("memcpy", "memcpys"), ("memset", "memsets"))]
+    else:
+        sources = [("kernel", kernel_source.read(report, ctx.chunk_rows, attributes=False))]
+        if _translated(report, ctx, "memcpy"):
+            sources.append(("memcpy", memory_source.read_memcpy(report, ctx.chunk_rows)))
+        if _translated(report, ctx, "memset"):
+            sources.append(("memset", memory_source.read_memset(report, ctx.chunk_rows)))
+    for what, chunks in sources:
+        for chunk in chunks:
+            df = chunk.filter(c("start").is_not_null() & c("end").is_not_null()
+                              & (c("end") > c("start")))
+            df = df.join(own, on=["pid", "device"], how="inner", maintain_order="left")
+            if df.height == 0:
+                continue
+            if "row" not in df.columns:
+                df = df.with_columns(ctx.rows.lookup_gpu(df).alias("row"))
+            df = df.filter(c("row").is_not_null())
+            if what == "kernel":
+                code = c("name_id").fill_null(-1_000_000)  # '(unnamed)'
+            elif what == "memcpy":
+                code = -1 - (c("copy_kind").fill_null(0) + 1)
+            else:
+                code = pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64)
+            frames.append(df.select("gpu", c("row").cast(pl.Int32), "row_id", "start", "end",
+                                    code.cast(pl.Int64).alias("code")))
+    if not frames:
+        return pl.DataFrame(), {}
+    acts = pl.concat(frames)
+    codes = acts["code"].unique().to_list()
+    demangle = NORMALISERS["kernel_names"]
+    ids = [x for x in codes if x >= 0]
+    text = dict(report.strings.filter(c("id").is_in(ids)).iter_rows()) if ids else {}
+    labels = {x: (clean_label(demangle(text[x])) if x in text else "(unnamed)") if x >= 0
+              else ("(unnamed)" if x == -1_000_000 else f"memop:{-1 - x}") for x in codes}
+    return acts, labels
+
+
+def _values(report: Report, ctx: Context, metrics: pl.DataFrame, periods: dict,
+            columns: dict) -> dict:
+    """gpu -> (periods x metrics) values as the trace has them (value x factor, rounded to
+    the types' precision), NaN where a sample has no valid value of a metric."""
+    out = {g: np.full((p.n, columns[g].height), np.nan) for g, p in periods.items()}
+    index = {g: dict(zip(cols["metric"].to_list(), range(cols.height)))
+             for g, cols in columns.items()}
+    factors = metrics.select("metric", "factor")
+    for chunk in source.read(report, ctx.chunk_rows, metrics):
+        df = _quiet_clean(chunk).filter(pl.col("gpu").is_in(list(periods)))
+        if df.height == 0:
+            continue
+        df = df.join(factors, on="metric", how="left", maintain_order="left").with_columns(
+            (pl.col("value") * pl.col("factor") * greg.SCALE).round().alias("pv"))
+        for (g,), part in df.partition_by("gpu", as_dict=True).items():
+            p = periods[g]
+            rows = np.searchsorted(p.start, part["time"].to_numpy())
+            cols = part["metric"].replace_strict(index[g], default=-1,
+                                                 return_dtype=pl.Int64).to_numpy()
+            ok = (rows < p.n) & (cols >= 0)
+            out[g][rows[ok], cols[ok]] = part["pv"].to_numpy()[ok] / greg.SCALE
+    return out
+
+
+def _fixed_types(range_: greg.TypeRange, keys: list[str]) -> list[int | None]:
+    """The trace type of each metric key whose offset is fixed in the registry (known
+    metrics: the merge numbers them at that offset), None for the others. Their values can
+    go as numeric pairs of one record (no renumbering); the others need a record each."""
+    return [range_.type_of(greg.KNOWN_METRICS[k]) if k in greg.KNOWN_METRICS else None
+            for k in keys]
+
+
+def _kernel_events(ctx: Context, kernels: pl.DataFrame, rates: np.ndarray,
+                   method: np.ndarray, cols: pl.DataFrame) -> None:
+    """Each kernel's rates and how they were found, at its start on its stream row (moving
+    with it to an overlap lane), as values that hold until the next kernel of the row sets
+    them (Paraver's Last Evt Val; no value at the kernel's end: the views and the analysis
+    read a rate only while a kernel runs). A value is written only where it differs from the
+    one the previous kernel of the stream left, except around kernels that overlap on the
+    stream (the tiler may move them to other rows): there every value is written. The
+    metrics a kernel drives (`registry.gpu_metrics.KERNEL_METRICS`, fixed types) go as
+    numeric pairs of one record per kernel."""
+    c = pl.col
+    K1, M = rates.shape
+    pv = np.round(np.nan_to_num(rates) * greg.SCALE).astype(np.int64)
+    codes = np.array([greg.METHODS.get(x, 0) for x in method], dtype=np.int64)
+    keys = cols["key"].to_list()
+    fixed = _fixed_types(greg.RATE, keys)
+    # the metrics a kernel drives have fixed types: one record per kernel carries them all
+    pair_metrics = [m for m in range(M) if (pv[:, m] != 0).any() and fixed[m] is not None
+                    and keys[m] in greg.KERNEL_METRICS]
+    k = kernels.sort(["row", "start", "row_id"])
+    if k.height == 0:
+        return
+    row = k["row"].to_numpy()
+    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    col = k["col"].to_numpy()
+    first = np.ones(row.size, dtype=bool)
+    first[1:] = row[1:] != row[:-1]
+    reach = k.select(c("end").cum_max().over("row"))["end"].to_numpy()
+    prev_reach = np.where(first, np.iinfo(np.int64).min, np.roll(reach, 1))
+    over_prev = start < prev_reach
+    over_next = np.zeros(row.size, dtype=bool)
+    over_next[:-1] = ~first[1:] & over_prev[1:]
+    cluster = over_prev | over_next
+    # safe: this kernel and the previous one of its stream stay on the stream's own row
+    safe = ~first & ~cluster & ~np.roll(cluster, 1)
+    prev = np.roll(col, 1)
+
+    def changed(values: np.ndarray) -> np.ndarray:
+        return ~safe | (values[col] != values[prev])
+
+    # the record's own pair is how the rates were found, written again where it did not
+    # change (the same value: harmless) when a rate did
+    pair_v = {m: np.where(changed(pv[:, m]), pv[col, m], NUL_VALUE) for m in pair_metrics}
+    write = changed(codes)
+    for m in pair_metrics:
+        write |= pair_v[m] != NUL_VALUE
+    sel = np.flatnonzero(write)
+    order = 1  # after the kernel's own start record (sub = -end)
+    step = 500_000
+    for lo in range(0, sel.size, step):
+        idx = sel[lo:lo + step]
+        df = pl.DataFrame({"row": row[idx], "row_id": k["row_id"].to_numpy()[idx],
+                           "start": start[idx], "end": end[idx],
+                           "method": codes[col[idx]],
+                           **{f"r{m}": _nullable(pair_v[m][idx]) for m in pair_metrics}})
+        ctx.records(R.conform(df.select(R.events(
+            c("start"), c("row"), R.PHASE_START, R.SRC_KERNEL, c("row_id"),
+            greg.GPU_METRICS_METHOD, c("method"),
+            R.numeric_pairs(*[(fixed[m], c(f"r{m}")) for m in pair_metrics]),
+            sub=-c("end") + order))))
+    ctx.count("gpu_metrics_kernels_with_rates", int((codes[col] > 0).sum()))
+
+
+NUL_VALUE = np.iinfo(np.int64).min  # no value to write
+
+
+def _nullable(values: np.ndarray) -> pl.Series:
+    return pl.Series(values).set(pl.Series(values == NUL_VALUE), None) \
+        if (values == NUL_VALUE).any() else pl.Series(values)
+
+
+def _predicted_events(ctx: Context, owner: pl.DataFrame, start: np.ndarray,
+                      pred: np.ndarray, cols: pl.DataFrame, measured: np.ndarray) -> None:
+    """The model's value of every sample, at the sample's time on the metrics row, for the
+    metrics that were ever nonzero: the known metrics as numeric pairs of one record per
+    sample (after the sample's own values), the others one record each."""
+    c = pl.col
+    live = np.flatnonzero(np.nan_to_num(measured).max(axis=0, initial=0) > 0) \
+        if measured.size else np.zeros(0, dtype=np.int64)
+    if live.size == 0 or start.size == 0:
+        return
+    keys = cols["key"].to_list()
+    fixed = _fixed_types(greg.PREDICTED, keys)
+    local = cols["predicted_type"].to_list()
+    pv = np.round(pred * greg.SCALE).astype(np.int64)
+    n = start.size
+    base = pl.DataFrame({"time": start, "row_id": np.arange(n, dtype=np.int64)}).with_columns(
+        pid=pl.lit(owner["pid"][0], pl.Int64), device=pl.lit(owner["device"][0], pl.Int64))
+    base = base.with_columns(ctx.rows.metric_rows(base).alias("row")).drop("pid", "device")
+    pair_metrics = [m for m in live if fixed[m] is not None]
+    other_metrics = [m for m in live if fixed[m] is None]
+    if pair_metrics:
+        first, rest = pair_metrics[0], pair_metrics[1:]
+        df = base.with_columns(*[pl.Series(f"p{m}", pv[:, m]) for m in pair_metrics])
+        ctx.records(R.conform(df.select(R.events(
+            c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), local[first],
+            c(f"p{first}"), R.numeric_pairs(*[(fixed[m], c(f"p{m}")) for m in rest]),
+            sub=pl.lit(greg.PREDICTED.size, pl.Int64)))))
+    for m in other_metrics:
+        df = base.with_columns(pl.Series("pv", pv[:, m]))
+        ctx.records(R.conform(df.select(R.events(
+            c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), local[m],
+            c("pv"), sub=pl.lit(greg.PREDICTED.size + 1, pl.Int64) + local[m]
+            - greg.PREDICTED.base))))
 
 
 def _translated(report: Report, ctx: Context, kind: str) -> bool:
@@ -216,70 +421,6 @@ def _translated(report: Report, ctx: Context, kind: str) -> bool:
     from . import KINDS, available  # the package lists this module: import at call time
     kinds = getattr(ctx.options, "kinds", None)
     return kind in KINDS and available(kind, report) and (kinds is None or kind in kinds)
-
-
-def _expand(k: pl.DataFrame, starts: np.ndarray, ends: np.ndarray) -> pl.DataFrame:
-    s, e = k["start"].to_numpy(), k["end"].to_numpy()
-    first = np.maximum(np.searchsorted(starts, s, side="right") - 1, 0)
-    last = np.searchsorted(starts, e, side="left") - 1
-    counts = np.where((last >= first) & (ends[first] > s), last - first + 1, 0)
-    idx = np.repeat(np.arange(len(s)), counts)
-    offsets = np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    w = first[idx] + offsets
-    return pl.DataFrame({
-        "time": starts[w], "row": k["row"].to_numpy()[idx], "row_id": k["row_id"].to_numpy()[idx],
-        "start": s[idx], "end": e[idx], "etime": np.maximum(s[idx], starts[w]),
-        "pend": ends[w]},
-        schema={"time": pl.Int64, "row": pl.Int32, "row_id": pl.Int64, "start": pl.Int64,
-                "end": pl.Int64, "etime": pl.Int64, "pend": pl.Int64})
-
-
-def _on_kernel(report: Report, ctx: Context, metrics: pl.DataFrame, pairs: pl.DataFrame,
-               present: pl.DataFrame) -> None:
-    """Second pass over the samples: the values of each (kernel, period) pair at the event
-    time, then 0 for every metric its GPU has at the kernel's end, or where the GPU's last
-    sampling period ends if the kernel runs on (not sampled: 0, as before the first sample).
-    The records carry the kernel's source id and rowid, so they follow the kernel to an
-    overlap lane row."""
-    c = pl.col
-    types = metrics.select("metric", "factor", "kernel_type")
-    lo, hi = pairs["time"].min(), pairs["time"].max()
-    for chunk in source.read(report, ctx.chunk_rows, metrics):
-        # the kernel's rowid (from `pairs`) is the records' `ord`, not the sample's
-        df = _quiet_clean(chunk).filter(c("time").is_between(lo, hi)).drop("row_id")
-        if df.height == 0:
-            continue
-        t0, t1 = df["time"].min(), df["time"].max()
-        df = (df.join(pairs.filter(c("time").is_between(t0, t1)), on=["gpu", "time"],
-                      how="inner", maintain_order="left")
-              .join(types, on="metric", how="left", maintain_order="left")
-              .sort(["etime", "row", "row_id", "kernel_type"], maintain_order=True))
-        if df.height == 0:
-            continue
-        df = df.with_columns((c("value") * c("factor") * greg.SCALE).round().cast(pl.Int64)
-                             .alias("pv"))
-        ctx.records(R.conform(df.select(R.events(
-            c("etime"), c("row"), R.PHASE_START, R.SRC_KERNEL, c("row_id"), c("kernel_type"),
-            c("pv"), sub=-c("end") + _type_order(c("kernel_type"))))))
-    ends = (pairs.group_by("gpu", "row", "row_id", "start", "end", maintain_order=True)
-            .agg(pl.col("pend").max())
-            .with_columns(pl.min_horizontal("end", "pend").alias("close"))
-            .join(present, on="gpu", how="inner", maintain_order="left")
-            .join(types, on="metric", how="left", maintain_order="left")
-            .sort(["close", "row", "row_id", "kernel_type"], maintain_order=True))
-    ctx.records(R.conform(ends.select(R.events(
-        c("close"), c("row"), R.PHASE_END, R.SRC_KERNEL, c("row_id"), c("kernel_type"),
-        pl.lit(0, pl.Int64), sub=-c("start") + _type_order(c("kernel_type"))))))
-    ctx.count("gpu_metrics_kernels_attributed", ends.select("row", "row_id").unique().height)
-
-
-def _type_order(kernel_type: pl.Expr) -> pl.Expr:
-    """1 + the type's offset in its range, added to the kernel record's `sub`: the metric
-    events of a kernel then follow the kernel's own start (or end) record in a fixed order,
-    whatever the chunking, and still sort like the kernel against any other region (a
-    region ending < 1000 ns apart starting with it on one stream would overlap it, so it is
-    on another lane row)."""
-    return kernel_type - greg.ON_KERNEL.base + 1
 
 
 def _quiet_clean(df: pl.DataFrame) -> pl.DataFrame:

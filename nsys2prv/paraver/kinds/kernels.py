@@ -11,7 +11,7 @@ from .. import records as R
 from .. import registry as reg
 from . import cuda_api
 from .base import Context, NameClassifier, Translator, arrows, fix_times, intervals, \
-    name_value, push, start_end
+    keep_for_metrics, name_value, push, start_end
 
 
 NCCL_KERNELS = "nccl_kernels"  # ctx.shared: list of frames of this report's NCCL kernels
@@ -34,6 +34,8 @@ def translate(report: Report, ctx: Context) -> None:
         df = name_value(df, ctx, "kernel_names", "name_id", "kernels (full name)")
         ctx.spans.add(df["row"], df["start"], df["end"])
         ctx.count("kernels", df.height)
+        keep_for_metrics(ctx, report, "kernel", df.select(
+            "start", "end", "pid", "device", "row", "row_id", "name_id"))
         ktype = pl.when(c("is_nccl")).then(pl.lit(reg.NCCL_KERNEL)).otherwise(
             pl.lit(reg.CUDA_KERNEL))
         geometry = R.numeric_pairs(

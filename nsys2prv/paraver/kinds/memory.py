@@ -10,7 +10,8 @@ from ...sources import memory as source
 from .. import records as R
 from .. import registry as reg
 from . import cuda_api
-from .base import Context, Translator, fix_times, intervals, push, start_end
+from .base import Context, Translator, fix_times, intervals, keep_for_metrics, push, \
+    start_end
 from .kernels import launched
 
 
@@ -25,6 +26,8 @@ def _translate(report: Report, ctx: Context, memset: bool) -> None:
         df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"))
         ctx.spans.add(df["row"], df["start"], df["end"])
         ctx.count("memset" if memset else "memcpy", df.height)
+        keep_for_metrics(ctx, report, what, df.select(
+            "start", "end", "pid", "device", "row", "row_id", "copy_kind"))
         if memset:
             value = pl.lit(reg.MEMSET_OPERATION_VALUE, pl.Int64)
             text = R.numeric_pairs((reg.MEMORY_BYTES, c("bytes")), (reg.MEMSET_VALUE, c("value")),

@@ -39,6 +39,9 @@ ENUMS: dict[str, dict[int, str]] = {k: v for m in FAMILY_MODULES for k, v in m.E
 ENUM_TABLES: dict[str, tuple[str, str]] = {
     k: v for m in FAMILY_MODULES for k, v in m.ENUM_TABLES.items()}
 COMM_TAGS: dict[int, str] = {k: v for m in FAMILY_MODULES for k, v in m.COMM_TAGS.items()}
+# numbers once released and no longer written: (first, last, what they meant), never reused
+RETIRED: tuple[tuple[int, int, str], ...] = tuple(
+    r for m in FAMILY_MODULES for r in getattr(m, "RETIRED", ()))
 EVENT_TYPE_BY_NUMBER = {t.type: t for t in EVENT_TYPES}
 TYPE_RANGE_BY_NAME = {r.name: r for r in TYPE_RANGES}
 

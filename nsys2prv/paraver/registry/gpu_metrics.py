@@ -12,30 +12,46 @@ Two ranges use the same keys:
   sample at the sample's timestamp. nsys' timestamp is the *start* of the sampling period
   (the value holds until the next sample, as nsys draws it), so view these types with the
   ``Last Evt Val`` semantic.
-* ``gpu_metrics_on_kernel`` (67501000 + offset), on the GPU stream row of every kernel that
-  runs on that GPU while sampled: at max(kernel start, sample time) the value of the sampling
-  period in effect, and 0 at the kernel's end (or where the GPU's last sampling period ends:
-  like the time before the first sample, unsampled kernel time is 0). So, with
-  ``Last Evt Val``, the window is exactly the device metric while the kernel runs and 0
-  elsewhere, and a 2D histogram with the kernel name (63000006, ``Last Evt Val``) as
-  control window, this type as data window and the statistic ``Average value`` gives the
-  time-weighted mean of the metric over each kernel name's execution time. Kernels running
-  at once on one GPU each get the device-wide value (it is not apportioned). The events of a
-  kernel moved to an overlap lane row move with it.
+* ``gpu_metrics_kernel_rate`` (67502000 + offset), on the GPU stream row of every kernel of a
+  sampled GPU, for the metrics a kernel drives (`KERNEL_METRICS`): the kernel's *rate* for
+  the metric, in effect from its start until the next kernel of the row. The rate is the
+  metric's value while that kernel name runs on that GPU, separated by the sample-mixing
+  model (`analysis/rate_model.py`) from the other kernels, copies and idle time that share
+  its sampling periods: one value per (GPU, demangled kernel name), the same on every
+  launch. A value is written only where it changes from the previous kernel of the stream
+  (no value at a kernel's end: on a 10^7-kernel run, writing every rate twice per kernel
+  doubled the trace). So a 2D histogram with the kernel name (63000006, ``Last Evt Val``)
+  as control window and this type as data window (``Last Evt Val``) gives each kernel
+  name's rate (``Average value``): what `nsys2prv analyze` prints under "Inside the
+  kernels". Between kernels the value is the last kernel's; views multiply it by a
+  kernel-running window to draw it only while kernels run.
+* ``gpu_metrics_predicted`` (67503000 + offset), on the GPU's metrics row, at each sample's
+  time: the value the model predicts for that sampling period from the rates of what ran in
+  it. Beside the measured samples (``gpu_metrics``), it shows where the model fits.
+* ``GPU_METRICS_METHOD`` (67504000), on each kernel of a sampled GPU at its start (0 at its
+  end): how its rates were found: 1 measured directly (the kernel fills whole sampling
+  periods), 2 separated by the model, 3 in a group of kernels that never run apart (their
+  rates cannot be told apart: each gets the group's).
+
+67501000 + offset (``gpu_metrics_on_kernel``: the sampling period's value on each kernel,
+written before the model) is retired: never written again, never reused.
 """
 
 from __future__ import annotations
 
 import re
 
-from .core import TypeRange
+from .core import TypeRange, event_type
 
 KINDS = ("gpu_metrics",)
 PRECISION = 2
 SCALE = 10 ** PRECISION
 
 GPU_METRICS_BASE = 67_500_000
-GPU_METRICS_ON_KERNEL_BASE = 67_501_000
+GPU_METRICS_ON_KERNEL_BASE = 67_501_000  # retired (see the docstring)
+GPU_METRICS_RATE_BASE = 67_502_000
+GPU_METRICS_PREDICTED_BASE = 67_503_000
+GPU_METRICS_METHOD = 67_504_000
 
 # name (as normalised by metric_key) -> offset in both ranges
 KNOWN_METRICS = {
@@ -107,6 +123,13 @@ def metric_key(name: str) -> str:
 
 _FIXED = {k: v for k, v in KNOWN_METRICS.items()}
 
+# The metrics a kernel drives, whose rates are written on the kernels' rows (every metric is
+# fitted and in `analyze`; link, copy-engine and clock metrics follow copies and power, not
+# kernels, and stay on the metrics rows with their predictions).
+KERNEL_METRICS = ("SM Active", "SM Issue", "Tensor Active", "Tensor Active / FP16 Active",
+                  "DRAM Read Bandwidth", "DRAM Write Bandwidth", "Compute Warps in Flight",
+                  "Unallocated Warps in Active SMs")
+
 SAMPLES = TypeRange(
     "gpu_metrics", GPU_METRICS_BASE, 1000, "GPU metric: {key}", "GPU metrics",
     "Device-wide metric sample on the GPU's metrics row, one multi-event per sample at its "
@@ -118,19 +141,55 @@ SAMPLES = TypeRange(
     "warps in active SMs 14, Sync copy engine 15, Async copy engine 16); others from offset "
     "100 in name order.",
     precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
-ON_KERNEL = TypeRange(
-    "gpu_metrics_on_kernel", GPU_METRICS_ON_KERNEL_BASE, 1000,
-    "GPU metric during kernel: {key}", "GPU metrics",
-    "The same samples on the stream rows of the kernels running on that GPU: at max(kernel "
-    "start, sample time) the value of the sampling period in effect, 0 at the kernel's end. "
-    "With Last Evt Val it is the metric while the kernel runs and 0 elsewhere, so a "
-    "histogram with control = kernel name (63000006), data = this type and statistic "
-    "'Average value' gives the time-weighted mean per kernel (same offsets as the samples).",
+RATE = TypeRange(
+    "gpu_metrics_kernel_rate", GPU_METRICS_RATE_BASE, 1000,
+    "GPU metric rate of kernel: {key}", "GPU metrics",
+    "On the GPU stream row of every kernel of a sampled GPU, for the metrics a kernel drives "
+    "(SM Active, SM Issue, Tensor Active, Tensor Active / FP16 Active, DRAM read and write "
+    "bandwidth, compute warps in flight, unallocated warps in active SMs): the kernel's rate "
+    "(its value while this kernel name runs on this GPU, separated from the other kernels, "
+    "copies and idle time of its sampling periods by the sample-mixing model, "
+    "docs/kernel_metrics.md), in effect from the kernel's start until the next kernel of "
+    "the row (written only where it changes); the same value on every launch of a name on a "
+    "GPU. With Last Evt Val, a histogram with control = kernel name (63000006), data = this "
+    "type and statistic 'Average value' gives each kernel name's rate; outside kernels the "
+    "value means nothing (multiply by a kernel-running window to draw it). Same offsets as "
+    "the samples.",
+    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
+PREDICTED = TypeRange(
+    "gpu_metrics_predicted", GPU_METRICS_PREDICTED_BASE, 1000,
+    "GPU metric predicted: {key}", "GPU metrics",
+    "On the GPU's metrics row at each sample's time: the value the sample-mixing model "
+    "predicts for that sampling period from the rates of what ran in it (view it beside the "
+    "measured samples, same offsets, Last Evt Val).",
     precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
 
-EVENT_TYPES = ()
-TYPE_RANGES = (SAMPLES, ON_KERNEL)
+METHOD_DIRECT, METHOD_MODEL, METHOD_GROUP = 1, 2, 3
+METHODS = {"direct": METHOD_DIRECT, "model": METHOD_MODEL, "group": METHOD_GROUP}
+
+EVENT_TYPES = (
+    event_type(GPU_METRICS_METHOD, "GPU metrics: how the kernel's rates were found",
+               "GPU metrics",
+               "On each kernel of a sampled GPU at its start (0 at its end): 1 measured "
+               "directly (the kernel fills whole sampling periods), 2 separated by the "
+               "sample-mixing model, 3 one of a group of kernels that never run apart (each "
+               "gets the group's rates).",
+               values="gpu_metrics_method", kinds=KINDS),
+)
+TYPE_RANGES = (SAMPLES, RATE, PREDICTED)
 VALUE_FAMILIES = ()
-ENUMS: dict = {}
+ENUMS: dict = {"gpu_metrics_method": {
+    METHOD_DIRECT: "measured directly", METHOD_MODEL: "separated by the model",
+    METHOD_GROUP: "group (cannot be told apart)"}}
 ENUM_TABLES: dict = {}
 COMM_TAGS: dict = {}
+RETIRED = ((GPU_METRICS_ON_KERNEL_BASE, GPU_METRICS_ON_KERNEL_BASE + 999,
+            "GPU metric during kernel: the value of the sampling period in effect, written on "
+            "every kernel it overlapped (the direct attribution); replaced by the kernels' "
+            "rates, 67502000-67502999"),)
+
+
+def is_percent(key: str) -> bool:
+    """Whether a metric key is a percentage of a peak (no unit suffix left by `normalise`,
+    not a clock): its values, and the kernels' rates, lie in 0-100."""
+    return not _SUFFIX.match(key) and key not in _CLOCKS

@@ -1,0 +1,658 @@
+"""The sample-mixing model of GPU metrics: what each kernel does with the GPU, separated from
+samples that each mix several kernels.
+
+nsys samples a GPU's hardware metrics every 100-125 µs (`--gpu-metrics-frequency`); a
+sample is the device's average over its sampling period, which starts at the sample's
+timestamp and ends at the next one. Most kernels of an AI workload are shorter than a period,
+so giving a kernel the values of the periods it overlaps (the *direct attribution*) blurs it
+with its neighbours and with the idle time between them. The model instead writes each
+sample as the time-weighted mix of what ran in its period:
+
+    value_i = sum_c share_ic * rate_c
+
+with one column c per kernel name (and per kind of memory operation, and one for the time
+in which nothing ran: *idle*), share_ic the fraction of period i that c ran (summed over its
+instances) and rate_c the metric's value while c runs. Rates are fitted per metric by
+least squares over all samples, bounded to the metric's range (0-100 for percentages).
+
+Concurrent activities (kernels on several streams, copies beside kernels) *add up*: each
+column's rate is its contribution to the device-wide metric while it runs, and a period in
+which two columns run at once gets the sum of both contributions (the idle column has the
+share of the period in which nothing ran). That is the model's assumption; it holds for the
+throughput metrics that count a device resource (SMs active, issue slots, tensor pipes, DRAM
+and link bytes), not for clocks, whose fit quality says so.
+
+Everything is found from additive sums over samples (the normal equations), kept per *fold*
+(samples of even and odd index within a GPU): the fit on all samples, the fit on one fold
+scored on the other (cross-validated R^2, for the model and for the direct attribution), the
+uncertainty of each rate (standard error from the inverse Gram matrix and the held-out
+residual), and which columns never run apart from another (a *group*, whose members cannot
+be told apart). The sums are built with numpy in chunks of periods: memory is that of one
+chunk's (period, column) pairs and a (columns x columns) matrix per fold.
+
+This module is pure arithmetic on arrays; the analysis (`kernel_metrics.py`, from a trace)
+and the translation (`paraver/kinds/gpu_metrics.py`, from an export, to write the rates on
+the kernels' rows) give it the same arrays, so both find the same rates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FOLDS = 2
+# a column "measured directly": it fills at least this share of some sampling periods
+DIRECT_SHARE = 0.95
+DIRECT_PERIODS = 2
+# two columns whose shares are this collinear (cosine of their share vectors) never ran apart
+GROUP_COSINE = 0.9995
+# a gap between two samples longer than this many median intervals: the earlier sample's
+# period is cut to one median interval (samples lost, or sampling paused)
+GAP_FACTOR = 1.5
+PAIRS_PER_CHUNK = 1_000_000
+
+
+@dataclass
+class Periods:
+    """A GPU's sampling periods: [start, end) of each sample, sorted; `interval` is the
+    median interval between samples."""
+
+    start: np.ndarray
+    end: np.ndarray
+    interval: int
+    cut: int = 0  # periods cut short at a gap in the sampling
+
+    @property
+    def n(self) -> int:
+        return int(self.start.size)
+
+
+def periods_of(times: np.ndarray) -> Periods:
+    """Sampling periods from sorted unique sample times: each sample holds until the next
+    one; the last one, and one followed by a gap of more than GAP_FACTOR median intervals,
+    lasts one median interval."""
+    t = np.asarray(times, dtype=np.int64)
+    if t.size == 0:
+        return Periods(t, t.copy(), 0)
+    gaps = np.diff(t)
+    interval = int(np.median(gaps)) if gaps.size else 0
+    end = np.empty_like(t)
+    end[:-1] = t[1:]
+    end[-1] = t[-1] + interval
+    cut = 0
+    if gaps.size and interval > 0:
+        long = np.zeros(t.size, dtype=bool)
+        long[:-1] = gaps > GAP_FACTOR * interval
+        cut = int(long.sum())
+        end[long] = t[long] + interval
+    return Periods(t, end, interval, cut)
+
+
+@dataclass
+class Entries:
+    """The (period, column, share) triplets of a GPU's samples, sorted by period, with the
+    idle column (index `n_cols`) where the period was not entirely busy; `busy` is the
+    fraction of each period in which anything ran (the union of the intervals)."""
+
+    period: np.ndarray  # int64
+    col: np.ndarray  # int64, 0..n_cols (n_cols = idle)
+    share: np.ndarray  # float64
+    busy: np.ndarray  # float64, one per period
+    n_cols: int
+
+
+def _expand(s: np.ndarray, e: np.ndarray, ps: np.ndarray, pe: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(interval index, period index, overlap ns) of every (interval, period) pair that
+    overlaps: the periods are sorted and disjoint, so an interval [s, e) overlaps those from
+    the first ending after s to the last starting before e."""
+    first = np.searchsorted(pe, s, side="right")
+    last = np.searchsorted(ps, e, side="left") - 1
+    counts = np.maximum(last - first + 1, 0)
+    idx = np.repeat(np.arange(s.size), counts)
+    offsets = np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    p = first[idx] + offsets
+    ov = np.minimum(e[idx], pe[p]) - np.maximum(s[idx], ps[p])
+    keep = ov > 0
+    return idx[keep], p[keep], ov[keep]
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [s, e) as sorted disjoint intervals."""
+    if s.size == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    starts = s[new]
+    group = np.cumsum(new) - 1
+    ends = np.full(starts.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(ends, group, e)
+    return starts, ends
+
+
+def entries(periods: Periods, start: np.ndarray, end: np.ndarray, col: np.ndarray,
+            n_cols: int, chunk: int = 1_000_000) -> Entries:
+    """The shares of every column in every sampling period (intervals [start, end) of column
+    `col`; any order), the idle share included."""
+    ps, pe = periods.start, periods.end
+    n = periods.n
+    length = (pe - ps).astype(np.float64)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    col = np.asarray(col, dtype=np.int64)
+    ok = end > start
+    start, end, col = start[ok], end[ok], col[ok]
+    # in start order, the (interval, period) pairs come nearly sorted by period: the sorts
+    # below (stable: timsort, which runs through sorted stretches) then cost little
+    by_start = np.argsort(start, kind="stable")
+    start, end, col = start[by_start], end[by_start], col[by_start]
+    keys, sums = [], []
+    width = n_cols + 1
+    for lo in range(0, start.size, chunk):
+        i, p, ov = _expand(start[lo:lo + chunk], end[lo:lo + chunk], ps, pe)
+        keys.append(p * width + col[lo:lo + chunk][i])
+        sums.append(ov.astype(np.float64))
+    if keys:
+        key = np.concatenate(keys)
+        ov = np.concatenate(sums)
+        order = np.argsort(key, kind="stable")
+        key, ov = key[order], ov[order]
+        heads = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+        key, ov = key[heads], np.add.reduceat(ov, heads)
+    else:
+        key, ov = np.zeros(0, dtype=np.int64), np.zeros(0)
+    us, ue = _union(start, end)
+    _, up, uov = _expand(us, ue, ps, pe)
+    busy = np.bincount(up, weights=uov.astype(np.float64), minlength=n)
+    busy = np.divide(busy, length, out=np.zeros(n), where=length > 0)
+    busy = np.minimum(busy, 1.0)
+    period = key // width
+    column = key % width
+    share = ov / length[period]
+    idle_p = np.nonzero(busy < 1.0)[0]
+    # the idle entries go after the busy ones of their period (keys sort that way)
+    key = np.concatenate([period * width + column, idle_p * width + n_cols])
+    order = np.argsort(key, kind="stable")
+    return Entries(np.concatenate([period, idle_p])[order],
+                   np.concatenate([column, np.full(idle_p.size, n_cols)])[order],
+                   np.concatenate([share, 1.0 - busy[idle_p]])[order], busy, n_cols)
+
+
+@dataclass
+class Sums:
+    """Additive sums of the normal equations, per fold (axis 0): G = sum s s', b = sum s v,
+    and per metric the count, sum and sum of squares of the valid values; the same for the
+    periods in which nothing ran (`idle_*`), so that fit quality can be scored on the busy
+    periods alone. `share` is each column's summed share (its time in periods), `full` the
+    number of periods it fills alone (share >= DIRECT_SHARE)."""
+
+    G: np.ndarray  # (F, K1, K1)
+    b: np.ndarray  # (F, K1, M)
+    n: np.ndarray  # (F, M)
+    sv: np.ndarray
+    svv: np.ndarray
+    idle_n: np.ndarray  # (F, M)
+    idle_sv: np.ndarray
+    idle_svv: np.ndarray
+    share: np.ndarray  # (F, K1)
+    full: np.ndarray  # (K1,)
+    missing: dict = field(default_factory=dict)  # metric -> (F, K1, K1) G of invalid samples
+
+
+def _pairs(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (i, j) of positions holding the same period, for `p` sorted."""
+    if p.size == 0:
+        return p, p
+    bounds = np.flatnonzero(np.diff(p)) + 1
+    starts = np.concatenate([[0], bounds])
+    counts = np.diff(np.concatenate([starts, [p.size]]))
+    per = np.repeat(counts, counts)  # each position: the size of its period's run
+    first = np.repeat(starts, counts)
+    i = np.repeat(np.arange(p.size), per)
+    offsets = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per)
+    j = first[i] + offsets
+    return i, j
+
+
+def accumulate(ent: Entries, values: np.ndarray) -> Sums:
+    """The sums of the model for samples `values` (periods x metrics; NaN where a value is
+    missing or invalid)."""
+    v = np.asarray(values, dtype=np.float64)
+    n_p, M = v.shape
+    K1 = ent.n_cols + 1
+    F = FOLDS
+    valid = ~np.isnan(v)
+    v0 = np.where(valid, v, 0.0)
+    fold_p = np.arange(n_p) % F
+    G = np.zeros(F * K1 * K1)
+    b = np.zeros((F * K1, M))
+    share = np.zeros(F * K1)
+    # chunks of whole periods, so that every pair of a period is in one chunk
+    counts = np.bincount(ent.period, minlength=n_p)
+    cum = np.cumsum(counts.astype(np.int64) ** 2)
+    bounds = [0]
+    while bounds[-1] < n_p:
+        base = cum[bounds[-1] - 1] if bounds[-1] else 0
+        nxt = int(np.searchsorted(cum, base + PAIRS_PER_CHUNK, side="right"))
+        bounds.append(max(nxt, bounds[-1] + 1))
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    missing_metrics = [m for m in range(M) if not valid[:, m].all()]
+    missing = {m: np.zeros(F * K1 * K1) for m in missing_metrics}
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        a, z = starts[lo], starts[min(hi, n_p)]
+        p, c, s = ent.period[a:z], ent.col[a:z], ent.share[a:z]
+        f = fold_p[p]
+        i, j = _pairs(p)
+        key = (f[i] * K1 + c[i]) * K1 + c[j]
+        w = s[i] * s[j]
+        G += np.bincount(key, weights=w, minlength=F * K1 * K1)
+        for m in missing_metrics:
+            bad = ~valid[p[i], m]
+            if bad.any():
+                missing[m] += np.bincount(key[bad], weights=w[bad], minlength=F * K1 * K1)
+        fc = f * K1 + c
+        share += np.bincount(fc, weights=s, minlength=F * K1)
+        vp = v0[p]
+        for m in range(M):
+            b[:, m] += np.bincount(fc, weights=s * vp[:, m], minlength=F * K1)
+    full = np.bincount(ent.col[ent.share >= DIRECT_SHARE], minlength=K1)
+    full[ent.n_cols] = 0
+    n = np.zeros((F, M))
+    sv = np.zeros((F, M))
+    svv = np.zeros((F, M))
+    idle = ent.busy <= 0.0
+    in_n, in_sv, in_svv = np.zeros((F, M)), np.zeros((F, M)), np.zeros((F, M))
+    for fo in range(F):
+        sel = fold_p == fo
+        n[fo] = valid[sel].sum(0)
+        sv[fo] = v0[sel].sum(0)
+        svv[fo] = (v0[sel] ** 2).sum(0)
+        sel_i = sel & idle
+        in_n[fo] = valid[sel_i].sum(0)
+        in_sv[fo] = v0[sel_i].sum(0)
+        in_svv[fo] = (v0[sel_i] ** 2).sum(0)
+    return Sums(G.reshape(F, K1, K1), b.reshape(F, K1, M), n, sv, svv, in_n, in_sv, in_svv,
+                share.reshape(F, K1), full,
+                {m: g.reshape(F, K1, K1) for m, g in missing.items()})
+
+
+# -- the fit --------------------------------------------------------------------------------
+
+def bounded_lsq(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                max_iter: int = 500, x0: np.ndarray | None = None) -> np.ndarray:
+    """argmin 1/2 x'Gx - b'x subject to lo <= x <= hi, for G symmetric positive
+    semi-definite: the unconstrained minimum when it is within the bounds, else an active
+    set method (Lawson-Hanson's, with two bounds) started from the clipped unconstrained
+    minimum (`x0`, where the caller has it). Singular blocks are solved by least squares
+    (minimum norm)."""
+    n = b.size
+    if n == 0:
+        return b.copy()
+    x = _solve(G, b) if x0 is None else np.array(x0, dtype=np.float64)
+    if np.all((x >= lo) & (x <= hi)):
+        return x
+    x = np.clip(x, lo, hi)
+    free = (x > lo) & (x < hi)
+    scale = max(float(np.abs(G).max()), 1e-300)
+    tol = 1e-10 * scale * max(1.0, float(np.abs(hi[np.isfinite(hi)]).max(initial=1.0)))
+    for _ in range(max_iter):
+        # inner loop: the minimum over the free set, stepping back to the bounds it crosses
+        for _ in range(n + 1):
+            z = x.copy()
+            fixed = ~free
+            if free.any():
+                rhs = b[free] - G[np.ix_(free, fixed)] @ x[fixed]
+                z[free] = _solve(G[np.ix_(free, free)], rhs)
+            out = free & ((z < lo) | (z > hi))
+            if not out.any():
+                x = z
+                break
+            d = z - x
+            with np.errstate(divide="ignore", invalid="ignore"):
+                to_lo = np.where(out & (z < lo), (lo - x) / d, np.inf)
+                to_hi = np.where(out & (z > hi), (hi - x) / d, np.inf)
+            alpha = float(np.clip(np.min(np.minimum(to_lo, to_hi)), 0.0, 1.0))
+            x = np.clip(x + alpha * d, lo, hi)
+            hit = free & ((x <= lo + 1e-12 * (1 + abs(lo))) | (x >= hi - 1e-12 * (1 + abs(hi))))
+            hit |= out & (np.minimum(to_lo, to_hi) <= alpha + 1e-15)
+            x = np.where(hit & (z < lo), lo, np.where(hit & (z > hi), hi, x))
+            free &= ~hit
+        # outer loop: free the bound variable whose gradient points inside most
+        w = b - G @ x
+        at_lo = ~free & (x <= lo)
+        at_hi = ~free & (x >= hi)
+        viol = np.where(at_lo & (w > tol), w, 0.0) - np.where(at_hi & (w < -tol), w, 0.0)
+        if not (viol > 0).any():
+            break
+        free[int(np.argmax(viol))] = True
+    return x
+
+
+def _solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    try:
+        c = np.linalg.cholesky(A)
+        y = np.linalg.solve(c, b)
+        return np.linalg.solve(c.T, y)
+    except np.linalg.LinAlgError:
+        return np.linalg.lstsq(A, b, rcond=None)[0]
+
+
+@dataclass
+class MetricFit:
+    """The fit of one metric on one GPU."""
+
+    rates: np.ndarray  # (K1,) NaN: the column has no sampled time
+    se: np.ndarray  # (K1,)
+    direct: np.ndarray  # (K1,) the direct attribution: mean of the samples over its time
+    r2_cv: float  # cross-validated R^2 of the model on the busy samples
+    r2_direct: float  # the same for the direct attribution
+    rmse: float  # held-out root mean square error (all valid samples)
+    samples: int  # valid samples
+    busy_samples: int
+
+
+@dataclass
+class DeviceFit:
+    """Every metric's fit on one GPU, with the columns' groups and methods."""
+
+    n_cols: int  # kernel and memory columns; the idle column is index n_cols
+    metrics: list[MetricFit]
+    group: np.ndarray  # (K1,) group id (the lowest member's column), -1: not grouped
+    method: np.ndarray  # (K1,) 'direct', 'model', 'group', 'none'
+    time: np.ndarray  # (K1,) the column's time in sampled periods (ns)
+    full_periods: np.ndarray  # (K1,)
+    periods: int
+    interval: int
+
+
+def _groups(G: np.ndarray) -> np.ndarray:
+    """Columns whose share vectors are (nearly) collinear: they never run apart, so no fit
+    can tell their rates apart. Returns each column's group (its lowest member), or -1."""
+    d = np.sqrt(np.clip(np.diag(G), 0, None))
+    K1 = d.size
+    group = np.full(K1, -1, dtype=np.int64)
+    live = np.flatnonzero(d > 0)
+    if live.size < 2:
+        return group
+    sub = G[np.ix_(live, live)] / np.outer(d[live], d[live])
+    np.fill_diagonal(sub, 0.0)
+    a, b_ = np.nonzero(np.triu(sub >= GROUP_COSINE))
+    if a.size == 0:
+        return group
+    parent = np.arange(live.size)
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for x, y in zip(a.tolist(), b_.tolist()):  # a few pairs: the collinear ones
+        rx, ry = root(x), root(y)
+        if rx != ry:
+            parent[max(rx, ry)] = min(rx, ry)
+    roots = np.array([root(x) for x in range(live.size)])
+    sizes = np.bincount(roots, minlength=live.size)
+    grouped = sizes[roots] > 1
+    group[live[grouped]] = live[roots[grouped]]
+    return group
+
+
+def _merge_matrix(K1: int, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P, keep): P maps the K1 columns onto the merged ones (a group is one column), keep
+    the original column each merged column stands for."""
+    target = np.where(group >= 0, group, np.arange(K1))
+    keep = np.unique(target)
+    index = np.searchsorted(keep, target)
+    P = np.zeros((K1, keep.size))
+    P[np.arange(K1), index] = 1.0
+    return P, keep
+
+
+class _System:
+    """One Gram matrix over the merged columns that had time, factorised once: the
+    unconstrained solutions of every metric sharing it come from one solve."""
+
+    def __init__(self, G: np.ndarray) -> None:
+        self.live = np.diag(G) > 0
+        self.G = G[np.ix_(self.live, self.live)]
+        try:
+            self._chol = np.linalg.cholesky(self.G) if self.G.size else None
+        except np.linalg.LinAlgError:
+            self._chol = None
+
+    def solve(self, B: np.ndarray) -> np.ndarray:
+        if self.G.size == 0:
+            return B[self.live]
+        if self._chol is not None:
+            return np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, B[self.live]))
+        return np.linalg.lstsq(self.G, B[self.live], rcond=None)[0]
+
+    def bounded(self, b: np.ndarray, x0: np.ndarray, lo: float, hi: float) -> np.ndarray:
+        """The merged columns' rates (NaN for those without time) within [lo, hi]."""
+        out = np.full(self.live.size, np.nan)
+        n = int(self.live.sum())
+        out[self.live] = bounded_lsq(self.G, b[self.live], np.full(n, lo), np.full(n, hi),
+                                     x0=x0)
+        return out
+
+    def inverse_diagonal(self) -> np.ndarray:
+        out = np.full(self.live.size, np.nan)
+        if self.G.size:
+            if self._chol is not None:
+                inv_l = np.linalg.inv(self._chol)
+                out[self.live] = (inv_l * inv_l).sum(0)
+            else:
+                out[self.live] = np.diag(np.linalg.pinv(self.G, hermitian=True))
+        return out
+
+
+def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
+    """Rates of every column for every metric (bounds lo/hi per metric), their standard
+    errors, the cross-validated R^2 of the model and of the direct attribution, the groups
+    of columns that cannot be told apart and how each rate was found. The matrices are
+    factorised once for all the metrics with the same valid samples (all of them, unless
+    some values are missing)."""
+    F, K1, _ = sums.G.shape
+    M = sums.b.shape[2]
+    Gall = sums.G.sum(0)
+    group = _groups(Gall)
+    grouped = bool((group >= 0).any())
+    P, keep = _merge_matrix(K1, group)
+    target = np.searchsorted(keep, np.where(group >= 0, group, np.arange(K1)))
+
+    def merged(G: np.ndarray) -> np.ndarray:
+        return P.T @ G @ P if grouped else G
+
+    def merged_b(b: np.ndarray) -> np.ndarray:
+        return P.T @ b if grouped else b
+
+    share_all = sums.share.sum(0)
+    idle_col = target[K1 - 1]
+    systems: dict = {}
+
+    def system(m: int):
+        """(full system, per held fold: (train system, held Gram)) for metric m's samples."""
+        key = m if m in sums.missing else None
+        if key not in systems:
+            Gf = sums.G - sums.missing[m] if key is not None else sums.G
+            folds = []
+            for held in range(F):
+                train = [f for f in range(F) if f != held]
+                folds.append((_System(merged(Gf[train].sum(0))), merged(Gf[held])))
+            full = _System(merged(Gf.sum(0)))
+            systems[key] = (full, folds, full.inverse_diagonal())
+        return systems[key]
+
+    # the unconstrained solutions of every metric, one solve per system
+    bm_all = merged_b(sums.b.sum(0))  # (K, M)
+    bt_all = [merged_b(sums.b[[f for f in range(F) if f != h]].sum(0)) for h in range(F)]
+    plain = [m for m in range(M) if m not in sums.missing]
+    x0: dict[tuple, np.ndarray] = {}
+    if plain:
+        full, folds, _ = system(plain[0])
+        X = full.solve(bm_all[:, plain])
+        for i, m in enumerate(plain):
+            x0[("full", m)] = X[:, i]
+        for h, (train, _) in enumerate(folds):
+            X = train.solve(bt_all[h][:, plain])
+            for i, m in enumerate(plain):
+                x0[(h, m)] = X[:, i]
+    out = []
+    for m in range(M):
+        full, folds, inv_diag = system(m)
+        bf = sums.b[:, :, m]
+        bm = bm_all[:, m] if m not in sums.missing else merged_b(bf.sum(0))
+        start = x0.get(("full", m))
+        rm = full.bounded(bm, start if start is not None else full.solve(bm), lo[m], hi[m])
+        rates = rm[target]
+        # cross-validation: fit on one fold, score on the other (busy periods only)
+        sse = sst = sse_d = 0.0
+        sse_all = n_all = 0.0
+        for held, (train, Gh) in enumerate(folds):
+            tr = [f for f in range(F) if f != held]
+            bt = merged_b(bf[tr].sum(0))
+            start = x0.get((held, m))
+            rt = train.bounded(bt, start if start is not None else train.solve(bt), lo[m],
+                               hi[m])
+            st = merged_b(sums.share[tr].sum(0))
+            fallback = bt.sum() / st.sum() if st.sum() > 0 else 0.0
+            rt = np.where(np.isnan(rt), fallback, rt)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rd = np.where(st > 0, bt / st, fallback)
+            bh = merged_b(bf[held])
+            n_h, sv_h, svv_h = sums.n[held, m], sums.sv[held, m], sums.svv[held, m]
+            # every valid held-out sample
+            Ghr, Ghd = Gh @ rt, Gh @ rd
+            sse_all += max(svv_h - 2 * rt @ bh + rt @ Ghr, 0.0)
+            n_all += n_h
+            # the busy ones: minus the periods in which nothing ran (share 1 on idle)
+            i_n, i_sv, i_svv = (sums.idle_n[held, m], sums.idle_sv[held, m],
+                                sums.idle_svv[held, m])
+            vv, nb, svb = svv_h - i_svv, n_h - i_n, sv_h - i_sv
+            if nb > 1:
+                # Gb = Gh with the idle column's diagonal less i_n; bb = bh less i_sv there
+                e = vv - 2 * (rt @ bh - rt[idle_col] * i_sv) + rt @ Ghr \
+                    - i_n * rt[idle_col] ** 2
+                d_ = vv - 2 * (rd @ bh - rd[idle_col] * i_sv) + rd @ Ghd \
+                    - i_n * rd[idle_col] ** 2
+                sse += max(e, 0.0)
+                sse_d += max(d_, 0.0)
+                sst += max(vv - svb * svb / nb, 0.0)
+        r2 = 1 - sse / sst if sst > 0 else float("nan")
+        r2d = 1 - sse_d / sst if sst > 0 else float("nan")
+        sigma2 = sse_all / n_all if n_all > 0 else float("nan")
+        # standard errors: sigma^2 (G^-1)_kk over the merged columns with time
+        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            direct = np.where(share_all > 0, bf.sum(0) / share_all, np.nan)
+        n_valid = int(sums.n[:, m].sum())
+        busy = int((sums.n[:, m] - sums.idle_n[:, m]).sum())
+        out.append(MetricFit(rates, se_m[target], direct, float(r2), float(r2d),
+                             float(np.sqrt(sigma2)) if sigma2 == sigma2 else float("nan"),
+                             n_valid, busy))
+    method = np.where(share_all <= 0, "none",
+                      np.where(group >= 0, "group",
+                               np.where(sums.full >= DIRECT_PERIODS, "direct", "model")))
+    method[K1 - 1] = "direct" if share_all[K1 - 1] > 0 else "none"
+    return DeviceFit(K1 - 1, out, group, method.astype(object), share_all, sums.full,
+                     0, 0)
+
+
+def fit_device(periods: Periods, values: np.ndarray, start: np.ndarray, end: np.ndarray,
+               col: np.ndarray, n_cols: int, lo: np.ndarray, hi: np.ndarray
+               ) -> tuple[DeviceFit, Entries]:
+    """The model of one GPU: `values` (periods x metrics, NaN = missing) sampled over
+    `periods`, the intervals [start, end) of columns `col` (0..n_cols-1)."""
+    ent = entries(periods, start, end, col, n_cols)
+    result = fit(accumulate(ent, values), lo, hi)
+    length = (periods.end - periods.start).astype(np.float64)
+    result.time = np.bincount(ent.col, weights=ent.share * length[ent.period],
+                              minlength=n_cols + 1)
+    result.periods = periods.n
+    result.interval = periods.interval
+    return result, ent
+
+
+def predict(ent: Entries, rates: np.ndarray, n_periods: int) -> np.ndarray:
+    """The model's value of every period for `rates` (K1 x metrics; NaN rates count as 0)."""
+    r = np.nan_to_num(np.asarray(rates, dtype=np.float64))
+    out = np.zeros((n_periods, r.shape[1]))
+    for m in range(r.shape[1]):
+        out[:, m] = np.bincount(ent.period, weights=ent.share * r[ent.col, m],
+                                minlength=n_periods)
+    return out
+
+
+# -- the columns ----------------------------------------------------------------------------
+
+MAX_COLUMNS = 1024
+OTHER = "(other kernels)"
+
+
+def design(keys, memop: np.ndarray, dur: np.ndarray, max_columns: int = MAX_COLUMNS
+           ) -> tuple[np.ndarray, list[str]]:
+    """`design_codes` for intervals given by their key (a label each)."""
+    import polars as pl
+
+    k = pl.Series(keys, dtype=pl.Utf8).fill_null("(unnamed)")
+    memop = np.asarray(memop, dtype=bool)
+    codes = pl.DataFrame({"key": k, "memop": memop}).with_columns(
+        pl.struct("key", "memop").rank("dense").cast(pl.Int64).alias("code"))
+    table = codes.unique("code")
+    return design_codes(codes["code"].to_numpy(), dict(zip(table["code"], table["key"])),
+                        dict(zip(table["code"], table["memop"])), dur, max_columns)
+
+
+def design_codes(code: np.ndarray, label_of: dict, memop_of: dict, dur: np.ndarray,
+                 max_columns: int = MAX_COLUMNS) -> tuple[np.ndarray, list[str]]:
+    """(column of each interval, column labels) for intervals given by an integer code
+    (a name id) with each code's label and whether it is a memory operation: one column
+    per kernel label (in label order), then one per memory operation label; beyond
+    `max_columns`, the kernels with the least time share one column, OTHER. Both callers
+    (the analysis and the translation) give the same labels, so the columns and their
+    order are the same. Labels are looked at once per code, not per interval."""
+    code = np.asarray(code, dtype=np.int64)
+    if code.size == 0:
+        return np.zeros(0, dtype=np.int64), []
+    lo, hi = int(code.min()), int(code.max())
+    if hi - lo < 4 * code.size + (1 << 16):  # value ids: a table as long as their range
+        counts = np.bincount(code - lo, minlength=hi - lo + 1)
+        uniq = np.flatnonzero(counts) + lo
+        index = np.zeros(hi - lo + 1, dtype=np.int64)
+        index[uniq - lo] = np.arange(uniq.size)
+        inv = index[code - lo]
+    else:
+        uniq, inv = np.unique(code, return_inverse=True)
+    time = np.bincount(inv, weights=np.asarray(dur, dtype=np.float64))
+    labels = [label_of.get(int(c)) or "(unnamed)" for c in uniq]
+    memop = [bool(memop_of.get(int(c), False)) for c in uniq]
+    per: dict[tuple[bool, str], float] = {}
+    for lab, m, t in zip(labels, memop, time.tolist()):
+        per[(m, lab)] = per.get((m, lab), 0.0) + t
+    n_mem = sum(1 for m, _ in per if m)
+    kernels = [(lab, t) for (m, lab), t in per.items() if not m]
+    if len(kernels) + n_mem > max_columns:
+        keep = {lab for lab, _ in sorted(kernels, key=lambda x: (-x[1], x[0]))[
+            :max(max_columns - n_mem - 1, 0)]}
+        labels = [lab if m or lab in keep else OTHER for lab, m in zip(labels, memop)]
+        per = {}
+        for lab, m, t in zip(labels, memop, time.tolist()):
+            per[(m, lab)] = per.get((m, lab), 0.0) + t
+    order = sorted(per)  # kernels (False) first, each by label
+    column = {key: i for i, key in enumerate(order)}
+    code_col = np.array([column[(m, lab)] for lab, m in zip(labels, memop)], dtype=np.int64)
+    return code_col[inv], [lab for _, lab in order]
+
+
+def bounds(percent: list[bool], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of each metric's rates: 0-100 for a percentage whose samples stay within
+    100, else 0 to unbounded."""
+    v = np.asarray(values, dtype=np.float64)
+    top = np.nanmax(v, axis=0, initial=0.0) if v.size else np.zeros(len(percent))
+    hi = np.where(np.asarray(percent, dtype=bool) & (top <= 100.0), 100.0, np.inf)
+    return np.zeros(len(percent)), hi

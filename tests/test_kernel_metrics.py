@@ -1,0 +1,693 @@
+"""Inside the kernels: the sample-mixing model (analysis/rate_model.py) and its tables
+(analysis/kernel_metrics.py), the rates the translation writes on the kernels, and
+`analyze`'s section.
+
+Synthetic runs (testing/synth_rates.py) have known rates: samples are written in closed
+form from them, with noise, jitter and nsys' integer rounding. The model must recover every
+rate within 4 of its own standard errors plus 0.25 percentage points (the integer rounding's
+floor); the direct attribution's error is shown beside it. Real exports: the rates the
+trace carries are those `analyze` prints, and both are checked against SQL where SQL can
+say (counts, times, samples)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import CORPUS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prvtools import sql, validate
+
+import nsys2prv
+from nsys2prv.analysis import rate_model as rm
+from nsys2prv.analysis.kernel_metrics import bound, read_kernel_metrics
+from nsys2prv.analysis.labels import distinct_labels
+from nsys2prv.paraver.read import read_trace
+from nsys2prv.paraver.registry import gpu_metrics as greg
+from nsys2prv.testing import synth_rates as sr
+
+TOLERANCE_SE = 4.0
+TOLERANCE_FLOOR = 0.25
+
+KINDS = [sr.KernelKind("gemm", (85, 40, 70, 20), 200_000, 10_000_000, 1),
+         sr.KernelKind("elementwise", (70, 10, 0, 55), 2_000, 30_000, 4),
+         sr.KernelKind("tiny", (20, 5, 0, 5), 2_000, 4_000, 6),
+         sr.KernelKind("conv", (80, 35, 50, 30), 30_000, 300_000, 2),
+         sr.KernelKind("nccl", (12, 4, 0, 15), 20_000, 2_000_000, 1),
+         sr.KernelKind("copy", (0, 0, 0, 25), 5_000, 500_000, 1),
+         sr.KernelKind("aux", (8, 3, 0, 4), 3_000, 40_000, 1)]
+
+
+def _fit(sim: sr.Simulation):
+    names = [k.name for k in sim.scenario.kinds]
+    col, labels = rm.design([names[k] for k in sim.kind], np.zeros(sim.kind.size, bool),
+                            sim.end - sim.start)
+    lo, hi = rm.bounds([True] * sim.values.shape[1], sim.values)
+    fit, ent = rm.fit_device(rm.periods_of(sim.times), sim.values, sim.start, sim.end, col,
+                             len(labels), lo, hi)
+    return fit, labels
+
+
+def _errors(sim: sr.Simulation):
+    """(model error, its standard error, direct attribution error) per (kernel, metric)."""
+    fit, labels = _fit(sim)
+    out = []
+    for m in range(sim.values.shape[1]):
+        mf = fit.metrics[m]
+        for j, lab in enumerate(labels):
+            true = sim.truth[lab][m]
+            out.append((lab, m, mf.rates[j] - true, mf.se[j], mf.direct[j] - true))
+    return fit, out
+
+
+SCENARIOS = {
+    # one stream, 10 kHz, kernels of 2 us to 10 ms
+    "one stream 10 kHz": sr.RateScenario(KINDS[:4], streams=1, frequency=10_000,
+                                         span=300_000_000, seed=3),
+    # compute + NCCL-like + copy + auxiliary streams at once (contributions add up)
+    "four streams 10 kHz": sr.RateScenario(KINDS, streams=4, frequency=10_000,
+                                           span=300_000_000, seed=3, gap_mean=100_000,
+                                           stream_kinds=[[0, 1, 2, 3], [4], [5], [6]]),
+    "three streams 200 kHz": sr.RateScenario(KINDS, streams=3, frequency=200_000,
+                                             span=60_000_000, seed=3, gap_mean=100_000,
+                                             stream_kinds=[[0, 1, 2, 3], [4], [5]],
+                                             jitter=0.2),
+    "two streams 10 kHz noisy": sr.RateScenario(KINDS, streams=2, frequency=10_000,
+                                                span=300_000_000, seed=5, noise=3.0,
+                                                gap_mean=50_000,
+                                                stream_kinds=[[0, 1, 2, 3], [4, 6]]),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_rates_recovered_within_their_errors(name):
+    sim = sr.simulate(SCENARIOS[name])
+    assert (sim.values >= 100).mean() < 0.05  # the contributions stay within the range
+    fit, errors = _errors(sim)
+    worst_model = max(abs(e) for _, _, e, _, _ in errors)
+    worst_direct = max(abs(d) for _, _, _, _, d in errors)
+    for lab, m, err, se, _ in errors:
+        assert abs(err) <= TOLERANCE_SE * se + TOLERANCE_FLOOR, (lab, m, err, se)
+        if lab == "gemm":  # fills whole periods: known to a fraction of a point
+            assert se < 0.2, (lab, m, se)
+    # the direct attribution blurs the short kernels with their neighbours
+    assert worst_direct > 10 * worst_model
+    noise = SCENARIOS[name].noise  # noise the model cannot explain lowers its R^2
+    for mf in fit.metrics:
+        assert mf.r2_cv > (0.97 if noise < 1 else 0.85)
+        assert mf.r2_cv > mf.r2_direct
+
+
+def test_short_kernels_are_separated_not_blurred():
+    """'tiny' (2-4 us, 20 % SM Active, no tensor) always runs between others in periods of
+    100 us: the direct attribution gives it its neighbours' values; the model its own."""
+    sim = sr.simulate(SCENARIOS["one stream 10 kHz"])
+    fit, labels = _fit(sim)
+    j = labels.index("tiny")
+    assert fit.method[j] == "model"
+    mf = fit.metrics[2]  # Tensor Active: 0 for 'tiny'
+    assert abs(mf.rates[j]) <= TOLERANCE_SE * mf.se[j] + TOLERANCE_FLOOR
+    assert mf.direct[j] > 5.0 and mf.direct[j] > 3 * abs(mf.rates[j])
+    assert fit.method[labels.index("gemm")] == "direct"  # fills whole periods
+
+
+def test_saturated_concurrency_is_reported_by_the_fit():
+    """Two streams whose rates add up past 100 %: the samples saturate, the additive model
+    cannot hold, and its cross-validated R^2 says so (the metric that does not saturate
+    still fits)."""
+    sc = sr.RateScenario(KINDS[:4], streams=2, frequency=10_000, span=300_000_000, seed=3)
+    sim = sr.simulate(sc)
+    assert (sim.values[:, 0] >= 100).mean() > 0.2
+    fit, _ = _fit(sim)
+    assert fit.metrics[0].r2_cv < 0.5  # SM Active saturates
+    assert fit.metrics[1].r2_cv > 0.97  # SM Issue does not
+
+
+def test_kernels_that_never_run_apart_are_a_group():
+    """'a' (3 us) is always followed at once by 'b' (3 us) inside one sampling period: every
+    period has as much of one as of the other, so no sample can tell them apart; both are
+    reported as one group with the group's rate (their mean). 'c' runs alone, with varying
+    durations, and is fitted on its own."""
+    period, n = 100_000, 400
+    times = np.arange(n + 1, dtype=np.int64) * period
+    rng = np.random.default_rng(1)
+    starts, ends, cols = [], [], []
+    for p in range(n - 1):
+        t = p * period + int(rng.integers(0, period - 6_000))
+        starts += [t, t + 3_000]
+        ends += [t + 3_000, t + 6_000]
+        cols += [0, 1]
+        if p % 3 == 0:
+            c = int(rng.integers(5_000, 60_000))
+            starts.append(p * period + 10_000)  # may overlap a and b: contributions add
+            ends.append(p * period + 10_000 + c)
+            cols.append(2)
+    start, end, col = (np.array(x, dtype=np.int64) for x in (starts, ends, cols))
+    per = rm.periods_of(times)
+    ent = rm.entries(per, start, end, col, 3)
+    true = np.array([[60.0], [20.0], [35.0], [0.0]])  # a, b, c, idle
+    values = rm.predict(ent, true, per.n)
+    fit, _ = rm.fit_device(per, values, start, end, col, 3, np.zeros(1), np.full(1, 100.0))
+    assert list(fit.method[:3]) == ["group", "group", "model"]
+    assert fit.group[0] == fit.group[1] == 0 and fit.group[2] == -1
+    assert fit.metrics[0].rates[0] == pytest.approx(40.0, abs=1e-6)  # (60 + 20) / 2
+    assert fit.metrics[0].rates[1] == pytest.approx(40.0, abs=1e-6)
+    assert fit.metrics[0].rates[2] == pytest.approx(35.0, abs=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 2**31 - 1))
+def test_bounded_lsq_meets_its_optimality_conditions(n, seed):
+    """KKT: the gradient is zero on free variables, points outward at active bounds."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(n + 3, n))
+    y = rng.normal(size=n + 3) * 50
+    G, b = A.T @ A, A.T @ y
+    lo, hi = np.zeros(n), np.full(n, 10.0)
+    x = rm.bounded_lsq(G, b, lo, hi)
+    assert np.all(x >= lo - 1e-9) and np.all(x <= hi + 1e-9)
+    g = G @ x - b
+    scale = 1e-6 * (1 + np.abs(b).max())
+    free = (x > lo + 1e-7) & (x < hi - 1e-7)
+    assert np.all(np.abs(g[free]) < scale)
+    assert np.all(g[x <= lo + 1e-7] > -scale)
+    assert np.all(g[x >= hi - 1e-7] < scale)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_shares_and_sums_equal_brute_force(seed):
+    """The shares of random intervals in random periods, the normal equations and the fit
+    without active bounds equal a dense least-squares solution."""
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.integers(50, 150, 40)).astype(np.int64)
+    per = rm.periods_of(times)
+    k = int(rng.integers(1, 5))
+    start = rng.integers(times[0] - 100, times[-1], 60).astype(np.int64)
+    end = start + rng.integers(1, 300, 60)
+    col = rng.integers(0, k, 60).astype(np.int64)
+    ent = rm.entries(per, start, end, col, k)
+    dense = np.zeros((per.n, k + 1))
+    np.add.at(dense, (ent.period, ent.col), ent.share)
+    want = np.zeros((per.n, k + 1))
+    for s, e, c in zip(start, end, col):
+        for p in range(per.n):
+            want[p, c] += max(0, min(e, per.end[p]) - max(s, per.start[p])) / (
+                per.end[p] - per.start[p])
+    cover = np.zeros(per.n)
+    for p in range(per.n):
+        pts = np.zeros(per.end[p] - per.start[p], dtype=bool)
+        for s, e in zip(start, end):
+            a, z = max(s, per.start[p]), min(e, per.end[p])
+            if z > a:
+                pts[a - per.start[p]:z - per.start[p]] = True
+        cover[p] = pts.mean()
+    want[:, k] = 1 - cover
+    assert np.allclose(dense, want)
+    values = rng.normal(30, 10, (per.n, 2))
+    sums = rm.accumulate(ent, values)
+    assert np.allclose(sums.G.sum(0), dense.T @ dense)
+    assert np.allclose(sums.b.sum(0), dense.T @ values)
+    live = np.abs(dense).sum(0) > 0
+    fit = rm.fit(sums, np.full(2, -1e9), np.full(2, 1e9))
+    if np.linalg.matrix_rank(dense[:, live]) == live.sum() and not (fit.group >= 0).any():
+        ref = np.linalg.lstsq(dense[:, live], values, rcond=None)[0]
+        for m in range(2):
+            assert np.allclose(fit.metrics[m].rates[live], ref[:, m], atol=1e-6)
+
+
+def test_missing_values_leave_their_samples_out():
+    sim = sr.simulate(SCENARIOS["one stream 10 kHz"])
+    values = sim.values.copy()
+    drop = np.random.default_rng(2).random(values.shape[0]) < 0.2
+    values[drop, 1] = np.nan
+    names = [k.name for k in sim.scenario.kinds]
+    col, labels = rm.design([names[k] for k in sim.kind], np.zeros(sim.kind.size, bool),
+                            sim.end - sim.start)
+    per = rm.periods_of(sim.times)
+    hi = np.full(4, 100.0)
+    fit, _ = rm.fit_device(per, values, sim.start, sim.end, col, len(labels), np.zeros(4), hi)
+    # the same metric fitted alone on the kept samples, from a matrix without them
+    ent = rm.entries(per, sim.start, sim.end, col, len(labels))
+    keep = ~drop
+    dense = np.zeros((per.n, len(labels) + 1))
+    np.add.at(dense, (ent.period, ent.col), ent.share)
+    ref = rm.bounded_lsq(dense[keep].T @ dense[keep], dense[keep].T @ values[keep, 1],
+                         np.zeros(len(labels) + 1), np.full(len(labels) + 1, 100.0))
+    assert np.allclose(fit.metrics[1].rates, ref, atol=1e-6)
+    assert fit.metrics[1].samples == int(keep.sum())
+    assert fit.metrics[0].samples == per.n
+
+
+def test_periods_cut_at_gaps():
+    times = np.array([0, 100, 200, 300, 1000, 1100, 1200], dtype=np.int64)
+    per = rm.periods_of(times)
+    assert per.interval == 100
+    assert per.end.tolist() == [100, 200, 300, 400, 1100, 1200, 1300]
+    assert per.cut == 1
+
+
+def test_bound_labels_of_known_kernels():
+    assert bound({"DRAM Read Bandwidth": 45, "DRAM Write Bandwidth": 30, "SM Active": 90,
+                  "SM Issue": 20}) == "memory-bound"  # a copy / transpose
+    assert bound({"Tensor Active": 64, "SM Issue": 35, "SM Active": 98,
+                  "DRAM Read Bandwidth": 12}) == "tensor-bound"  # a tensor-core GEMM
+    assert bound({"SM Issue": 80, "SM Active": 100, "Tensor Active": 0,
+                  "DRAM Read Bandwidth": 7}) == "compute-bound"
+    assert bound({"SM Active": 20, "SM Issue": 5}) == "under-filled"  # a 5 us elementwise
+    assert bound({"SM Active": 90, "SM Issue": 10, "Compute Warps in Flight": 8,
+                  "DRAM Read Bandwidth": 10}) == "latency-bound"
+    assert bound({}) == ""
+
+
+def test_labels_tell_kernels_apart():
+    full = ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::AddFunctor"
+            "<float>, at::detail::Array<char *, (int)3>>(int, T2, T3)",
+            "void at::native::vectorized_elementwise_kernel<(int)4, at::native::MulFunctor"
+            "<float>, at::detail::Array<char *, (int)3>>(int, T2, T3)",
+            "void cudnn::ops::nchwToNhwcKernel<float, float, float, (bool)0>(T1)",
+            "void cudnn::ops::nchwToNhwcKernel<__half, __half, float, (bool)0>(T1)",
+            "ampere_sgemm_32x32_sliced1x4_tn"]
+    short = ["vectorized_elementwise_kernel", "vectorized_elementwise_kernel",
+             "nchwToNhwcKernel", "nchwToNhwcKernel", "ampere_sgemm_32x32_sliced1x4_tn"]
+    labels = distinct_labels(full, short)
+    assert labels[full[0]] == "vectorized_elementwise_kernel<AddFunctor<float>>"
+    assert labels[full[1]] == "vectorized_elementwise_kernel<MulFunctor<float>>"
+    assert labels[full[2]] == "nchwToNhwcKernel<float>"
+    assert labels[full[3]] == "nchwToNhwcKernel<__half>"
+    assert labels[full[4]] == "ampere_sgemm_32x32_sliced1x4_tn"
+    # the same labels whatever else is labelled beside them
+    assert distinct_labels(full[2:4], short[2:4]) == {f: labels[f] for f in full[2:4]}
+
+
+# -- end to end: an export with known rates -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rates")
+    sc = sr.RateScenario(KINDS, streams=2, frequency=10_000, span=120_000_000, seed=7,
+                         gap_mean=80_000, stream_kinds=[[0, 1, 2, 3], [5]])
+    sim = sr.simulate(sc)
+    db = sr.write_export(sim, d / "known.sqlite")
+    out = d / "known.prv"
+    result = nsys2prv.translate(db, out)
+    validate(out)
+    return sim, db, out, result
+
+
+def _trace_rates(path: Path) -> pl.DataFrame:
+    """(kernel full name, metric, rate) at every kernel's start, as Paraver's Last Evt Val
+    has it there: the rates are written where they change, and hold until the next kernel
+    of the row sets them."""
+    from nsys2prv.analysis.activities import _names, _type_labels
+
+    pcf = path.with_suffix(".pcf")
+    names, labels = _names(pcf), _type_labels(pcf)
+    rate_types = {t: lab.split(": ", 1)[1] for t, lab in labels.items()
+                  if greg.RATE.base <= t < greg.RATE.base + greg.RATE.size}
+    tr = read_trace(path, types={67_000_001, *rate_types})
+    ev = tr.events.sort("row", "time", "seq")
+    starts = ev.filter((pl.col("type") == 67_000_001) & (pl.col("value") > 0)).select(
+        "row", "time", pl.col("value").alias("full"))
+    out = []
+    for t, metric in rate_types.items():
+        v = (ev.filter(pl.col("type") == t).group_by("row", "time", maintain_order=True)
+             .agg(pl.col("value").last()))
+        got = starts.sort("time").join_asof(v.sort("time"), on="time", by="row",
+                                            strategy="backward")
+        out.append(got.select(
+            pl.col("full").replace_strict(names[67_000_001], return_dtype=pl.Utf8)
+            .alias("kernel"), pl.lit(metric).alias("metric"),
+            (pl.col("value").fill_null(0) / 100).alias("rate")).filter(pl.col("rate") != 0))
+    return pl.concat(out)
+
+
+def test_trace_carries_the_rates_analyze_prints(known):
+    sim, db, out, result = known
+    km = read_kernel_metrics(out)
+    got = _trace_rates(out)
+    # one value per kernel name and metric, on every launch
+    per = got.group_by("kernel", "metric").agg(pl.col("rate").n_unique().alias("n"),
+                                               pl.len().alias("launches"),
+                                               pl.col("rate").first())
+    assert per["n"].max() == 1
+    launches = {n: int((sim.kind == i).sum()) for i, n in enumerate(k.name for k in KINDS)}
+    for r in per.iter_rows(named=True):
+        assert r["launches"] == launches[r["kernel"]]
+    want = (km.rates.filter((pl.col("kind") == "kernel")
+                            & pl.col("metric").is_in(greg.KERNEL_METRICS))
+            .select("kernel", "metric", (pl.col("rate") * 100).round() / 100)
+            .filter(pl.col("rate") != 0))
+    joined = want.join(per.select("kernel", "metric", pl.col("rate").alias("trace")),
+                       on=["kernel", "metric"], how="full", coalesce=True)
+    assert joined.height == want.height == per.height
+    assert (joined["rate"] - joined["trace"]).abs().max() < 1e-9
+    assert result.counts["gpu_metrics_kernels_with_rates"] == sim.start.size
+
+
+def test_analyze_recovers_the_known_rates(known):
+    sim, db, out, result = known
+    km = read_kernel_metrics(out)
+    keys = ["SM Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth"]
+    for r in km.rates.filter(pl.col("kind") == "kernel").iter_rows(named=True):
+        true = sim.truth[r["kernel"]][keys.index(r["metric"])]
+        assert abs(r["rate"] - true) <= TOLERANCE_SE * r["se"] + TOLERANCE_FLOOR, r
+    assert km.fits["r2_cv"].min() > 0.97
+    k = km.kernels
+    assert dict(zip(k["kernel"].to_list(), k["launches"].to_list())) == {
+        n.name: int((sim.kind == i).sum()) for i, n in enumerate(KINDS)
+        if (sim.kind == i).any()}
+    gemm = k.filter(pl.col("kernel") == "gemm").row(0, named=True)
+    assert gemm["bound"] == "tensor-bound" and gemm["method"] == "direct"
+    assert k.filter(pl.col("kernel") == "tiny")["bound"].item() == "under-filled"
+
+
+def test_analyze_cli_section_and_json(known, tmp_path):
+    sim, db, out, result = known
+    text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(out),
+                           "--no-idle"], capture_output=True, text=True, check=True).stdout
+    assert "### Inside the kernels" in text
+    assert "tensor-bound" in text and "fit quality" in text
+    js = json.loads(subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(db),
+                                    "--json", "--no-idle"], capture_output=True, text=True,
+                                   check=True).stdout)
+    km = js["kernel_metrics"]
+    assert {r["kernel"] for r in km["kernels"]} >= {"gemm", "elementwise", "tiny", "conv"}
+    assert all(0.97 < f["r2_cv"] <= 1 for f in km["fits"])
+    # the analysis of the export and of its trace agree
+    trace_km = read_kernel_metrics(out)
+    a = {(r["kernel"], r["metric"]): r["rate"] for r in km["rates"]}
+    b = {(r["kernel"], r["metric"]): r["rate"] for r in trace_km.rates.to_dicts()}
+    assert a.keys() == b.keys()
+    assert max(abs(a[k] - b[k]) for k in a if a[k] is not None) < 1e-9
+
+
+def test_no_gpu_metrics_is_one_line(tmp_path):
+    from nsys2prv.testing.synth import ApiCall, Kernel, Spec, write_export
+
+    spec = Spec(processes=[(1, "p")], threads=[(1, 1, "p")], gpus=[(0, "GPU")],
+                kernels=[Kernel(1000, 5000, 1, 0, 7, "k", 1)],
+                api=[ApiCall(100, 900, 1, 1, "cudaLaunchKernel", 1)])
+    db = write_export(tmp_path / "plain.sqlite", spec)
+    text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(db), "--no-idle"],
+                          capture_output=True, text=True, check=True).stdout
+    section = text.split("### Inside the kernels")[1].strip().splitlines()
+    assert len(section) == 2
+    assert "no GPU metrics in this export" in section[1]
+    assert "--gpu-metrics-devices=all" in section[1]
+
+
+# -- the real A100 export with GPU metrics ----------------------------------------------------
+
+AIPROF = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
+
+
+@pytest.fixture(scope="module")
+def aiprof(tmp_path_factory):
+    if not AIPROF.exists():
+        pytest.skip(f"{AIPROF} not in the corpus (set NSYS2PRV_CORPUS)")
+    out = tmp_path_factory.mktemp("aiprof") / "a.prv"
+    nsys2prv.translate(AIPROF, out)
+    return out, read_kernel_metrics(out)
+
+
+def test_aiprof_counts_equal_sql(aiprof):
+    out, km = aiprof
+    kernels = sql(AIPROF, "SELECT d.value, count(*), sum(k.end - k.start) FROM "
+                          "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON "
+                          "d.id = k.demangledName GROUP BY 1")
+    got = km.kernels.filter(pl.col("kind") == "kernel")
+    assert got.height == len(kernels) == 45
+    want = {n: (c, t) for n, c, t in kernels}
+    from nsys2prv.paraver.values import NORMALISERS, clean_label
+    norm = {clean_label(NORMALISERS["kernel_names"](n)): v for n, v in want.items()}
+    for r in got.iter_rows(named=True):
+        assert (r["launches"], r["time"]) == norm[r["kernel"]]
+    samples = sql(AIPROF, "SELECT count(DISTINCT timestamp) FROM GPU_METRICS")[0][0]
+    assert km.fits["samples"].max() == samples
+    # 36 of the 45 kernel names last less than one sampling interval on average
+    assert (got["periods"] < 1).sum() >= 30
+
+
+def test_aiprof_layout_transforms_issue_no_tensor_instruction(aiprof):
+    """cuDNN's nchwToNhwc / nhwcToNchw transforms get 3-6 % Tensor Active from the direct
+    attribution (their tensor-core neighbours); the model gives them none, and gives the
+    two TF32 tensor-core convolutions more than the direct attribution does."""
+    out, km = aiprof
+    t = km.rates.filter(pl.col("metric") == "Tensor Active")
+    transforms = t.filter(pl.col("short").is_in(["nchwToNhwcKernel", "nhwcToNchwKernel"]))
+    assert transforms.height == 2
+    assert (transforms["rate"] < 0.5).all()
+    assert (transforms["direct"] > 2.0).all()
+    convs = t.filter(pl.col("kernel").str.contains("cutlass_tensorop_s1688")
+                     & pl.col("kernel").str.contains("_tf32_256x64_16x4_nhwc"))
+    assert convs.height == 2
+    for r in convs.iter_rows(named=True):
+        assert r["rate"] > r["direct"] + 3
+    assert sorted(round(x) for x in convs["rate"]) == [47, 64]
+    fit = km.fits.filter(pl.col("metric") == "Tensor Active").row(0, named=True)
+    assert fit["r2_cv"] > 0.99 > fit["r2_direct"]
+
+
+def test_diff_puts_the_rates_side_by_side(tmp_path):
+    """After: the GEMM uses the tensor cores twice as much and runs shorter; the rates
+    table shows both sides' rates and the paragraph names the change."""
+    from nsys2prv.analysis.diff import compare
+    from nsys2prv.cli.diff import format_text
+
+    k1 = [sr.KernelKind("gemm", (85, 40, 35, 20), 200_000, 2_000_000, 1), *KINDS[1:3]]
+    k2 = [sr.KernelKind("gemm", (90, 45, 70, 20), 100_000, 1_000_000, 1), *KINDS[1:3]]
+    b = sr.write_export(sr.simulate(sr.RateScenario(k1, span=80_000_000, seed=1)),
+                        tmp_path / "before.sqlite")
+    a = sr.write_export(sr.simulate(sr.RateScenario(k2, span=80_000_000, seed=2)),
+                        tmp_path / "after.sqlite")
+    c = compare(str(b), str(a), rules=False)
+    r = c.rates.filter((pl.col("kernel") == "gemm") & (pl.col("metric") == "Tensor Active"))
+    assert r["before"].item() == pytest.approx(35, abs=1) and \
+        r["after"].item() == pytest.approx(70, abs=1)
+    elementwise = c.rates.filter((pl.col("kernel") == "elementwise")
+                                 & (pl.col("metric") == "SM Active"))
+    assert abs(elementwise["delta"].item()) < 1.5  # unchanged kernel, unchanged rate
+    before, after = r["before"].item(), r["after"].item()
+    assert (f"Largest rate change among them: gemm" in c.paragraph
+            and f"Tensor Active {before:.1f} % -> {after:.1f} %" in c.paragraph)
+    text = format_text(c)
+    assert "kernel GPU metric rates" in text
+    assert "kernel_rates" in c.to_dict()["tables"]
+
+
+def test_the_step_whose_kernels_ran_differently(tmp_path):
+    """Ten steps of 20 ms; in step 6 the GEMM's tensor-core rate drops from 70 to 40 %: that
+    step, and only it, is named, on Tensor Active."""
+    from nsys2prv.analysis.activities import ActivityCollector
+    from nsys2prv.analysis.kernel_metrics import SampleCollector, kernel_metrics
+    from nsys2prv.paraver.read import windows
+
+    ms = 1_000_000
+    sc = sr.RateScenario(KINDS[:4], span=200 * ms, seed=4,
+                         changes=[(120 * ms, 140 * ms, 0, (85, 40, 40, 20))])
+    sim = sr.simulate(sc)
+    db = sr.write_export(sim, tmp_path / "steps.sqlite")
+    out = tmp_path / "steps.prv"
+    result = nsys2prv.translate(db, out)
+    shift = result.alignment.shifts[0]
+    acts, samples = ActivityCollector(out), SampleCollector(out)
+    for w in windows(out, acts.types | samples.types, state_rows="cpu"):
+        acts.add(w)
+        samples.add(w)
+    steps = pl.DataFrame({"instance": list(range(1, 11)),
+                          "start": [i * 20 * ms + shift for i in range(10)],
+                          "end": [(i + 1) * 20 * ms + shift for i in range(10)]})
+    km = kernel_metrics(acts.result(), samples, steps)
+    odd = km.steps.filter(pl.col("differs"))
+    assert set(odd["instance"].to_list()) == {7}
+    assert "Tensor Active" in odd["metric"].to_list()
+    t = odd.filter(pl.col("metric") == "Tensor Active").row(0, named=True)
+    assert t["measured"] < t["predicted"] - 5
+
+
+def test_interference_beside_nccl(tmp_path):
+    """'conv' runs on stream 7, NCCL kernels on stream 8; a conv beside an NCCL kernel
+    issues less (SM Issue 35 -> 20, tensor 50 -> 30): the interference table gives both
+    cases' rates, and launches that match the layout."""
+    sc = sr.RateScenario([KINDS[3], KINDS[4]], streams=2, span=200_000_000, seed=6,
+                         gap_mean=150_000, stream_kinds=[[0], [1]],
+                         interference=[(0, 1, (70, 20, 30, 30))])
+    sim = sr.simulate(sc)
+    over = sr.overlapping(sim.start, sim.end, sim.kind, 0, 1)
+    db = sr.write_export(sim, tmp_path / "interference.sqlite")
+    out = tmp_path / "interference.prv"
+    nsys2prv.translate(db, out)
+    km = read_kernel_metrics(out)
+    t = km.interference
+    assert set(t["kernel"].to_list()) == {"conv"}
+    alone = t.filter(pl.col("case") == "alone").row(0, named=True)
+    both = t.filter(pl.col("case") == "overlapped").row(0, named=True)
+    assert (alone["launches"], both["launches"]) == (int((~over & (sim.kind == 0)).sum()),
+                                                     int(over.sum()))
+    assert alone["SM Issue"] == pytest.approx(35, abs=1.5)
+    assert both["SM Issue"] == pytest.approx(20, abs=1.5)
+    assert both["Tensor Active"] == pytest.approx(30, abs=1.5)
+    text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(out), "--no-idle"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "interference" in text and "overlapped" in text
+
+
+def test_modality_says_the_slow_mode_is_the_overlapped_launches(tmp_path):
+    """A kernel 60 % slower when an NCCL kernel runs beside it: --modality finds two modes,
+    and says they are the overlapped launches."""
+    from nsys2prv.analysis.activities import read_activities
+    from nsys2prv.analysis.kernel_metrics import slow_launches_overlapped
+    from nsys2prv.analysis.modality import kernel_modality
+
+    sc = sr.RateScenario([sr.KernelKind("conv", (80, 35, 50, 30), 100_000, 110_000, 1),
+                          sr.KernelKind("nccl", (12, 4, 0, 15), 300_000, 600_000, 1)],
+                         streams=2, span=200_000_000, seed=8, gap_mean=150_000,
+                         stream_kinds=[[0], [1]])
+    sim = sr.simulate(sc)
+    over = sr.overlapping(sim.start, sim.end, sim.kind, 0, 1)
+    # the overlapped convs take 1.6x as long (the layout is kept: they end later)
+    sim.end = np.where(over, sim.start + ((sim.end - sim.start) * 1.6).astype(np.int64),
+                       sim.end)
+    db = sr.write_export(sim, tmp_path / "modes.sqlite")
+    out = tmp_path / "modes.prv"
+    nsys2prv.translate(db, out)
+    m = kernel_modality(read_activities(out))
+    assert m.filter(pl.col("kernel") == "conv")["verdict"].item() == "two modes"
+    o = slow_launches_overlapped(m, read_kernel_metrics(out)).row(0, named=True)
+    assert o["kernel"] == "conv" and o["overlap_explains"]
+    assert o["slow_overlapped"] == pytest.approx(1.0) and o["fast_overlapped"] < 0.1
+    text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(out), "--no-idle",
+                           "--modality"], capture_output=True, text=True, check=True).stdout
+    assert "the slow mode is the overlapped launches" in text
+
+
+def test_folding_shows_a_kernels_tail(tmp_path):
+    """A GEMM of 1-10 ms whose last fifth falls to half its rates: folded over its launches,
+    the first eight bins hold its rate, the last ones less, down towards half."""
+    sc = sr.RateScenario([sr.KernelKind("gemm", (85, 40, 70, 20), 1_000_000, 10_000_000, 1),
+                          KINDS[1]], span=400_000_000, seed=9, tails={0: (0.8, 0.5)})
+    sim = sr.simulate(sc)
+    db = sr.write_export(sim, tmp_path / "tail.sqlite")
+    out = tmp_path / "tail.prv"
+    nsys2prv.translate(db, out)
+    f = read_kernel_metrics(out).folding.filter((pl.col("kernel") == "gemm")
+                                                 & (pl.col("metric") == "Tensor Active"))
+    by_bin = dict(zip(f["bin"].to_list(), f["mean"].to_list()))
+    assert sorted(by_bin) == list(range(10))
+    for b in range(7):
+        assert by_bin[b] == pytest.approx(70, abs=1.5)
+    # bins 8 and 9: the profile's mean there (0.875 and 0.625 of the rate)
+    assert by_bin[8] == pytest.approx(70 * 0.875, abs=3)
+    assert by_bin[9] == pytest.approx(70 * 0.625, abs=3)
+
+
+def test_spread_across_gpus_names_the_slow_gpu(tmp_path):
+    """Four ranks, one GPU each; on the third, the convolution uses the tensor cores less
+    (50 -> 30 %) and runs 1.4x longer: the seed's table shows the spread, and that GPU is
+    named, with the longer duration."""
+    exports = []
+    for rank in range(4):
+        conv = KINDS[3] if rank != 2 else sr.KernelKind("conv", (80, 30, 30, 30), 42_000,
+                                                       420_000, 2)
+        sc = sr.RateScenario([KINDS[0], KINDS[1], conv], span=100_000_000, seed=20 + rank)
+        exports.append(sr.write_export(sr.simulate(sc), tmp_path / f"r{rank}.sqlite",
+                                       pid=1000 + rank))
+    out = tmp_path / "job.prv"
+    nsys2prv.translate(exports, out)
+    km = read_kernel_metrics(out)
+    spread = km.spread.filter((pl.col("kernel") == "conv")
+                              & (pl.col("metric") == "Tensor Active")).row(0, named=True)
+    assert spread["devices"] == 4
+    assert spread["max"] == pytest.approx(50, abs=1.5)
+    assert spread["min"] == pytest.approx(30, abs=1.5)
+    assert spread["avg"] == pytest.approx(45, abs=1.5)
+    assert spread["avg_over_max"] == pytest.approx(0.9, abs=0.04)
+    gemm = km.spread.filter((pl.col("kernel") == "gemm")
+                            & (pl.col("metric") == "Tensor Active")).row(0, named=True)
+    assert gemm["std"] < 1.0  # the same everywhere
+    slow = km.outliers
+    assert set(slow["device"].to_list()) == {d for d in km.fits["device"].unique().to_list()
+                                            if "pid 1002" in d}
+    assert set(slow["kernel"].to_list()) == {"conv"}
+    assert slow.filter(pl.col("metric") == "Tensor Active")["dur_ratio"].item() > 1.2
+    job = km.kernels.filter((pl.col("device") == "job") & (pl.col("kernel") == "gemm"))
+    assert job["launches"].item() == km.kernels.filter(
+        (pl.col("device") != "job") & (pl.col("kernel") == "gemm"))["launches"].sum()
+    text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(out), "--no-idle"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "rates across GPUs" in text and "outlier: " in text and "pid 1002" in text
+
+
+# -- paramedir on the shipped views gives the rates analyze prints ---------------------------
+
+def _per_kernel_by_paramedir(table, km, device: str, metric: str) -> list[tuple]:
+    """(column, paramedir's cell on the stream row, analyze's rate) of every kernel column:
+    a column is a short name, so analyze's rates of the full names under it are averaged
+    over their time on the GPU, as the histogram's Average value does."""
+    rates = km.rates.filter((pl.col("device") == device) & (pl.col("metric") == metric)
+                            & (pl.col("kind") == "kernel"))
+    kernels = km.kernels.filter(pl.col("device") == device).select("kernel", "time")
+    joined = rates.drop("time").join(kernels, on="kernel")
+    want = (joined.group_by("short").agg(
+        ((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum()).alias("rate")))
+    want = dict(zip(want["short"].to_list(), want["rate"].to_list()))
+    stream = [i for i, r in enumerate(table.rows) if " stream " in r]
+    out = []
+    for j, col in enumerate(table.columns):
+        cells = [table.cells[i, j] for i in stream if table.cells[i, j] == table.cells[i, j]]
+        if cells and col in want:
+            out.append((col, cells[0], want[col]))
+    return out
+
+
+def test_stored_paramedir_tables_equal_analyze():
+    """tests/data/paramedir/gpumetrics: paramedir's per-kernel tables of the shipped cfgs on
+    the stored trace (a real A100 export) are the rates analyze finds on that trace."""
+    from conftest import ROOT
+    from nsys2prv.views.paramedir import read_table
+
+    d = ROOT / "tests" / "data" / "paramedir" / "gpumetrics"
+    km = read_kernel_metrics(d / "trace" / "gpumetrics.prv.gz")
+    device = km.fits["device"][0]
+    checked = 0
+    for stem, metric in (("analysis__tensor_per_kernel", "Tensor Active"),
+                         ("hwcounters__sm_active_per_kernel", "SM Active"),
+                         ("hwcounters__sm_issue_per_kernel", "SM Issue"),
+                         ("hwcounters__dram_read_bandwidth_per_kernel", "DRAM Read Bandwidth")):
+        for col, cell, rate in _per_kernel_by_paramedir(read_table(d / f"{stem}.txt"), km,
+                                                         device, metric):
+            assert cell == pytest.approx(rate, abs=0.005 + 1e-9), (stem, col)
+            checked += 1
+    assert checked == 4
+
+
+def test_live_paramedir_on_aiprof_equals_analyze(aiprof, tmp_path):
+    """Where paramedir is installed: its per-kernel tables on aiprof_opt2's trace give, for
+    every kernel column, the rates analyze prints (to the two decimals the trace keeps)."""
+    from nsys2prv.views.paramedir import find_paramedir, read_table, run_cfg
+
+    if find_paramedir() is None:
+        pytest.skip("paramedir not installed: the stored outputs are checked instead")
+    from conftest import ROOT
+
+    out, km = aiprof
+    device = km.fits["device"][0]
+    checked = 0
+    for cfg, metric in (("analysis/tensor_per_kernel.cfg", "Tensor Active"),
+                        ("hwcounters/sm_issue_per_kernel.cfg", "SM Issue")):
+        run = run_cfg(out, ROOT / "cfgs" / cfg, tmp_path / f"{metric}.txt")
+        assert run.ok, run.stderr
+        rows = _per_kernel_by_paramedir(read_table(tmp_path / f"{metric}.txt"), km, device,
+                                        metric)
+        for col, cell, rate in rows:
+            # a column of several full names: their rates each rounded to 0.01, averaged
+            assert cell == pytest.approx(rate, abs=0.011), (cfg, col)
+        checked += len(rows)
+    assert checked >= 20  # the short names paramedir prints whole (two tables)
