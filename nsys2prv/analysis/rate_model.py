@@ -50,7 +50,7 @@ GROUP_COSINE = 0.9995
 # a gap between two samples longer than this many median intervals: the earlier sample's
 # period is cut to one median interval (samples lost, or sampling paused)
 GAP_FACTOR = 1.5
-PAIRS_PER_CHUNK = 1_000_000
+PAIRS_PER_CHUNK = 500_000
 
 
 @dataclass
@@ -118,12 +118,15 @@ def _expand(s: np.ndarray, e: np.ndarray, ps: np.ndarray, pe: np.ndarray
     return idx[keep], p[keep], ov[keep]
 
 
-def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [s, e) as sorted disjoint intervals."""
+def _union(s: np.ndarray, e: np.ndarray, presorted: bool = False
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [s, e) as sorted disjoint intervals (`presorted`: s is
+    sorted already)."""
     if s.size == 0:
         return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if not presorted:
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     new = np.ones(s.size, dtype=bool)
     new[1:] = s[1:] > reach[:-1]
@@ -135,7 +138,7 @@ def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def entries(periods: Periods, start: np.ndarray, end: np.ndarray, col: np.ndarray,
-            n_cols: int, chunk: int = 1_000_000) -> Entries:
+            n_cols: int, chunk: int = 250_000) -> Entries:
     """The shares of every column in every sampling period (intervals [start, end) of column
     `col`; any order), the idle share included."""
     ps, pe = periods.start, periods.end
@@ -165,18 +168,23 @@ def entries(periods: Periods, start: np.ndarray, end: np.ndarray, col: np.ndarra
         key, ov = key[heads], np.add.reduceat(ov, heads)
     else:
         key, ov = np.zeros(0, dtype=np.int64), np.zeros(0)
-    us, ue = _union(start, end)
-    _, up, uov = _expand(us, ue, ps, pe)
-    busy = np.bincount(up, weights=uov.astype(np.float64), minlength=n)
+    us, ue = _union(start, end, presorted=True)
+    busy = np.zeros(n)
+    for lo in range(0, us.size, chunk):
+        _, up, uov = _expand(us[lo:lo + chunk], ue[lo:lo + chunk], ps, pe)
+        busy += np.bincount(up, weights=uov.astype(np.float64), minlength=n)
+    del us, ue
     busy = np.divide(busy, length, out=np.zeros(n), where=length > 0)
     busy = np.minimum(busy, 1.0)
     period = key // width
     column = key % width
     share = ov / length[period]
+    del ov
     idle_p = np.nonzero(busy < 1.0)[0]
     # the idle entries go after the busy ones of their period (keys sort that way)
-    key = np.concatenate([period * width + column, idle_p * width + n_cols])
+    key = np.concatenate([key, idle_p * width + n_cols])
     order = np.argsort(key, kind="stable")
+    del key
     return Entries(np.concatenate([period, idle_p])[order],
                    np.concatenate([column, np.full(idle_p.size, n_cols)])[order],
                    np.concatenate([share, 1.0 - busy[idle_p]])[order], busy, n_cols)

@@ -74,7 +74,12 @@ def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) 
         kinds = getattr(ctx.options, "kinds", None)
         wanted = available("gpu_metrics", report) and (kinds is None or "gpu_metrics" in kinds)
         ctx.shared[METRICS_ACTIVITIES + ".wanted"] = wanted
-    if wanted:
+    if wanted:  # a few bytes an activity: the columns the model reads, in small types
+        c = pl.col
+        df = df.filter(c("end") > c("start")).select(
+            "start", "end", c("pid").cast(pl.Int32), c("device").cast(pl.Int32),
+            c("row").cast(pl.Int32), "row_id",
+            *[c(n).cast(pl.Int32) for n in df.columns if n in ("name_id", "copy_kind")])
         ctx.shared.setdefault(METRICS_ACTIVITIES, {}).setdefault(what, []).append(df)
 
 REPORT_END = object()  # fix_times(open_end=REPORT_END): unterminated regions end with the report

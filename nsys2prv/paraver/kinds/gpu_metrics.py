@@ -199,9 +199,11 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
                for g in gpus}
     periods = {g: rm.periods_of(by_gpu[g]) for g in gpus}
     values = _values(report, ctx, metrics, periods, columns)
+    by_gpu_acts = {g: part for (g,), part in acts.partition_by("gpu", as_dict=True).items()}
+    del acts  # each GPU's part is let go once its model is written
     fitted = 0
     for g in gpus:
-        mine = acts.filter(c("gpu") == g)
+        mine = by_gpu_acts.pop(g)
         start, end = mine["start"].to_numpy(), mine["end"].to_numpy()
         col, names = rm.design_codes(mine["code"].to_numpy(), labels, memop_of, end - start)
         keys = columns[g]["key"].to_list()
@@ -236,11 +238,16 @@ def _activities(report: Report, ctx: Context, owners: pl.DataFrame
     from ..values import NORMALISERS, clean_label
 
     c = pl.col
-    own = owners.select("gpu", "pid", "device")
+    own = owners.select(c("gpu").cast(pl.Int32), c("pid").cast(pl.Int32),
+                        c("device").cast(pl.Int32))
     frames = []
     kept = ctx.shared.pop(METRICS_ACTIVITIES, None)
     if kept is not None:  # the kinds kept their chunks: no second read of the tables
-        sources = [(what, iter(kept.get(key, []))) for what, key in
+        def drain(frames: list):  # each chunk let go as it is used
+            while frames:
+                yield frames.pop(0)
+
+        sources = [(what, drain(kept.get(key, []))) for what, key in
                    (("kernel", "kernel"), ("memcpy", "memcpys"), ("memset", "memsets"))]
     else:
         sources = [("kernel", kernel_source.read(report, ctx.chunk_rows, attributes=False))]
@@ -251,7 +258,8 @@ def _activities(report: Report, ctx: Context, owners: pl.DataFrame
     for what, chunks in sources:
         for chunk in chunks:
             df = chunk.filter(c("start").is_not_null() & c("end").is_not_null()
-                              & (c("end") > c("start")))
+                              & (c("end") > c("start"))).with_columns(
+                c("pid").cast(pl.Int32), c("device").cast(pl.Int32))
             df = df.join(own, on=["pid", "device"], how="inner", maintain_order="left")
             if df.height == 0:
                 continue
@@ -264,8 +272,8 @@ def _activities(report: Report, ctx: Context, owners: pl.DataFrame
                 code = -1 - (c("copy_kind").fill_null(0) + 1)
             else:
                 code = pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64)
-            frames.append(df.select("gpu", c("row").cast(pl.Int32), "row_id", "start", "end",
-                                    code.cast(pl.Int64).alias("code")))
+            frames.append(df.select(c("gpu").cast(pl.Int32), c("row").cast(pl.Int32), "row_id",
+                                    "start", "end", code.cast(pl.Int64).alias("code")))
     if not frames:
         return pl.DataFrame(), {}
     acts = pl.concat(frames)
@@ -346,25 +354,30 @@ def _kernel_events(ctx: Context, kernels: pl.DataFrame, rates: np.ndarray,
     # safe: this kernel and the previous one of its stream stay on the stream's own row
     safe = ~first & ~cluster & ~np.roll(cluster, 1)
     prev = np.roll(col, 1)
-
-    def changed(values: np.ndarray) -> np.ndarray:
-        return ~safe | (values[col] != values[prev])
-
     # the record's own pair is how the rates were found, written again where it did not
-    # change (the same value: harmless) when a rate did
-    pair_v = {m: np.where(changed(pv[:, m]), pv[col, m], NUL_VALUE) for m in pair_metrics}
-    write = changed(codes)
-    for m in pair_metrics:
-        write |= pair_v[m] != NUL_VALUE
-    sel = np.flatnonzero(write)
+    # change (the same value: harmless) when a rate did; in chunks of kernels, so that the
+    # per-metric arrays stay small
+    row_id = k["row_id"].to_numpy()
     order = 1  # after the kernel's own start record (sub = -end)
     step = 500_000
-    for lo in range(0, sel.size, step):
-        idx = sel[lo:lo + step]
-        df = pl.DataFrame({"row": row[idx], "row_id": k["row_id"].to_numpy()[idx],
-                           "start": start[idx], "end": end[idx],
-                           "method": codes[col[idx]],
+    for lo in range(0, row.size, step):
+        hi = min(lo + step, row.size)
+        ck, cp, cs = col[lo:hi], prev[lo:hi], safe[lo:hi]
+        write = ~cs | (codes[ck] != codes[cp])
+        pair_v = {}
+        for m in pair_metrics:
+            v = pv[ck, m]
+            changed = ~cs | (v != pv[cp, m])
+            write |= changed
+            pair_v[m] = np.where(changed, v, NUL_VALUE)
+        idx = np.flatnonzero(write)
+        if idx.size == 0:
+            continue
+        df = pl.DataFrame({"row": row[lo:hi][idx], "row_id": row_id[lo:hi][idx],
+                           "start": start[lo:hi][idx], "end": end[lo:hi][idx],
+                           "method": codes[ck[idx]],
                            **{f"r{m}": _nullable(pair_v[m][idx]) for m in pair_metrics}})
+        del pair_v
         ctx.records(R.conform(df.select(R.events(
             c("start"), c("row"), R.PHASE_START, R.SRC_KERNEL, c("row_id"),
             greg.GPU_METRICS_METHOD, c("method"),
