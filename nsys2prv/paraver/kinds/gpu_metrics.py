@@ -219,10 +219,13 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
         del mine, start, end, col
         _kernel_events(ctx, kernels, rates, result.method, columns[g])
         del kernels
-        pred = rm.predict(ent, rates, periods[g].n)
+        # the prediction of the metrics a kernel drives, that were ever nonzero
+        live = [m for m, key in enumerate(keys) if key in greg.KERNEL_METRICS
+                and np.nanmax(values[g][:, m], initial=0) > 0]
+        pred = rm.predict(ent, rates[:, live], periods[g].n)
         del ent
         _predicted_events(ctx, owners.filter(c("gpu") == g), periods[g].start, pred,
-                          columns[g], values[g])
+                          columns[g][live])
         values[g] = None  # done with this GPU
     ctx.count("gpu_metrics_gpus_modelled", fitted)
 
@@ -395,38 +398,25 @@ def _nullable(values: np.ndarray) -> pl.Series:
 
 
 def _predicted_events(ctx: Context, owner: pl.DataFrame, start: np.ndarray,
-                      pred: np.ndarray, cols: pl.DataFrame, measured: np.ndarray) -> None:
-    """The model's value of every sample, at the sample's time on the metrics row, for the
-    metrics that were ever nonzero: the known metrics as numeric pairs of one record per
-    sample (after the sample's own values), the others one record each."""
+                      pred: np.ndarray, cols: pl.DataFrame) -> None:
+    """The model's value of every sample (`pred`: samples x the metrics of `cols`, the
+    metrics a kernel drives, fixed types), at the sample's time on the metrics row: one
+    record per sample, after the sample's own values."""
     c = pl.col
-    live = np.flatnonzero(np.nan_to_num(measured).max(axis=0, initial=0) > 0) \
-        if measured.size else np.zeros(0, dtype=np.int64)
-    if live.size == 0 or start.size == 0:
+    if pred.shape[1] == 0 or start.size == 0:
         return
-    keys = cols["key"].to_list()
-    fixed = _fixed_types(greg.PREDICTED, keys)
+    fixed = _fixed_types(greg.PREDICTED, cols["key"].to_list())
     local = cols["predicted_type"].to_list()
     pv = np.round(pred * greg.SCALE).astype(np.int64)
     n = start.size
-    base = pl.DataFrame({"time": start, "row_id": np.arange(n, dtype=np.int64)}).with_columns(
+    df = pl.DataFrame({"time": start, "row_id": np.arange(n, dtype=np.int64),
+                       **{f"p{m}": pv[:, m] for m in range(pv.shape[1])}}).with_columns(
         pid=pl.lit(owner["pid"][0], pl.Int64), device=pl.lit(owner["device"][0], pl.Int64))
-    base = base.with_columns(ctx.rows.metric_rows(base).alias("row")).drop("pid", "device")
-    pair_metrics = [m for m in live if fixed[m] is not None]
-    other_metrics = [m for m in live if fixed[m] is None]
-    if pair_metrics:
-        first, rest = pair_metrics[0], pair_metrics[1:]
-        df = base.with_columns(*[pl.Series(f"p{m}", pv[:, m]) for m in pair_metrics])
-        ctx.records(R.conform(df.select(R.events(
-            c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), local[first],
-            c(f"p{first}"), R.numeric_pairs(*[(fixed[m], c(f"p{m}")) for m in rest]),
-            sub=pl.lit(greg.PREDICTED.size, pl.Int64)))))
-    for m in other_metrics:
-        df = base.with_columns(pl.Series("pv", pv[:, m]))
-        ctx.records(R.conform(df.select(R.events(
-            c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), local[m],
-            c("pv"), sub=pl.lit(greg.PREDICTED.size + 1, pl.Int64) + local[m]
-            - greg.PREDICTED.base))))
+    df = df.with_columns(ctx.rows.metric_rows(df).alias("row")).drop("pid", "device")
+    ctx.records(R.conform(df.select(R.events(
+        c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), local[0], c("p0"),
+        R.numeric_pairs(*[(fixed[m], c(f"p{m}")) for m in range(1, pv.shape[1])]),
+        sub=pl.lit(greg.PREDICTED.size, pl.Int64)))))
 
 
 def _translated(report: Report, ctx: Context, kind: str) -> bool:

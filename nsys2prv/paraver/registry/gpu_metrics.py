@@ -26,8 +26,9 @@ Two ranges use the same keys:
   kernels". Between kernels the value is the last kernel's; views multiply it by a
   kernel-running window to draw it only while kernels run.
 * ``gpu_metrics_predicted`` (67503000 + offset), on the GPU's metrics row, at each sample's
-  time: the value the model predicts for that sampling period from the rates of what ran in
-  it. Beside the measured samples (``gpu_metrics``), it shows where the model fits.
+  time, for the metrics a kernel drives: the value the model predicts for that sampling
+  period from the rates of what ran in it. Beside the measured samples (``gpu_metrics``),
+  it shows where the model fits.
 * ``GPU_METRICS_METHOD`` (67504000), on each kernel of a sampled GPU at its start (0 at its
   end): how its rates were found: 1 measured directly (the kernel fills whole sampling
   periods), 2 separated by the model, 3 in a group of kernels that never run apart (their
@@ -159,9 +160,9 @@ RATE = TypeRange(
 PREDICTED = TypeRange(
     "gpu_metrics_predicted", GPU_METRICS_PREDICTED_BASE, 1000,
     "GPU metric predicted: {key}", "GPU metrics",
-    "On the GPU's metrics row at each sample's time: the value the sample-mixing model "
-    "predicts for that sampling period from the rates of what ran in it (view it beside the "
-    "measured samples, same offsets, Last Evt Val).",
+    "On the GPU's metrics row at each sample's time, for the metrics a kernel drives: the "
+    "value the sample-mixing model predicts for that sampling period from the rates of what "
+    "ran in it (view it beside the measured samples, same offsets, Last Evt Val).",
     precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
 
 METHOD_DIRECT, METHOD_MODEL, METHOD_GROUP = 1, 2, 3
