@@ -691,3 +691,31 @@ def test_live_paramedir_on_aiprof_equals_analyze(aiprof, tmp_path):
             assert cell == pytest.approx(rate, abs=0.011), (cfg, col)
         checked += len(rows)
     assert checked >= 20  # the short names paramedir prints whole (two tables)
+
+
+def test_a_metric_missing_on_one_gpu(tmp_path):
+    """Two ranks on GPUs of different metric sets: the second has no Tensor Active. Its fit
+    says so (no sample of it), the other metrics are fitted on both, and analyze names it."""
+    exports = []
+    for rank, metrics in enumerate((sr.METRICS, tuple(m for m in sr.METRICS
+                                                      if not m.startswith("Tensor")))):
+        kinds = [sr.KernelKind(k.name, tuple(r for r, m in zip(k.rates, sr.METRICS)
+                                             if m in metrics), k.shortest, k.longest,
+                               k.weight) for k in KINDS[:4]]
+        sc = sr.RateScenario(kinds, span=60_000_000, seed=30 + rank, metrics=metrics,
+                             idle_rates=tuple(0.0 for _ in metrics))
+        exports.append(sr.write_export(sr.simulate(sc), tmp_path / f"g{rank}.sqlite",
+                                       pid=2000 + rank))
+    out = tmp_path / "mixed.prv"
+    nsys2prv.translate(exports, out)
+    km = read_kernel_metrics(out)
+    f = km.fits
+    second = [d for d in f["device"].unique().to_list() if "pid 2001" in d][0]
+    t = f.filter((pl.col("device") == second) & (pl.col("metric") == "Tensor Active"))
+    assert t["samples"].item() == 0
+    sm = f.filter((pl.col("device") == second) & (pl.col("metric") == "SM Active"))
+    assert sm["r2_cv"].item() > 0.9
+    text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(out), "--no-idle"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "not sampled on this GPU" in text and "Tensor Active" in text.split(
+        "not sampled on this GPU")[1].splitlines()[0]
