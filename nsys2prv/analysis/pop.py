@@ -36,14 +36,17 @@ def application_rows(path: str | Path) -> list[int]:
         rows = window.rows
         running.update(window.states.filter(pl.col("state") == 1)["row"].unique().to_list())
     assert rows is not None
-    cpu = rows.filter(pl.col("kind") == "cpu").with_columns(
+    labelled = rows.with_columns(
         pl.col("task_label").str.extract(r"\(pid (\d+)\)", 1).alias("pid"),
         pl.col("label").str.extract(r"\(tid (\d+)\)", 1).alias("tid"))
     keep = []
-    for task in cpu.partition_by("task_index", maintain_order=True):
-        mine = [r["row"] for r in task.iter_rows(named=True)
+    # every task keeps a row: a Paraver task has at least one thread (a process whose
+    # report has GPU rows only keeps its first one)
+    for task in labelled.partition_by("task_index", maintain_order=True):
+        mine = [r["row"] for r in task.filter(pl.col("kind") == "cpu").iter_rows(named=True)
                 if r["row"] in running or (r["pid"] is not None and r["pid"] == r["tid"])]
-        keep += mine or [task["row"][0]]
+        cpu = task.filter(pl.col("kind") == "cpu")["row"]
+        keep += mine or [cpu[0] if cpu.len() else task["row"][0]]
     return sorted(keep)
 
 
