@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import gzip
 import re
-import shutil
 from pathlib import Path
 
 import polars as pl
 
 from ..errors import InputError, UsageError
+from ..paraver.output import TraceWriter
 from ..paraver.read import (BLOCK, HEADER, companion, make_scanner, open_text, read_layout,
                             windows)
+from ..paraver.writeid import is_mark, unmark_pcf
 
 
 def application_rows(path: str | Path) -> list[int]:
@@ -101,20 +102,21 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
         row_map[r] = new_cpu[key] << 32 | new_thread[key]
     layout = read_layout(src)
     scanner = make_scanner(layout, row_map=row_map)
-    opener = gzip.open if dst.name.endswith(".gz") else open
-    with opener(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as fin, \
-            opener(dst, "wb") as fout:
+    pcf = companion(src, ".pcf")
+    with gzip.open(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as fin, \
+            TraceWriter(dst) as writer:  # atomic, with its own write id
         fin.readline()
-        fout.write((head + "\n").encode())
+        writer.begin(head + "\n", unmark_pcf(pcf.read_text()) if pcf.exists() else "",
+                     _extrae_row(kept, new_thread, new_cpu, nodes, n_nodes,
+                                 companion(src, ".row")))
+        second = fin.readline()  # the source's write id is not the copy's
+        if not is_mark(second):
+            scanner.feed(second)
         while block := fin.read(BLOCK):
             scanner.feed(block)
-            fout.write(scanner.take()["text"])
-        fout.write(scanner.take(final=True)["text"])
-    pcf = companion(src, ".pcf")
-    if pcf.exists():
-        shutil.copyfile(pcf, companion(dst, ".pcf"))
-    companion(dst, ".row").write_text(_extrae_row(kept, new_thread, new_cpu, nodes,
-                                                   n_nodes, companion(src, ".row")))
+            writer.write_bytes(scanner.take()["text"])
+        writer.write_bytes(scanner.take(final=True)["text"])
+        writer.commit()
     return keep
 
 
