@@ -868,12 +868,9 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
     tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
     register_temp(tmp)
     try:
-        import multiprocessing  # only for windows in processes
-        from concurrent.futures import ProcessPoolExecutor
+        from ..lifeline import process_pool  # only for windows in processes
 
-        ctx = multiprocessing.get_context("spawn")  # forking a polars process can deadlock
-        with worker_environment(), ProcessPoolExecutor(max_workers=len(windows),
-                                                       mp_context=ctx) as pool:
+        with worker_environment(), process_pool(len(windows)) as pool:
             futures = [pool.submit(merge_window, partials, options, w, len(windows),
                                    str(tmp / f"window-{i:04d}.txt"))
                        for i, w in enumerate(windows)]
