@@ -674,6 +674,13 @@ def test_command_outputs_and_errors(calls_export: Path, tmp_path: Path, capsys) 
     assert (code, out, err) == (0, "", "")
     assert got.read_text() == ("Duration (ns),Start (ns),PID,TID,API Name\n"
                                "10000,6000,20,22,cudaStreamSynchronize_v3020\n")
+    code, out, _ = _run_cli(["-r", "cuda_api_sync:rows=1", "-f", "table", calls_export],
+                            capsys)  # nsys' boxed table
+    box = "+---------------+------------+-----+-----+-----------------------------+"
+    lines = out.splitlines()
+    assert code == 0 and lines[lines.index(box):lines.index(box) + 5] == [
+        box, "| Duration (ns) | Start (ns) | PID | TID |          API Name           |", box,
+        "|         10000 |       6000 |  20 |  22 | cudaStreamSynchronize_v3020 |", box]
     second = tmp_path / "second.sqlite"
     shutil.copy(calls_export, second)
     for args, code_, words in (

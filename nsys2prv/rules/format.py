@@ -98,6 +98,13 @@ def _wrap(text: str) -> str:
     return "\n".join(lines)
 
 
+def _center(text: str, width: int) -> str:
+    """A header centred as nsys centres it (an odd space goes to the right; Python's
+    str.center may put it on the left), cut to `width`."""
+    pad = max(0, width - len(text))
+    return " " * (pad // 2) + text[:width] + " " * (pad - pad // 2)
+
+
 def _fit(text: str, width: int, numeric: bool) -> str:
     if len(text) > width:
         return text[:width - 1] + ELLIPSIS
@@ -111,7 +118,7 @@ def table(result: RuleResult, raw: bool = False) -> str:
     widths = [min(MAX_COLUMN, max([len(h)] + [len(r[i]) for r in rows[:WIDTH_SAMPLE]]))
               for i, h in enumerate(heads)]
     numeric = [c.dtype != pl.Utf8 for c in result.columns]
-    lines = [" " + "  ".join(h.center(w) if len(h) <= w else h[:w] for h, w in
+    lines = [" " + "  ".join(_center(h, w) for h, w in
                              zip(heads, widths)),
              " " + "  ".join("-" * w for w in widths)]
     lines += [" " + "  ".join(_fit(v, w, n) for v, w, n in zip(row, widths, numeric))
@@ -127,7 +134,7 @@ def boxed(result: RuleResult, raw: bool = False) -> str:
               for i, h in enumerate(heads)]
     numeric = [c.dtype != pl.Utf8 for c in result.columns]
     rule = "+-" + "-+-".join("-" * w for w in widths) + "-+"
-    lines = [rule, "| " + " | ".join(h.center(w) if len(h) <= w else h[:w]
+    lines = [rule, "| " + " | ".join(_center(h, w)
                                      for h, w in zip(heads, widths)) + " |", rule]
     lines += ["| " + " | ".join(_fit(v, w, n) for v, w, n in zip(row, widths, numeric)) + " |"
               for row in rows]
