@@ -211,6 +211,8 @@ def run_supervised(command: Callable[[], int], what: str, advice: str) -> int:
                 pass
         finally:
             try:
+                for s in FORWARDED:  # the command is over: nothing left to interrupt
+                    signal.signal(s, signal.SIG_IGN)
                 _orphaned_cleanup(parent, ledger)
                 sys.stdout.flush()
                 sys.stderr.flush()
