@@ -14,13 +14,17 @@ memory the user thought freed. So:
   their parent's registered temporaries, see `supervise.register_temp`). When its `with`
   block ends by an exception (an interruption included), it kills them at once and waits
   for them, instead of waiting for their running tasks as `shutdown` does: the parent's
-  cleanup then runs after they are gone, and nothing they write comes after it.
+  cleanup then runs after they are gone, and nothing they write comes after it. Its
+  `submit` (which starts the workers and the pool's thread) runs with Ctrl-C, SIGTERM and
+  SIGHUP held (`signals_held`): an interruption there left a pool that could not be shut
+  down, or a worker started but not yet known to it, which then printed a traceback.
 
 Standard library only: the supervising process imports it before it forks.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -31,6 +35,18 @@ from contextlib import contextmanager
 
 PR_SET_PDEATHSIG = 1
 WATCH_SECONDS = 0.25
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP (a killed supervisor's) for a few steps that must
+    not be cut in the middle: they act once the block is over."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _prctl_deathsig(sig: int) -> bool:
@@ -68,14 +84,20 @@ def _worker_start(parent: int) -> None:
 
 
 def kill_workers(pool) -> None:
-    """SIGKILL the worker processes of a `ProcessPoolExecutor` and reap them."""
+    """SIGKILL the worker processes of a `ProcessPoolExecutor`, then shut it down: with its
+    workers gone its manager thread ends at once, and its queues' named semaphores are
+    released here (else multiprocessing's resource tracker reports them as leaked when this
+    process ends by `os._exit`)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     for p in processes:
         try:
             p.kill()
         except (OSError, ValueError):
             pass
-    pool.shutdown(wait=False, cancel_futures=True)
+    try:
+        pool.shutdown(wait=True, cancel_futures=True)
+    except RuntimeError:  # its thread never started: nothing more to wait for
+        pass
     for p in processes:
         try:
             p.join(5)
@@ -83,17 +105,29 @@ def kill_workers(pool) -> None:
             pass
 
 
+@functools.cache
+def _pool_class() -> type:
+    """ProcessPoolExecutor whose `submit` holds the signals (made on first use: the
+    supervising parent does not import concurrent.futures)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    class Pool(ProcessPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            with signals_held():
+                return super().submit(fn, *args, **kwargs)
+
+    return Pool
+
+
 @contextmanager
 def process_pool(workers: int) -> Iterator:
     """A `ProcessPoolExecutor` of `workers` spawned processes that die with this one; an
     exception out of the block kills them before it goes on (see the module doc)."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: forking a process whose polars thread pool runs can deadlock it
-    pool = ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start, initargs=(os.getpid(),))
+    pool = _pool_class()(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                         initializer=_worker_start, initargs=(os.getpid(),))
     try:
         yield pool
     except BaseException:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import errno
 import os
 import re
-import signal
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 
 from ..errors import OutputError
+from ..lifeline import signals_held
 from ..supervise import register_temp
 from .writeid import mark
 
@@ -131,7 +129,9 @@ class TraceWriter:
             row_tmp.write_text(row_text, encoding="utf-8")
             for tmp in (self._prv_tmp, pcf_tmp, row_tmp):
                 os.chmod(tmp, 0o644)
-            with _signals_held():  # an interruption comes after the three, not between
+            # Ctrl-C/SIGTERM/SIGHUP act after the three renames, not between them; SIGKILL
+            # cannot be held: a reader then finds files of two writes and refuses them
+            with signals_held():
                 os.replace(pcf_tmp, self.pcf)
                 os.replace(row_tmp, self.row)
                 os.replace(self._prv_tmp, self.prv)
@@ -157,21 +157,6 @@ class TraceWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None or self._temps:
             self.abort()
-
-
-HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold Ctrl-C, SIGTERM and SIGHUP (a killed supervisor's) while the trace is renamed
-    into place: they act once the three renames are done. SIGKILL cannot be held: a reader
-    then finds files of two writes and refuses them (`writeid.py`)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def os_errno(e: OSError) -> int | None:
