@@ -41,12 +41,26 @@ HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @contextmanager
 def signals_held() -> Iterator[None]:
     """Hold Ctrl-C, SIGTERM and SIGHUP (a killed supervisor's) for a few steps that must
-    not be cut in the middle: they act once the block is over."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    not be cut in the middle: they act once the block is over. Their handlers are swapped
+    for one that notes them, and what was noted is sent again after: blocking them with
+    pthread_sigmask is not enough, since another thread (polars', the pool's) takes the
+    signal and Python runs the handler in the main thread all the same. Outside the main
+    thread (no handler can run there) nothing is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    swapped = {s: h for s in HELD
+               if (h := signal.getsignal(s)) is not None and h is not signal.SIG_IGN}
+    for s in swapped:
+        signal.signal(s, lambda sig, frame: noted.append(sig))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, h in swapped.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(noted):
+            os.kill(os.getpid(), s)
 
 
 def _prctl_deathsig(sig: int) -> bool:
