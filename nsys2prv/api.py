@@ -481,12 +481,10 @@ def _run_prepare(jobs_args: list[tuple], jobs: int, dask: Any,
             tick()
         return
     if jobs > 1 and total > 1:
-        # spawn, not fork: forking a process whose polars thread pool runs can deadlock it
-        import multiprocessing  # only for a process pool: not on a one-report run's path
-        from concurrent.futures import ProcessPoolExecutor
+        # only for a process pool: not on a one-report run's path
+        from .lifeline import process_pool
 
-        with worker_environment(), ProcessPoolExecutor(
-                max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with worker_environment(), process_pool(jobs) as pool:
             for _ in pool.map(_prepare_one, jobs_args):
                 tick()
         return

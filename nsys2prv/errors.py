@@ -33,6 +33,7 @@ class OutputError(Nsys2PrvError):
 
 
 class Interrupted(Nsys2PrvError):
-    """The run was stopped by SIGINT/SIGTERM; partial outputs were removed."""
+    """The run was stopped by SIGINT/SIGTERM/SIGHUP (or its supervising parent was killed);
+    partial outputs were removed."""
 
     exit_code = 130

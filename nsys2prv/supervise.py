@@ -9,6 +9,13 @@ what follows it, and when the child dies of a signal prints one line saying what
 and what to do, then removes the temporary files the child had registered
 (`register_temp`) and not yet cleaned up. Only the console script is supervised
 (`nsys2prv.cli.main` with no arguments); library calls and in-process `main(argv)` are not.
+
+The child ends with the parent (`lifeline.py`): when the parent is killed (`kill -9`) the
+kernel sends the child SIGTERM, which stops the command as an interruption does (its workers
+killed, its temporaries removed, an older trace of the output's name left as it was); the
+child then removes what it had registered and the ledger itself, the parent's part. SIGHUP
+(the terminal closed) reaches the parent's command as SIGTERM and SIGINT do: it stops and
+cleans up.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from .lifeline import die_with_parent
 
 LEDGER_ENV = "NSYS2PRV_LEDGER"
 TTY_ENV = "NSYS2PRV_STDERR_TTY"
@@ -91,9 +100,12 @@ class _Relay:
         self.dropping = False
 
     def _write(self, data: bytes) -> None:
-        if data:
-            self.out.write(data)
-            self.out.flush()
+        if data and self.out is not None:
+            try:
+                self.out.write(data)
+                self.out.flush()
+            except (OSError, ValueError):  # the terminal is gone (SIGHUP): drop the rest
+                self.out = None
 
     def feed(self, data: bytes) -> None:
         data = self.held + data
@@ -140,9 +152,26 @@ def _describe_death(sig: int, what: str, advice: str) -> str:
 
 
 def _interrupt_once(signum, frame):
-    """SIGINT in the child: KeyboardInterrupt once, later ones ignored (the cleanup runs)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """SIGINT, SIGTERM or SIGHUP in the child: KeyboardInterrupt once, later ones of that
+    signal ignored (the cleanup runs; the command may install its own handlers)."""
+    signal.signal(signum, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+# what the parent passes on to the child: the child stops and cleans up itself
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _orphaned_cleanup(parent: int, ledger: Path) -> None:
+    """In the child, once the command is over: if the parent died (killed), do its part,
+    removing what is registered and the ledger."""
+    if os.getppid() == parent:
+        return
+    _remove_registered(ledger)
+    try:
+        ledger.unlink()
+    except OSError:
+        pass
 
 
 def run_supervised(command: Callable[[], int], what: str, advice: str) -> int:
@@ -155,6 +184,7 @@ def run_supervised(command: Callable[[], int], what: str, advice: str) -> int:
     tty = stderr_is_terminal()
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: run the command with stderr into the pipe
         os.close(read_end)
@@ -163,28 +193,39 @@ def run_supervised(command: Callable[[], int], what: str, advice: str) -> int:
         os.environ[LEDGER_ENV] = ledger_name
         os.environ[TTY_ENV] = "1" if tty else "0"
         os.environ["RUST_BACKTRACE"] = "0"
-        signal.signal(signal.SIGINT, _interrupt_once)
+        for s in FORWARDED:
+            if signal.getsignal(s) is not signal.SIG_IGN:  # `nohup` keeps SIGHUP ignored
+                signal.signal(s, _interrupt_once)
         code = 1
         try:
+            die_with_parent(signal.SIGTERM, parent)  # a killed parent stops the command
             code = command()
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:  # noqa: BLE001 - report like an uncaught exception would
             import traceback
 
-            traceback.print_exc()
+            try:
+                traceback.print_exc()
+            except OSError:  # no parent to read it
+                pass
         finally:
             try:
+                for s in FORWARDED:  # the command is over: nothing left to interrupt
+                    signal.signal(s, signal.SIG_IGN)
+                _orphaned_cleanup(parent, ledger)
                 sys.stdout.flush()
                 sys.stderr.flush()
             finally:
                 os._exit(code if isinstance(code, int) else 1)
     os.close(write_end)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.getsignal(s) for s in FORWARDED}
     # signals for us are for the command: the child cleans up and says so itself (Ctrl-C
-    # reaches it twice, from the terminal and from here: it acts on the first)
-    for s in previous:
-        signal.signal(s, lambda sig, frame: os.kill(pid, sig))
+    # and a closed terminal's SIGHUP reach it twice, from the terminal and from here: it acts
+    # on the first)
+    for s, h in previous.items():
+        if h is not signal.SIG_IGN:
+            signal.signal(s, lambda sig, frame: os.kill(pid, sig))
     relay = _Relay(sys.stderr.buffer if hasattr(sys.stderr, "buffer") else sys.stderr)
     try:
         while True:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsys2prv.paraver.check import check_trace
+from nsys2prv.paraver.writeid import unmark_pcf, unmark_row
 
 
 @dataclass
@@ -103,8 +104,9 @@ def read_prv(path: str | Path) -> Trace:
             elif f[0] == 3:
                 tr.comms.append(tuple(f))
     base = path.name[:-7] if path.name.endswith(".prv.gz") else path.name[:-4]
-    tr.pcf = path.with_name(base + ".pcf").read_text()
-    tr.row = path.with_name(base + ".row").read_text()
+    # without the write id (paraver/writeid.py): the content, whichever write made it
+    tr.pcf = unmark_pcf(path.with_name(base + ".pcf").read_text())
+    tr.row = unmark_row(path.with_name(base + ".row").read_text())
     return tr
 
 

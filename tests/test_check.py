@@ -9,6 +9,7 @@ import pytest
 
 import nsys2prv
 from nsys2prv.paraver.check import check_trace
+from nsys2prv.paraver.writeid import is_mark
 from nsys2prv.testing.samples import sample_spec
 from nsys2prv.testing.synth import write_export
 
@@ -28,7 +29,8 @@ def variant(good: Path, tmp_path: Path, edit) -> Path:
     lines = good.read_text().splitlines()
     header, body = lines[0], [x for x in lines[1:] if not x.startswith("#")]
     header, body = edit(header, body)
-    out.write_text("\n".join([header] + body) + "\n")
+    # the write id stays: the .pcf and .row copied are of that write
+    out.write_text("\n".join([header, *filter(is_mark, lines[1:2])] + body) + "\n")
     return out
 
 

@@ -144,7 +144,8 @@ def test_python_dash_m_and_check_command(tmp_path, sample_db):
     assert proc.returncode == 0 and "OK" in proc.stdout
     bad = tmp_path / "bad.prv"
     lines = (tmp_path / "m.prv").read_text().splitlines()
-    bad.write_text("\n".join([lines[0]] + lines[:0:-1]) + "\n")  # body reversed
+    bad.write_text("\n".join(lines[:2] + lines[:1:-1]) + "\n")  # body reversed (not the
+    # header and the write id the .pcf and .row copied carry)
     for ext in (".pcf", ".row"):
         (tmp_path / f"bad{ext}").write_bytes((tmp_path / f"m{ext}").read_bytes())
     proc = subprocess.run([sys.executable, "-m", "nsys2prv", "check", str(bad)],

@@ -162,3 +162,94 @@ def corpus_trace(request, tmp_path_factory):
 def test_corpus_traces_open_without_question(corpus_trace):
     db, _, prv = corpus_trace
     _assert_no_question(db.name, event_types(prv))
+
+
+# -- every kind of trace nsys2prv writes (issue 37) -------------------------------------------
+
+RECORDED = ROOT / "tests" / "data" / "recorded"
+# sources: a CPU-only MPI job (4 recorded ranks, no GPU) and the suite's GPU exports: one
+# process, NCCL, GPU metrics, a 2-rank job merged from two reports
+SOURCES = ("cpu_mpi", "sample", "nccl", "metrics", "job")
+# derived from each source: the critical path's copy, the POP copy, the thirds of the run
+# translated as --filter-time windows, a window cut from the trace (diff's side given as a
+# trace)
+DERIVED = ("path", "pop", "w0", "w1", "w2", "cut")
+# traces of two runs (diff --trace): (before, after)
+PAIRS = (("cpu_mpi", "sample"), ("nccl", "metrics"), ("job", "cpu_mpi"))
+KINDS = ([*SOURCES, *(f"{s}_{k}" for s in SOURCES for k in DERIVED),
+          *(f"diff_{a}_{b}" for a, b in PAIRS)])
+
+
+def _quiet_main(args: list) -> None:
+    import contextlib
+    import io
+
+    from nsys2prv.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    assert code == 0, (args, err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def kind_traces(suite_traces, tmp_path_factory) -> dict[str, Path]:
+    """Every kind of trace of the issue, from a CPU-only MPI job and from GPU exports."""
+    from nsys2prv import translate
+    from nsys2prv.analysis.pop import pop_trace
+    from nsys2prv.paraver.read import read_layout
+    from nsys2prv.pipeline.window import cut_trace
+
+    d = tmp_path_factory.mktemp("kinds")
+    gpu = suite_traces["sample"].parent
+    inputs = {"cpu_mpi": sorted(RECORDED.glob("mpi_nvtx_rank*.nsys2023.4.sqlite")),
+              "sample": [gpu / "sample.sqlite"], "nccl": [gpu / "nccl.sqlite"],
+              "metrics": [gpu / "metrics.sqlite"], "job": sorted(gpu.glob("rank*.sqlite"))}
+    out = {name: suite_traces[name] for name in SOURCES if name in suite_traces}
+    out["cpu_mpi"] = d / "cpu_mpi.prv"
+    translate([str(p) for p in inputs["cpu_mpi"]], str(out["cpu_mpi"]))
+    for name in SOURCES:
+        src, end = out[name], read_layout(out[name]).end
+        _quiet_main(["analyze", src, "--critical-path", "--path-trace", d / f"{name}_path.prv"])
+        pop_trace(src, d / f"{name}_pop.prv")
+        for k in range(3):
+            translate([str(p) for p in inputs[name]], str(d / f"{name}_w{k}.prv"),
+                      window=f"{end * k // 3}ns/{end * (k + 1) // 3}ns", allow_empty=True)
+        cut_trace(src, d / f"{name}_cut.prv", end // 4, end // 2)
+        out.update({f"{name}_{k}": d / f"{name}_{k}.prv" for k in DERIVED})
+    for a, b in PAIRS:  # what `diff A B --trace` writes, through the command itself
+        sides = []
+        for name in (a, b):
+            lst = d / f"{name}.list"
+            lst.write_text("".join(f"{p}\n" for p in inputs[name]))
+            sides.append(f"@{lst}")
+        _quiet_main(["diff", *sides, "--trace", d / f"diff_{a}_{b}.prv", "--no-rules"])
+        out[f"diff_{a}_{b}"] = d / f"diff_{a}_{b}.prv"
+    return out
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_every_kind_of_trace_opens_without_question(name, kind_traces):
+    """Path traces, POP copies, windows (of reports and of a trace), traces of two runs and
+    a CPU-only MPI job: no shipped cfg asks 'Some of the events...' on any of them (each is
+    also a valid trace)."""
+    from nsys2prv.paraver.check import check_trace
+
+    prv = kind_traces[name]
+    assert check_trace(prv).ok, check_trace(prv).messages()
+    loaded = event_types(prv)
+    _assert_no_question(name, loaded)
+
+
+def test_kinds_cover_what_asked_before(kind_traces):
+    """The traces that made the issue's questions are among the kinds, with the types that
+    made them: a CPU-only path (no float), a POP copy with NCCL message sizes but no NCCL
+    kernel, a window with GPU metric samples but no kernel."""
+    from nsys2prv.paraver.registry import critical, cuda, nccl
+
+    path = event_types(kind_traces["cpu_mpi_path"])
+    assert critical.CRITICAL_PATH in path and critical.CRITICAL_FLOAT not in path
+    pop = event_types(kind_traces["nccl_pop"])
+    assert nccl.NCCL_MESSAGE_SIZE in pop and cuda.NCCL_KERNEL not in pop
+    window = event_types(kind_traces["metrics_w1"])
+    assert cuda.CUDA_KERNEL not in window and any(67_500_000 <= t < 67_501_000 for t in window)

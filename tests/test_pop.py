@@ -19,6 +19,7 @@ import pytest
 from nsys2prv.analysis.model import TYPES, analyze_trace
 from nsys2prv.analysis.pop import application_rows, pop_trace
 from nsys2prv.paraver.read import read_trace
+from nsys2prv.paraver.writeid import ids, unmark_pcf
 from nsys2prv.model.rows import default_states
 from nsys2prv.paraver import registry as reg
 from nsys2prv.paraver.registry.deps import TAG_MPI_COLLECTIVE
@@ -108,7 +109,11 @@ def test_pop_copy_keeps_only_the_application_rows(traces, tmp_path):
     assert dst.read_text().splitlines()[0].endswith(":1(4):1:4(1:1,1:1,1:1,1:1)")
     row = dst.with_suffix(".row").read_text()
     assert "LEVEL THREAD SIZE 4\nTHREAD 1.1.1\nTHREAD 1.2.1\nTHREAD 1.3.1\nTHREAD 1.4.1" in row
-    assert dst.with_suffix(".pcf").read_bytes() == src.with_suffix(".pcf").read_bytes()
+    # the source's .pcf, with the copy's own write id (the .prv's second line)
+    src_pcf, dst_pcf = (p.with_suffix(".pcf").read_text() for p in (src, dst))
+    assert unmark_pcf(dst_pcf) == unmark_pcf(src_pcf) and dst_pcf != src_pcf
+    own = ids(dst)
+    assert own[".prv"] == own[".pcf"] == own[".row"] != ids(src)[".prv"] is not None
     # every record of a kept row is copied, only its cpu and thread renumbered
     kept_keys = {(int(t.rows["task"][r]), int(t.rows["thread"][r])) for r in keep}
     want = [f[:1] + f[2:4] + f[5:] for f in _body(src)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
 import shutil
 import sqlite3
@@ -596,3 +597,135 @@ def test_mounted_as_analyze_rule(calls_export: Path, capsys) -> None:
     assert [wants_rules(a) for a in (["x.prv"], ["--json", "x.prv"], ["--", "-r"],
                                      ["-r", "gpu_gaps", "x"], ["--rule", "all", "x"])] \
         == [False, False, False, True, True]
+
+
+# -- nsys analyze's output options (-o, -f, --force-overwrite, @command) ------------------------
+
+def _run_cli(args: list, capsys) -> tuple[int, str, str]:
+    code = rules_main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_outputs_are_files_paired_with_rules_as_in_nsys(calls_export: Path, tmp_path: Path,
+                                                        capsys) -> None:
+    """The k-th rule goes to the k-th output in the k-th format, the last of each serving the
+    rules after it; a file is BASE_RULE[_OPTION=VALUE...].EXT; no rows: an empty CSV, an
+    empty JSON array; extra outputs are warned about."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    code, out, err = _run_cli(["-r", "cuda_api_sync:rows=2,gpu_gaps,cuda_memset_sync",
+                               "-f", "csv,json", "-o", f"{a},{b},{tmp_path / 'c'},{a}",
+                               calls_export], capsys)
+    assert (code, out) == (0, "")
+    assert err == "nsys2prv analyze: warning: more outputs (-o) than rules: the last 1 are " \
+                  "not used\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a_cuda_api_sync_rows=2.csv", "b_gpu_gaps.json", "c_cuda_memset_sync.json"]
+    assert (tmp_path / "a_cuda_api_sync_rows=2.csv").read_text() == (
+        "Duration (ns),Start (ns),PID,TID,API Name\n"
+        "10000,6000,20,22,cudaStreamSynchronize_v3020\n"
+        "4000,1000,20,21,cudaDeviceSynchronize_v3020\n")
+    assert (tmp_path / "b_gpu_gaps.json").read_text() == "[\n]\n"
+    import json
+
+    memset = json.loads((tmp_path / "c_cuda_memset_sync.json").read_text())
+    assert [(r["Duration (ns)"], r["Memory Kind"], r["Bytes (MB)"], r["Green Context ID"])
+            for r in memset] == [(800, "Pinned", 0.0, ""), (400, "Managed", 0.0, "")]
+    # tsv with bytes as bytes; the file named after the export (-o .)
+    code, out, err = _run_cli(["-r", "cuda_memcpy_sync", "-f", "tsv:noconv", "-o", ".",
+                               calls_export], capsys)
+    assert (code, out, err) == (0, "", "")
+    made = calls_export.with_name("calls_cuda_memcpy_sync.tsv")
+    assert made.read_text().splitlines()[1].split("\t")[:5] == [
+        "700", "32100", "Pageable", "Device", "64001"]
+    made.unlink()
+
+
+def test_existing_files_are_kept_without_force_overwrite(calls_export: Path, tmp_path: Path,
+                                                         capsys) -> None:
+    """As nsys: an existing file is left alone and its rule skipped (a line on stderr, exit
+    0) unless --force-overwrite true; the option takes true or false."""
+    target = tmp_path / "r_cuda_api_sync.csv"
+    target.write_text("older\n")
+    args = ["-r", "cuda_api_sync", "-o", tmp_path / "r", calls_export]
+    code, out, err = _run_cli(args, capsys)
+    assert (code, out, target.read_text()) == (0, "", "older\n")
+    assert err == f"nsys2prv analyze: SKIPPED: output file {target} exists " \
+                  "(--force-overwrite true replaces it)\n"
+    assert _run_cli([*args, "--force-overwrite", "false"], capsys)[0] == 0
+    assert target.read_text() == "older\n"
+    assert _run_cli([*args, "--force-overwrite", "true"], capsys) == (0, "", "")
+    assert target.read_text().startswith("Duration (ns),Start (ns),PID,TID,API Name\n10000,")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]  # no temporary left
+    code, _, err = _run_cli([*args[:-1], "--force-overwrite", calls_export], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--force-overwrite" in err
+
+
+def test_command_outputs_and_errors(calls_export: Path, tmp_path: Path, capsys) -> None:
+    """@COMMAND gets the result on its stdin (CSV by default), split on whitespace; bad
+    formats, a base for several exports and an unwritable place are one-line errors."""
+    import sys
+
+    script = tmp_path / "keep.py"
+    script.write_text("import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read())\n")
+    got = tmp_path / "got.txt"
+    code, out, err = _run_cli(["-r", "cuda_api_sync:rows=1,gpu_gaps", "-o",
+                               f"@{sys.executable} {script} {got}", calls_export], capsys)
+    assert (code, out, err) == (0, "", "")
+    assert got.read_text() == ("Duration (ns),Start (ns),PID,TID,API Name\n"
+                               "10000,6000,20,22,cudaStreamSynchronize_v3020\n")
+    code, out, _ = _run_cli(["-r", "cuda_api_sync:rows=1", "-f", "table", calls_export],
+                            capsys)  # nsys' boxed table
+    box = "+---------------+------------+-----+-----+-----------------------------+"
+    lines = out.splitlines()
+    assert code == 0 and lines[lines.index(box):lines.index(box) + 5] == [
+        box, "| Duration (ns) | Start (ns) | PID | TID |          API Name           |", box,
+        "|         10000 |       6000 |  20 |  22 | cudaStreamSynchronize_v3020 |", box]
+    second = tmp_path / "second.sqlite"
+    shutil.copy(calls_export, second)
+    for args, code_, words in (
+            (["-f", "hdoc"], 2, "unsupported format 'hdoc'"),
+            (["-f", "csv:mem=B"], 2, "format argument 'mem=B'"),
+            (["-o", tmp_path / "x", second], 2, "use -o ."),
+            (["-o", tmp_path / "missing" / "x"], 1, "cannot write"),
+            (["-o", "@no-such-command-here"], 1, "cannot run it")):
+        code, out, err = _run_cli(["-r", "cuda_api_sync", *args, calls_export], capsys)
+        assert code == code_ and err.count("\n") == 1 and words in err, (args, err)
+
+
+def test_output_options_equal_to_live_nsys(tmp_path: Path) -> None:
+    """Where Nsight Systems 2023.4 is installed: the same command line writes the same files
+    with the same bytes (CSV, TSV, JSON; the text formats carry our own advice), keeps them
+    without --force-overwrite true and replaces them with it."""
+    import sys
+
+    exe = _nsys_2023()
+    if exe is None:
+        pytest.skip("Nsight Systems 2023.4 not installed (no nsys2023, nor nsys 2023.4)")
+    export = CORPUS / "sqlite" / "hpco_report2.sqlite"
+    if not export.exists():
+        export = Path(__file__).resolve().parents[1] / "examples" / "sample.sqlite"
+    runs = {"nsys": [exe, "analyze"],
+            "ours": [sys.executable, "-m", "nsys2prv", "analyze"]}
+    files = {}
+    for who, cmd in runs.items():
+        d = tmp_path / who
+        d.mkdir()
+        shutil.copy(export, d / "e.sqlite")
+        args = ["-r", "cuda_api_sync,gpu_gaps:gap=0:rows=3,cuda_memcpy_sync,gpu_time_util",
+                "-f", "csv,json,tsv:noconv", "-o", f"{d / 'a'},{d / 'b'},.", str(d / "e.sqlite")]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        for force in ([], [], ["--force-overwrite", "true"]):
+            proc = subprocess.run(cmd + args + force, capture_output=True, text=True, env=env)
+            assert proc.returncode == 0, (who, proc.stderr)
+            if not force and not any(p.name.endswith(".old") for p in d.iterdir()):
+                for p in d.iterdir():  # after the first run: mark every output file
+                    if p.name != "e.sqlite":
+                        p.with_name(p.name + ".old").write_bytes(p.read_bytes())
+                        p.write_text("kept\n")
+            elif not force:  # second run: every file kept
+                assert all(p.read_text() == "kept\n" for p in d.iterdir()
+                           if p.suffix in (".csv", ".json", ".tsv")), who
+        files[who] = {p.name: p.read_bytes() for p in d.iterdir() if p.name != "e.sqlite"}
+    assert files["ours"] == files["nsys"]
+    assert "a_cuda_api_sync.csv" in files["ours"] and "e_gpu_time_util.tsv" in files["ours"]

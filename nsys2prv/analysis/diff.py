@@ -771,11 +771,9 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             # the side's trace is never written: the analysis reads it as it is merged
             if isolate:  # the preparation's memory (and the rules') is given back before
-                import multiprocessing  # the analysis starts
-                from concurrent.futures import ProcessPoolExecutor
+                from ..lifeline import process_pool  # the analysis starts
 
-                with ProcessPoolExecutor(
-                        max_workers=1, mp_context=multiprocessing.get_context("spawn")) as p:
+                with process_pool(1) as p:
                     out, found = p.submit(_prepare, paths, workdir, label, window, jobs,
                                           attributes, rules).result()
             else:
@@ -913,13 +911,10 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
             parallel = min(_size(a["inputs"]) for a in args) > PARALLEL_BYTES
         if parallel:
             # each side is one process's work (translate, then scan): two at once
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
+            from ..lifeline import process_pool
             from ..pipeline.budget import worker_environment
 
-            with worker_environment(share=2), ProcessPoolExecutor(
-                    max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with worker_environment(share=2), process_pool(2) as pool:
                 sides = list(pool.map(_read_side_args, args))
         else:
             sides = [read_side(**a) for a in args]

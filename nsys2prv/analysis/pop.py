@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import gzip
 import re
-import shutil
 from pathlib import Path
 
 import polars as pl
 
 from ..errors import InputError, UsageError
+from ..paraver.output import TraceWriter
 from ..paraver.read import (BLOCK, HEADER, companion, make_scanner, open_text, read_layout,
                             windows)
+from ..paraver.writeid import is_mark, unmark_pcf
 
 
 def application_rows(path: str | Path) -> list[int]:
@@ -36,14 +37,17 @@ def application_rows(path: str | Path) -> list[int]:
         rows = window.rows
         running.update(window.states.filter(pl.col("state") == 1)["row"].unique().to_list())
     assert rows is not None
-    cpu = rows.filter(pl.col("kind") == "cpu").with_columns(
+    labelled = rows.with_columns(
         pl.col("task_label").str.extract(r"\(pid (\d+)\)", 1).alias("pid"),
         pl.col("label").str.extract(r"\(tid (\d+)\)", 1).alias("tid"))
     keep = []
-    for task in cpu.partition_by("task_index", maintain_order=True):
-        mine = [r["row"] for r in task.iter_rows(named=True)
+    # every task keeps a row: a Paraver task has at least one thread (a process whose
+    # report has GPU rows only keeps its first one)
+    for task in labelled.partition_by("task_index", maintain_order=True):
+        mine = [r["row"] for r in task.filter(pl.col("kind") == "cpu").iter_rows(named=True)
                 if r["row"] in running or (r["pid"] is not None and r["pid"] == r["tid"])]
-        keep += mine or [task["row"][0]]
+        cpu = task.filter(pl.col("kind") == "cpu")["row"]
+        keep += mine or [cpu[0] if cpu.len() else task["row"][0]]
     return sorted(keep)
 
 
@@ -98,20 +102,21 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
         row_map[r] = new_cpu[key] << 32 | new_thread[key]
     layout = read_layout(src)
     scanner = make_scanner(layout, row_map=row_map)
-    opener = gzip.open if dst.name.endswith(".gz") else open
-    with opener(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as fin, \
-            opener(dst, "wb") as fout:
+    pcf = companion(src, ".pcf")
+    with gzip.open(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as fin, \
+            TraceWriter(dst) as writer:  # atomic, with its own write id
         fin.readline()
-        fout.write((head + "\n").encode())
+        writer.begin(head + "\n", unmark_pcf(pcf.read_text()) if pcf.exists() else "",
+                     _extrae_row(kept, new_thread, new_cpu, nodes, n_nodes,
+                                 companion(src, ".row")))
+        second = fin.readline()  # the source's write id is not the copy's
+        if not is_mark(second):
+            scanner.feed(second)
         while block := fin.read(BLOCK):
             scanner.feed(block)
-            fout.write(scanner.take()["text"])
-        fout.write(scanner.take(final=True)["text"])
-    pcf = companion(src, ".pcf")
-    if pcf.exists():
-        shutil.copyfile(pcf, companion(dst, ".pcf"))
-    companion(dst, ".row").write_text(_extrae_row(kept, new_thread, new_cpu, nodes,
-                                                   n_nodes, companion(src, ".row")))
+            writer.write_bytes(scanner.take()["text"])
+        writer.write_bytes(scanner.take(final=True)["text"])
+        writer.commit()
     return keep
 
 

@@ -22,7 +22,11 @@ SUBCOMMANDS = ("translate", "check", "analyze", "diff", "prepare", "merge", "par
 
 def _on_signal(signum, frame):
     signal.signal(signum, signal.SIG_IGN)  # once: a second SIGTERM must not stop the cleanup
-    raise Interrupted(f"interrupted by signal {signum}; partial outputs removed")
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    raise Interrupted(f"interrupted by {name}; partial outputs removed")
 
 
 # what a command does and what to try when it runs out of memory (see supervise.py)
@@ -53,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     debug = "--debug" in argv
     signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # not under `nohup`
+        signal.signal(signal.SIGHUP, _on_signal)  # the terminal closed: stop, clean up
     warnings.simplefilter("default")
     warnings.showwarning = show_warning
     try:

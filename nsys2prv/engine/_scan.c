@@ -777,7 +777,14 @@ static int cut_line(Scanner *s, const char *p, const char *end, const char *nl) 
         field(&q, end, &rtask) || field(&q, end, &rthread) || field(&q, end, &lrecv) ||
         field(&q, end, &precv))
         return -1;
-    int64_t lo = t < psend ? t : psend, hi = lrecv > precv ? lrecv : precv;
+    /* every one of the four times inside: a receive may be posted (logical receive) before
+     * the message is sent, so the earliest is not always the send's */
+    int64_t lo = t, hi = t;
+    const int64_t times[3] = {psend, lrecv, precv};
+    for (int k = 0; k < 3; k++) {
+        if (times[k] < lo) lo = times[k];
+        if (times[k] > hi) hi = times[k];
+    }
     if (lo < c->from || hi > to) return 0;
     if (cut_flush(s) < 0) return -2;
     return put_text(s, "3:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld:%lld",

@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..errors import InputError
+from .writeid import check_set
+
 HEADER_RE = re.compile(
     r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?P<unit>_ns|_us|_ms)?:"
     r"(?P<res>0|\d+(?:\([\d,]+\))?):(?P<nappl>\d+):(?P<appls>.*)$")
@@ -213,6 +216,11 @@ def check_trace(path: str | Path) -> CheckReport:
         return rep
     base = path.name[:-7] if path.name.endswith(".prv.gz") else path.name[:-4]
     pcf_path, row_path = path.with_name(base + ".pcf"), path.with_name(base + ".row")
+    try:  # the .pcf and .row of another write say nothing about this .prv
+        check_set(path)
+    except InputError as e:
+        rep.error(str(e).removeprefix(f"{path}: "))
+        return rep
     with _open_text(path) as fh:
         first = fh.readline()
         try:

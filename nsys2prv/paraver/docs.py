@@ -48,6 +48,16 @@ def render() -> str:
                 "|---|---|"]
         for lo, hi, what in reg.RETIRED:
             out.append(f"| {lo}-{hi} | {what} |")
+    out += ["", "## Types in the .pcf only", "",
+            "Never written as records: labels that tie the trace to its inputs and its write.",
+            "", "| type | label | meaning |", "|---|---|---|",
+            f"| {reg.REPORT_INFO} | nsys2prv input report (clock offsets) | one value per "
+            "input report: its file name, host, and the offset added to its clock "
+            "(docs/usage.md) |",
+            f"| {reg.WRITE_ID} | nsys2prv write <id> | the first section of the .pcf; the "
+            "same id is on the .prv's second line and the .row's first line, and `check` "
+            "refuses a set whose files name different writes (a crash between the three "
+            "renames) |"]
     out += ["", "## Value tables", "",
             "Names are numbered per trace: fixed values first, then every other name of the "
             "family in name order, so one name has one value in every rank of a merged trace. "

@@ -11,6 +11,7 @@ import polars as pl
 
 from .output import TraceWriter
 from .read import companion, open_text, read_layout
+from .writeid import PRV_MARK, unmark_pcf, unmark_row
 
 BLOCK = 32 << 20  # characters of trace text merged at a time
 
@@ -71,8 +72,11 @@ def write_with_events(src: str | Path, output: str | Path, new: pl.DataFrame,
     src = Path(src)
     pending = new.sort("time", maintain_order=True)
     done = 0
+    row_path = companion(src, ".row")
+    pcf = unmark_pcf(companion(src, ".pcf").read_text())
+    row = unmark_row(row_path.read_text()) if row_path.exists() else ""
     with TraceWriter(output) as writer, open_text(src) as f:
-        writer.write(f.readline())
+        writer.begin(f.readline(), pcf.rstrip("\n") + "\n\n" + pcf_extra, row)
         carry = ""
         held = pl.Series("line", [], dtype=pl.Utf8)
         while True:
@@ -82,8 +86,11 @@ def write_with_events(src: str | Path, output: str | Path, new: pl.DataFrame,
             body, carry = (text[: cut + 1], text[cut + 1:]) if chunk else (text, "")
             lines = pl.Series("line", body.splitlines(), dtype=pl.Utf8)
             comment = lines.str.starts_with("#")
-            if comment.any():  # header comments come first, before any record
-                writer.write("\n".join(lines.filter(comment).to_list()) + "\n")
+            if comment.any():  # header comments come first, before any record; the
+                # source's write id is not this write's
+                kept = lines.filter(comment & ~lines.str.starts_with(PRV_MARK))
+                if kept.len():
+                    writer.write("\n".join(kept.to_list()) + "\n")
             lines = pl.concat([held, lines.filter(~comment & (lines.str.len_chars() > 0))])
             if chunk and lines.len():
                 times = lines.str.split_exact(":", 6).struct.field("field_5").cast(pl.Int64)
@@ -102,8 +109,5 @@ def write_with_events(src: str | Path, output: str | Path, new: pl.DataFrame,
         if rest.height:
             writer.write("\n".join(_merge(pl.Series("line", [], dtype=pl.Utf8), rest))
                          + "\n")
-        pcf = companion(src, ".pcf").read_text()
-        row_path = companion(src, ".row")
-        row = row_path.read_text() if row_path.exists() else ""
-        writer.commit(pcf.rstrip("\n") + "\n\n" + pcf_extra, row)
+        writer.commit()
     return writer.prv

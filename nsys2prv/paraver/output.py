@@ -2,7 +2,11 @@
 
 Everything is written to hidden temporary files in the output directory and renamed into
 place only when all three are complete; on any error (disk full, interruption) the
-temporaries are removed and an older trace of the same name is left untouched.
+temporaries are removed and an older trace of the same name is left untouched. The three
+renames are not one: the `.pcf` and `.row` go first, the `.prv` last, and all three carry
+the id of their write (`writeid.py`), so that a reader never takes the `.pcf` of one write
+for the `.prv` of another (a kill between two renames: the reader refuses the trace with
+one line, until it is written again).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from pathlib import Path
 
 
 from ..errors import OutputError
+from ..lifeline import signals_held
 from ..supervise import register_temp
+from .writeid import mark
 
 
 def trace_paths(output: str | os.PathLike[str], compress: bool = False) -> tuple[Path, Path, Path]:
@@ -35,12 +41,17 @@ COPY_BYTES = 16 << 20
 
 
 class TraceWriter:
+    """Writes one trace: `begin` (the header, the .pcf and the .row, which give the write
+    its id), the body (`write`, `write_bytes`, `copy_file`), then `commit` publishes it; as
+    a context manager, an error or an interruption before `commit` leaves nothing."""
+
     def __init__(self, output: str | os.PathLike[str], compress: bool = False) -> None:
         self.prv, self.pcf, self.row = trace_paths(output, compress)
         self.compress = self.prv.name.endswith(".gz")
         self.directory = self.prv.parent
         self._temps: list[Path] = []
         self._fh = None
+        self._side: tuple[str, str] | None = None
         self.bytes_written = 0
 
     def _temp(self, final: Path) -> Path:
@@ -69,6 +80,14 @@ class TraceWriter:
         self._raw = raw
         return self
 
+    def begin(self, header: str, pcf_text: str, row_text: str) -> None:
+        """Write the .prv's header (its line, then any comment lines) with the id of this
+        write after its line; the .pcf and .row, which carry the same id, are published by
+        `commit`."""
+        header, pcf_text, row_text = mark(header, pcf_text, row_text)
+        self._side = (pcf_text, row_text)
+        self.write(header)
+
     def write(self, text: str) -> None:
         data = text.encode("utf-8")
         try:
@@ -95,7 +114,12 @@ class TraceWriter:
         except OSError as e:
             raise output_error(self.prv, e) from None
 
-    def commit(self, pcf_text: str, row_text: str) -> None:
+    def commit(self) -> None:
+        """Publish the trace: .pcf, .row, then .prv renamed into place (a reader that finds
+        them of different writes refuses them)."""
+        if self._side is None:
+            raise RuntimeError("TraceWriter.commit before begin")
+        pcf_text, row_text = self._side
         pcf_tmp, row_tmp = self._temp(self.pcf), self._temp(self.row)
         try:
             self._fh.close()
@@ -105,9 +129,12 @@ class TraceWriter:
             row_tmp.write_text(row_text, encoding="utf-8")
             for tmp in (self._prv_tmp, pcf_tmp, row_tmp):
                 os.chmod(tmp, 0o644)
-            os.replace(pcf_tmp, self.pcf)
-            os.replace(row_tmp, self.row)
-            os.replace(self._prv_tmp, self.prv)
+            # Ctrl-C/SIGTERM/SIGHUP act after the three renames, not between them; SIGKILL
+            # cannot be held: a reader then finds files of two writes and refuses them
+            with signals_held():
+                os.replace(pcf_tmp, self.pcf)
+                os.replace(row_tmp, self.row)
+                os.replace(self._prv_tmp, self.prv)
         except OSError as e:
             raise output_error(self.prv, e) from None
         self._temps = []

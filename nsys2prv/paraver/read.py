@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputError
+from .writeid import check_set, companion  # noqa: F401 - companion: for the readers
 
 HEADER = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?:_(?P<unit>[a-z]+))?:"
                      r"(?P<resources>[^:]*):(?P<rest>.*)$")
@@ -50,12 +51,6 @@ def open_text(path: Path):
     return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
 
 
-def companion(path: Path, ext: str) -> Path:
-    name = path.name
-    for suffix in (".prv.gz", ".prv"):
-        if name.endswith(suffix):
-            return path.with_name(name[: -len(suffix)] + ext)
-    return path.with_suffix(ext)
 
 
 def _parse_header(line: str) -> tuple[int, list[tuple[int, int, int, int]]]:
@@ -173,10 +168,13 @@ def source_path(source: Source) -> Path:
 
 
 def read_layout(source: Source) -> Layout:
+    """The header and the .row of a trace; a file's .pcf and .row must be of its write
+    (`writeid.check_set`: one line, InputError, else)."""
     path = source_path(source)
     if isinstance(source, Streamed):
         header = source.header.split("\n", 1)[0]
     else:
+        check_set(path)  # never the .pcf/.row of another write
         with open_text(path) as f:
             header = f.readline()
     end, tasks = _parse_header(header)

@@ -30,6 +30,7 @@ from ..paraver import registry as reg
 from ..paraver import row as row_mod
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.output import TraceWriter, output_error, trace_paths
+from ..paraver.writeid import mark
 from ..paraver.values import (REPORT_INFO_LABEL, ValuesLike, clean_label, global_numbering,
                                labels_of)
 from ..supervise import register_temp
@@ -495,9 +496,9 @@ def merge(partials: list[str | Path], output: str | Path, options: MergeOptions 
     options = options or MergeOptions()
     job = _job(partials, options)
     with TraceWriter(output, options.compress) as writer:
-        writer.write(job.header)
+        writer.begin(job.header, job.pcf_text(), job.row_text())
         _emit_records(job, writer.write_bytes, progress, writer, [str(p) for p in partials])
-        writer.commit(job.pcf_text(), job.row_text())
+        writer.commit()
     return MergeResult(writer.prv, job.plan.model, job.plan.alignment, job.end_time,
                        writer.bytes_written, job.counts, job.warns, job.notes)
 
@@ -590,8 +591,11 @@ def stream(partials: list[str | Path], path: str | Path,
     path = Path(path)
     trace = TraceStream(partials, path, options)
     _, pcf, row = trace_paths(path)
-    pcf.write_text(trace.job.pcf_text(), encoding="utf-8")
-    row.write_text(trace.job.row_text(), encoding="utf-8")
+    # the header, .pcf and .row that `merge` would write, write id included
+    trace.header, pcf_text, row_text = mark(trace.header, trace.job.pcf_text(),
+                                            trace.job.row_text())
+    pcf.write_text(pcf_text, encoding="utf-8")
+    row.write_text(row_text, encoding="utf-8")
     return trace
 
 
@@ -691,9 +695,15 @@ def merge_applications(applications: list[Application], output: str | Path,
         first_epoch = runs[0].alignment.epoch_of_zero
         if first_epoch is not None and runs[0].window is not None:
             first_epoch += runs[0].window[0]
-        writer.write(prv_mod.header(model, end_time, first_epoch))
-        writer.write("".join(f"# {clean_label(c)}\n" for c in
-                             _applications_comments(runs, labels)))
+        reports = pcf_mod.PcfType(reg.REPORT_INFO, REPORT_INFO_LABEL, {
+            i: f"{label}: {text}" for i, (label, text) in enumerate(
+                ((a.label, t) for a, r in zip(applications, runs)
+                 for t in _reports_type(r.alignment).values.values()), start=1)})
+        writer.begin(prv_mod.header(model, end_time, first_epoch)
+                     + "".join(f"# {clean_label(c)}\n" for c in
+                               _applications_comments(runs, labels)),
+                     pcf_mod.render(dictionary.pcf_types(all_metas) + [reports]),
+                     row_mod.render(model, ""))
         memory = [m for m in (_memory_source(src) for src in
                               [_edge_states(model, shifts, max(ends), ends), *hooks])
                   if m is not None]
@@ -707,12 +717,7 @@ def merge_applications(applications: list[Application], output: str | Path,
             cut.close()
         else:
             _write_records(merger, writer.write_bytes, warns, progress, end_time)
-        reports = pcf_mod.PcfType(reg.REPORT_INFO, REPORT_INFO_LABEL, {
-            i: f"{label}: {text}" for i, (label, text) in enumerate(
-                ((a.label, t) for a, r in zip(applications, runs)
-                 for t in _reports_type(r.alignment).values.values()), start=1)})
-        writer.commit(pcf_mod.render(dictionary.pcf_types(all_metas) + [reports]),
-                      row_mod.render(model, ""))
+        writer.commit()
     notes: list[str] = []
     for r in runs:
         assert r.mctx is not None
@@ -863,12 +868,9 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
     tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
     register_temp(tmp)
     try:
-        import multiprocessing  # only for windows in processes
-        from concurrent.futures import ProcessPoolExecutor
+        from ..lifeline import process_pool  # only for windows in processes
 
-        ctx = multiprocessing.get_context("spawn")  # forking a polars process can deadlock
-        with worker_environment(), ProcessPoolExecutor(max_workers=len(windows),
-                                                       mp_context=ctx) as pool:
+        with worker_environment(), process_pool(len(windows)) as pool:
             futures = [pool.submit(merge_window, partials, options, w, len(windows),
                                    str(tmp / f"window-{i:04d}.txt"))
                        for i, w in enumerate(windows)]

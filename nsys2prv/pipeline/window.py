@@ -277,6 +277,7 @@ def cut_trace(src: str | Path, dst: str | Path, start: int, end: int | None,
 
     from ..paraver.output import TraceWriter
     from ..paraver.read import BLOCK, HEADER, companion, read_layout
+    from ..paraver.writeid import is_mark, unmark_pcf, unmark_row
 
     layout = read_layout(src)
     hi = layout.end if end is None else min(end, layout.end)
@@ -288,18 +289,22 @@ def cut_trace(src: str | Path, dst: str | Path, start: int, end: int | None,
         rows.append(rows[-1] + threads)
     src = Path(src)
     opener = gzip.open if src.name.endswith(".gz") else open
+    pcf, row = companion(src, ".pcf"), companion(src, ".row")
     with opener(src, "rb") as f, TraceWriter(dst) as writer:
         m = HEADER.match(f.readline().decode().strip())
         assert m is not None  # read_layout parsed it
         length = max(0, hi - start)
-        writer.write(f"#Paraver ({m['date']}):{length}_ns:{m['resources']}:{m['rest']}\n"
+        writer.begin(f"#Paraver ({m['date']}):{length}_ns:{m['resources']}:{m['rest']}\n"
                      f"# window: [{start}, {hi}) ns of {src.name}; add {start} ns to a time of "
-                     f"this trace to get the whole trace's\n")
+                     f"this trace to get the whole trace's\n",
+                     unmark_pcf(pcf.read_text()) if pcf.exists() else "",
+                     unmark_row(row.read_text()) if row.exists() else "")
         cut = CutStream(rows, (start, start + length), writer.write_bytes)
+        second = f.readline()  # the source's write id, if any, is not this write's
+        if not is_mark(second):
+            cut.feed(second)
         while block := f.read(BLOCK):
             cut.feed(block)
         cut.close()
-        writer.commit(companion(src, ".pcf").read_text() if companion(src, ".pcf").exists()
-                      else "", companion(src, ".row").read_text()
-                      if companion(src, ".row").exists() else "")
+        writer.commit()
     return length

@@ -1,4 +1,5 @@
-"""Print rule results as `nsys analyze` does: a titled text table, or CSV.
+"""Print rule results as `nsys analyze` does, in its formats: `column` (a titled text
+table, the console's default), `table` (the same with a boxed table), `csv`, `tsv`, `json`.
 
 Values are shown in nsys' default units: times in ns, percentages with one decimal, byte
 counts in MB (10^6 bytes) with three decimals. `raw=True` keeps bytes as integers (what
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import textwrap
 
 import polars as pl
@@ -42,15 +44,47 @@ def _cells(result: RuleResult, raw: bool) -> list[list[str]]:
     return [list(row) for row in zip(*columns)]
 
 
-def format_csv(result: RuleResult, raw: bool = False) -> str:
-    """CSV of the rows with a header line; empty when there are none (as nsys prints)."""
+def format_csv(result: RuleResult, raw: bool = False, head: bool = True) -> str:
+    """CSV of the rows with a header line (`head`); empty when there are none (as nsys
+    prints)."""
     if result.skipped or result.rows.height == 0:
         return ""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([header(c, raw) for c in result.columns])
+    if head:
+        writer.writerow([header(c, raw) for c in result.columns])
     writer.writerows(_cells(result, raw))
     return out.getvalue()
+
+
+def format_tsv(result: RuleResult, raw: bool = False, head: bool = True) -> str:
+    """Tab-separated rows with a header line (`head`), unquoted; empty when there are none."""
+    if result.skipped or result.rows.height == 0:
+        return ""
+    lines = [[header(c, raw) for c in result.columns]] if head else []
+    return "".join("\t".join(row) + "\n" for row in lines + _cells(result, raw))
+
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+
+
+def _json_value(cell: str) -> str:
+    """A number or a JSON keyword as it is, anything else a string (nsys' formatter
+    recognises them the same way; it does not escape quotes, we do)."""
+    if _NUMBER.fullmatch(cell) or cell in ("true", "false", "null"):
+        return cell
+    return '"' + cell.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def format_json(result: RuleResult, raw: bool = False) -> str:
+    """An array of one object per row, the column headers as keys, as nsys writes it
+    ("[\n]" when there is no row)."""
+    heads = [header(c, raw) for c in result.columns]
+    rows = [] if result.skipped else _cells(result, raw)
+    objects = ["  {\n" + ",\n".join(f'    "{h}": {_json_value(v)}' for h, v in zip(heads, row))
+               + "\n  }" for row in rows]
+    return "[\n" + "".join(o + (",\n" if i < len(objects) - 1 else "\n")
+                           for i, o in enumerate(objects)) + "]\n"
 
 
 def _wrap(text: str) -> str:
@@ -62,6 +96,13 @@ def _wrap(text: str) -> str:
         lines.append(textwrap.fill(line, TEXT_WIDTH, subsequent_indent=" " * (
             indent + len(marker) + 1 if marker else indent)) if line else "")
     return "\n".join(lines)
+
+
+def _center(text: str, width: int) -> str:
+    """A header centred as nsys centres it (an odd space goes to the right; Python's
+    str.center may put it on the left), cut to `width`."""
+    pad = max(0, width - len(text))
+    return " " * (pad // 2) + text[:width] + " " * (pad - pad // 2)
 
 
 def _fit(text: str, width: int, numeric: bool) -> str:
@@ -77,7 +118,7 @@ def table(result: RuleResult, raw: bool = False) -> str:
     widths = [min(MAX_COLUMN, max([len(h)] + [len(r[i]) for r in rows[:WIDTH_SAMPLE]]))
               for i, h in enumerate(heads)]
     numeric = [c.dtype != pl.Utf8 for c in result.columns]
-    lines = [" " + "  ".join(h.center(w) if len(h) <= w else h[:w] for h, w in
+    lines = [" " + "  ".join(_center(h, w) for h, w in
                              zip(heads, widths)),
              " " + "  ".join("-" * w for w in widths)]
     lines += [" " + "  ".join(_fit(v, w, n) for v, w, n in zip(row, widths, numeric))
@@ -85,13 +126,44 @@ def table(result: RuleResult, raw: bool = False) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def format_text(result: RuleResult, raw: bool = False) -> str:
-    """Title, advice (or the reason there is nothing), the table and a note when the row
-    limit cut the list short."""
+def boxed(result: RuleResult, raw: bool = False) -> str:
+    """The rows as a boxed table (nsys' `table` format): cells as in `table`."""
+    heads = [header(c, raw) for c in result.columns]
+    rows = _cells(result, raw)
+    widths = [min(MAX_COLUMN, max([len(h)] + [len(r[i]) for r in rows[:WIDTH_SAMPLE]]))
+              for i, h in enumerate(heads)]
+    numeric = [c.dtype != pl.Utf8 for c in result.columns]
+    rule = "+-" + "-+-".join("-" * w for w in widths) + "-+"
+    lines = [rule, "| " + " | ".join(_center(h, w)
+                                     for h, w in zip(heads, widths)) + " |", rule]
+    lines += ["| " + " | ".join(_fit(v, w, n) for v, w, n in zip(row, widths, numeric)) + " |"
+              for row in rows]
+    return "\n".join(lines + [rule])
+
+
+def format_text(result: RuleResult, raw: bool = False, box: bool = False) -> str:
+    """Title, advice (or the reason there is nothing), the table (boxed with `box`) and a
+    note when the row limit cut the list short."""
     parts = [f" ** {result.title} ({result.rule}):", _wrap(result.message)]
     if not result.skipped and result.rows.height:
-        parts.append(table(result, raw))
+        parts.append(boxed(result, raw) if box else table(result, raw))
         if result.truncated:
             parts.append(f"Only the first {result.rows.height} rows are shown; there may be "
                          "more (rows=-1 shows all).")
     return "\n\n".join(parts) + "\n"
+
+
+# nsys' format names and the extension of their files; `text` is ours for `column`
+EXTENSIONS = {"column": ".txt", "table": ".txt", "csv": ".csv", "tsv": ".tsv", "json": ".json"}
+FORMAT_ARGS = ("noconv", "nohdr")  # bytes as bytes; no header line (csv, tsv)
+
+
+def render(result: RuleResult, fmt: str, raw: bool = False, head: bool = True) -> str:
+    """`result` in the format `fmt` (a name of EXTENSIONS)."""
+    if fmt == "csv":
+        return format_csv(result, raw, head)
+    if fmt == "tsv":
+        return format_tsv(result, raw, head)
+    if fmt == "json":
+        return format_json(result, raw)
+    return format_text(result, raw, box=fmt == "table")

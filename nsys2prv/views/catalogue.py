@@ -95,6 +95,16 @@ def present(what: str, first: int, last: int, level: str = "thread") -> Window:
                   types=(first, last), type_range=True, hidden=True)
 
 
+def spanning(what: str, windows: Sequence[Window]) -> Window:
+    """`present` from the first to the last type that `windows` filter. For views whose
+    kinds a trace may have in any combination, none of them there whenever another is: a
+    window of a run with GPU metric samples but no kernel, a POP copy that keeps the NCCL
+    calls' message sizes on the CPU rows but no NCCL kernel, a critical path without GPU
+    work. Only a range over all of them has data on every such trace."""
+    types = [t for w in windows for t in (w.types or ())]  # a derived window filters none
+    return present(what, min(types), max(types))
+
+
 def kernels_present(level: str = "thread") -> Window:
     """Compute or NCCL kernels (63000006 ... 67000002)."""
     return present("GPU kernels", KERNEL, NCCL_KERNEL, level)
@@ -267,6 +277,18 @@ BASICS = [
         (last_value("OpenACC", OPENACC_RANGE, stacked=True, type_range=True),)),
 ]
 
+# windows of views whose kinds come in any combination (they end with a `spanning` check)
+NCCL_COLLECTIVE_WINDOWS = (
+    last_value("NCCL collective", (nccl.NCCL_COLLECTIVE,)),
+    on_row("Collective running", (nccl.NCCL_COLLECTIVE,)),
+    Window("Message size (last)", thread="Last Evt Val", types=(nccl.NCCL_MESSAGE_SIZE,),
+           gradient=True),
+    last_value("NCCL kernels", (NCCL_KERNEL, NCCL_KERNEL), type_range=True))
+TENSOR_WINDOWS = (
+    metric_samples("Tensor Active (samples)", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
+    *metric_rate_windows("Tensor Active", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
+    kernels_anchor())
+
 # ------------------------------------------------------------------------------------------
 # views/: compound views
 # ------------------------------------------------------------------------------------------
@@ -330,12 +352,9 @@ VIEWS = [
         "Windows: NCCL kernel per stream row; collective operation (67600001); message size "
         "in bytes of the running operation (67600002 masked by the collective). The "
         "histogram gives the average message size per collective per stream row.",
-        (last_value("NCCL collective", (nccl.NCCL_COLLECTIVE,)),
-         on_row("Collective running", (nccl.NCCL_COLLECTIVE,)),
-         Window("Message size (last)", thread="Last Evt Val", types=(nccl.NCCL_MESSAGE_SIZE,),
-                gradient=True),
-         last_value("NCCL kernels", (NCCL_KERNEL, NCCL_KERNEL), type_range=True),
-         derived("Message size", "product", "Message size (last)", "Collective running")),
+        (*NCCL_COLLECTIVE_WINDOWS,
+         derived("Message size", "product", "Message size (last)", "Collective running"),
+         spanning("NCCL kernels or calls", NCCL_COLLECTIVE_WINDOWS)),
         _profile("Message size per collective [bytes]", "NCCL collective", "Message size",
                  "Average value")),
     Cfg("views/compare_kernels.cfg", "Kernels of the runs compared, one application each",
@@ -441,9 +460,7 @@ ANALYSIS = [
         "analyze` prints under 'Inside the kernels'). Windows also show the kernels, the "
         "sampled Tensor Active of each GPU (67500002, metrics rows) and the rates on the "
         "stream rows.",
-        (metric_samples("Tensor Active (samples)", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
-         *metric_rate_windows("Tensor Active", gpu_metrics.KNOWN_METRICS["Tensor Active"]),
-         kernels_anchor()),
+        (*TENSOR_WINDOWS, spanning("Kernels or metric samples", TENSOR_WINDOWS)),
         _profile("Tensor Active per kernel (%)", "CUDA kernels",
                  "Tensor Active rate of kernels", "Average value")),
     *_efficiency("analysis/efficiency_talp.cfg",
@@ -481,8 +498,10 @@ ANALYSIS = [
         "it could end later without delaying the run; 1 = on the path).",
         (last_value("Critical path float (us)", (critical.CRITICAL_FLOAT,)),
          # a pixel shows the lowest code it covers: the path's work, not the microsecond
-         # waits between its pieces
-         replace(last_value("On the critical path", (critical.CRITICAL_PATH,)),
+         # waits between its pieces; a one-type range (same events as `=`), last, so that a
+         # path without GPU work (no float) opens without a question
+         replace(last_value("On the critical path",
+                            (critical.CRITICAL_PATH, critical.CRITICAL_PATH), type_range=True),
                  drawmode="draw_minnotzero")),
         Histogram("Critical path time per row [ns]", "On the critical path",
                   "On the critical path", "Time", 1, 4, 1)),
@@ -529,7 +548,11 @@ for _metric, _offset in sorted(gpu_metrics.KNOWN_METRICS.items(), key=lambda kv:
                 f"model (type {gpu_metrics.RATE.type_of(_offset)}, what `nsys2prv analyze` "
                 "prints; docs/kernel_metrics.md). The timeline draws the rate while compute "
                 "kernels run.",
-                (*metric_rate_windows(_metric, _offset), kernels_anchor()),
+                (*metric_rate_windows(_metric, _offset), kernels_anchor(),
+                 # a window of a run may hold a kernel's rate, in effect at its start, but
+                 # no kernel
+                 spanning("Kernels or their rates",
+                          (*metric_rate_windows(_metric, _offset), kernels_anchor()))),
                 _profile(f"{_metric} per kernel", "CUDA kernels",
                          f"{_metric} rate (last kernel)", "Average value")))
 

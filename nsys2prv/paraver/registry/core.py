@@ -141,3 +141,6 @@ def event_type(type_: int, label: str, group: str, description: str, values: str
 
 # Not written as events: a .pcf-only table listing the input reports and their clock offsets.
 REPORT_INFO = 67_999_001
+# Not written as events either: the first .pcf section, whose label is the write id that the
+# .prv and .row of the same write carry too (paraver/writeid.py).
+WRITE_ID = 67_999_002
