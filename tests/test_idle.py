@@ -65,6 +65,7 @@ def test_launch_statistics(traces):
     (k,) = r.launches
     assert (k.name, k.count, k.call_time, k.kernel_time) == (
         "step_kernel", 20, 20 * gen.LAUNCH, 20 * 3 * gen.US)
+    assert (k.full, k.label) == ("step_kernel", "step_kernel")  # one name: its own label
     assert (k.delay_mean, k.delay_max) == (gen.DELAY, gen.DELAY)
     assert (k.short, k.short_time, r.short_kernel_share) == (20, 20 * 3 * gen.US, 1.0)
     (k,) = analyze_path(traces["sync"]).idle.launches
@@ -73,8 +74,9 @@ def test_launch_statistics(traces):
 
 @pytest.mark.parametrize("cause", ["memcpy", "io"])
 def test_windows_of_any_size_give_the_whole_trace_report(traces, cause, monkeypatch):
-    whole = analyze_trace(read_trace(traces[cause], TYPES | idle.CAUSE_TYPES, comms=True),
-                          explain=True).idle
+    # (the kernels' demangled names too: the launch statistics are per demangled name)
+    types = TYPES | idle.CAUSE_TYPES | {idle.cuda.KERNEL_FULL_NAME}
+    whole = analyze_trace(read_trace(traces[cause], types, comms=True), explain=True).idle
     monkeypatch.setattr(read, "BLOCK", 997)  # a few lines per window
     windowed = analyze_path(traces[cause]).idle
     assert windowed.to_dict() == whole.to_dict()

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from .activities import Activities, read_activities
+from .labels import label_frame
 from .stats import STAT_COLUMNS, Shift, compare_samples, summary
 
 CATEGORY_ORDER = ("compute kernels", "NCCL kernels", "memcpy", "memset",
@@ -200,11 +201,20 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
             .drop("key")
 
     pb, pa = per(b, nb), per(a, na)
-    meta = (pl.concat([nb, na]).join(keys, on="text")
+    both = pl.concat([nb, na])
+    meta = (both.join(keys, on="text")
             .group_by("kernel").agg(pl.col("short").min(), pl.col("nccl").first(),
                                     pl.col("matched_by").first(),
                                     pl.col("text").unique().sort().alias("names")))
-    return _joined(pb, pa, ["kernel"]).join(meta, on="kernel", how="left")
+    # the names of both sides labelled together: a kernel has one label before and after
+    texts = both.select("text", "short").unique().sort("text")
+    labels = label_frame(texts["text"].to_list(), texts["short"].to_list()).rename(
+        {"full": "kernel"})
+    out = _joined(pb, pa, ["kernel"]).join(meta, on="kernel", how="left")
+    out = out.join(labels, on="kernel", how="left").with_columns(
+        pl.col("label").fill_null(pl.col("kernel")))
+    cols = out.columns
+    return out.select("kernel", "label", *[c for c in cols if c not in ("kernel", "label")])
 
 
 def _family(column: str) -> pl.Expr:
@@ -561,7 +571,7 @@ def _rate_sentence(c: Comparison) -> str | None:
     if abs(top["delta"]) < 1.0:
         return "The kernels that moved most kept their GPU metric rates (within 1 point)."
     k = moved.filter(pl.col("kernel") == top["kernel"]).row(0, named=True)
-    short = k["short"] or k["kernel"]
+    short = k["label"]
     return (f"Largest rate change among them: {short} {_pct(k['ratio'] - 1)}: "
             f"{top['metric']} {top['before']:.1f} % -> {top['after']:.1f} %.")
 
@@ -597,7 +607,7 @@ def explain_changes(c: Comparison) -> list[str]:
     if k.height:
         ks = []
         for row in k.iter_rows(named=True):
-            short = row["short"] or row["kernel"]
+            short = row["label"]
             if row["total_before"] == 0:
                 ks.append(f"{short} added ({row['total_after'] / 1e6:.3f} ms)")
             elif row["total_after"] == 0:

@@ -335,6 +335,8 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     model = ModelSums(processes=detail)
     finder = launches = causes = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
+    if explain and detail:  # the launch statistics are per demangled name
+        types = types | {cuda.KERNEL_FULL_NAME}
     cause_types = idle.CAUSE_TYPES if detail else idle.CAUSE_TYPES - frozenset(idle.PUSHPOP)
     # without the NVTX range of each gap or the steps' sums, the causes are found on this
     # pass (`idle.OnePassCauses`); else on a second one, over what this one kept

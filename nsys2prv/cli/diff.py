@@ -16,6 +16,7 @@ import sys
 
 import polars as pl
 
+from ..analysis.labels import fit_labels
 from ..errors import UsageError
 from .common import Parser, add_window_arguments, window_of
 
@@ -103,9 +104,9 @@ def format_text(c, top: int = 15) -> str:
     w(f"\nkernels ({k.height}; {top} largest changes; totals in ms)\n")
     w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'before':>13}{'after':>13}{'delta':>13}"
       f"{'ratio':>8}  match\n")
+    fit = fit_labels(k["label"].to_list(), 43)  # cut, but still told apart
     for r in k.head(top).iter_rows(named=True):
-        name = r["short"] if r["matched_by"] != "normalised" else r["kernel"]
-        w(f"{_short(name or r['kernel'], 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
+        w(f"{fit[r['label']]:<44}{r['count_before']:>9}{r['count_after']:>9}"
           f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
           f" {_ratio(r['ratio']):>7}  {r['matched_by']}\n")
     tb, ta = int(k["total_before"].sum()), int(k["total_after"].sum())
@@ -123,11 +124,10 @@ def format_text(c, top: int = 15) -> str:
             w(f"\nkernel GPU metric rates (%, before -> after; sample-mixing model, "
               f"docs/kernel_metrics.md)\n")
             for (kern,), part in r.group_by("kernel", maintain_order=True):
-                row = k.filter(pl.col("kernel") == kern).row(0, named=True)
-                name = row["short"] if row["matched_by"] != "normalised" else kern
+                name = k.filter(pl.col("kernel") == kern)["label"][0]
                 cells = ", ".join(f"{m['metric']} {_rate(m['before'])} -> {_rate(m['after'])}"
                                   for m in part.iter_rows(named=True))
-                w(f"  {_short(name or kern, 43):<44}{cells}\n")
+                w(f"  {fit[name]:<44}{cells}\n")
     n = c.nvtx
     if n.height:
         w(f"\nNVTX ranges ({n.height}; digits folded to #; {top} largest changes; ms)\n")

@@ -1,0 +1,134 @@
+"""Issue 36, read as an analyst: rows told apart in every table (labels), the step found at
+any depth, on the real exports of the corpus (`aiprof_opt2`: a PyTorch MNIST training,
+NVTX 'Epoch N' > 'Train' > 'Batch N'; the 2-GPU before/after pair), checked against the
+exports' own tables with sqlite3."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import nsys2prv
+from nsys2prv.analysis import diff as D
+from nsys2prv.analysis.labels import distinct_labels, fit_labels
+
+from conftest import CORPUS
+
+AIPROF = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
+BEFORE = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
+AFTER = CORPUS / "sqlite" / "nsysai_mfu2gpu_after.sqlite"
+
+
+def _need(*paths: Path) -> None:
+    for p in paths:
+        if not p.exists():
+            pytest.skip(f"corpus export {p.name} not found under {CORPUS}")
+
+
+def _sql(db: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def aiprof(tmp_path_factory):
+    """aiprof_opt2 translated once, analysed as `analyze --iterations --critical-path
+    --modality` does (the step picked)."""
+    _need(AIPROF)
+    from nsys2prv.cli.analyze import analyze
+
+    out = tmp_path_factory.mktemp("aiprof") / "a.prv"
+    nsys2prv.translate(AIPROF, out)
+    result, _, extras = analyze([str(out)], iterations="", modality=True, what_if=[])
+    return out, result, extras
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    _need(BEFORE, AFTER)
+    return D.compare(str(BEFORE), str(AFTER), workdir=tmp_path_factory.mktemp("pair"))
+
+
+# ----------------------------------------------------------------------------- labels --
+
+def test_labels_fit_a_column_and_stay_apart():
+    labels = ["Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nt_align4>",
+              "Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x5_nt_align4>",
+              "gemm", "x" * 30 + "_A_" + "y" * 30, "x" * 30 + "_B_" + "y" * 30]
+    for width in (20, 30, 43):
+        fit = fit_labels(labels, width)
+        assert all(len(v) <= width for v in fit.values())
+        assert len(set(fit.values())) == len(labels), fit
+    assert fit_labels(labels, 43)["gemm"] == "gemm"
+
+
+def test_diff_kernel_labels_tell_rows_apart_alike_on_both_sides(pair):
+    """The real pair's 8 'elementwise_kernel' rows (and every other short name shared by
+    several demangled names) get distinct labels; a label is the one the names of both
+    sides labelled together give, so a kernel reads alike before and after."""
+    k = pair.kernels
+    assert k["label"].n_unique() == k.height
+    texts = sorted({n for names in k["names"] for n in names})
+    want = distinct_labels(texts, [_short_of(pair, t) for t in texts])
+    for r in k.iter_rows(named=True):
+        assert r["label"] == want[r["kernel"]]
+    shared = k.group_by("short").len().filter(pl.col("len") > 1)
+    assert shared.height >= 4  # elementwise, vectorized, unrolled, CatArrayBatchedCopy ...
+    ew = k.filter(pl.col("short") == "elementwise_kernel")
+    assert ew.height == len({n for (n,) in _sql(BEFORE, (
+        "SELECT DISTINCT d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON "
+        "d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName "
+        "WHERE s.value = 'elementwise_kernel'"))}) == 8
+    assert all(label.startswith("elementwise_kernel<") for label in ew["label"])
+    from nsys2prv.cli.diff import format_text
+
+    text = format_text(pair, top=100)
+    table = text.split("\nkernels (")[1].split("\n\n")[0].splitlines()[2:-1]
+    printed = [line[:44].rstrip() for line in table if not line.startswith("  ")]
+    assert len(printed) == k.height and len(set(printed)) == k.height
+
+
+def _short_of(c, text: str) -> str:
+    return c.kernels.filter(pl.col("names").list.contains(text))["short"][0]
+
+
+def test_launch_table_is_per_demangled_name(aiprof):
+    """`analyze`'s kernel launch statistics: one row per demangled name, its count equal to
+    the export's launches of that name; the rows of one short name told apart."""
+    _, result, _ = aiprof
+    launches = result.idle.launches
+    want = dict(_sql(AIPROF, "SELECT d.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                             "JOIN StringIds d ON d.id = k.demangledName GROUP BY 1"))
+    from nsys2prv.paraver.values import NORMALISERS, clean_label
+
+    want = {clean_label(NORMALISERS["kernel_names"](n)): c for n, c in want.items()}
+    assert len(launches) == len(want) == 45
+    assert {k.full: k.count for k in launches} == want
+    assert len({k.label for k in launches}) == 45
+    nchw = sorted(k.label for k in launches if k.name == "vectorized_elementwise_kernel")
+    assert len(nchw) > 1 and all(x.startswith("vectorized_elementwise_kernel<") for x in nchw)
+
+
+def test_critical_path_and_modality_list_kernels_by_label(aiprof):
+    _, _, extras = aiprof
+    kernels = extras.critical.by_detail.filter(pl.col("category") == "kernels")
+    assert kernels["detail"].n_unique() == kernels.height
+    assert kernels["full"].n_unique() == kernels.height  # the demangled name beside it
+    m = extras.modality
+    assert m["label"].n_unique() == m.height == m["kernel"].n_unique()
+    # one label per kernel in every table of the run
+    launch = {k.full: k.label for k in extras_launches(aiprof)}
+    for r in m.iter_rows(named=True):
+        assert launch[r["kernel"]] == r["label"]
+    for r in kernels.iter_rows(named=True):
+        assert launch[r["full"]] == r["detail"]
+
+
+def extras_launches(aiprof):
+    return aiprof[1].idle.launches
