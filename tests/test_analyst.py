@@ -132,3 +132,86 @@ def test_critical_path_and_modality_list_kernels_by_label(aiprof):
 
 def extras_launches(aiprof):
     return aiprof[1].idle.launches
+
+
+# --------------------------------------------------------------------------- the step --
+
+def test_aiprof_step_is_batch_at_depth_two(aiprof):
+    """'Epoch N' > 'Train' > 'Batch N': with no range named, the step is 'Batch #' (59
+    instances, nested two deep), each equal to the export's range; the GPU time it
+    launches equals the export's (launch calls matched on correlation ids); the runners-up
+    say why they lost."""
+    _, _, extras = aiprof
+    r = extras.iterations
+    assert (r.name, r.domain, r.picked) == ("Batch #", None, True)
+    durs = [d for (d,) in _sql(AIPROF, "SELECT end - start FROM NVTX_EVENTS WHERE text LIKE "
+                                       "'Batch %' AND eventType = 59 ORDER BY start")]
+    assert r.steps["duration"].to_list() == durs and len(durs) == 59
+    share = _sql(AIPROF, """
+        WITH b AS (SELECT start s, end e FROM NVTX_EVENTS WHERE text LIKE 'Batch %'
+                   AND eventType = 59),
+        g AS (SELECT start, end, correlationId c, globalPid p FROM CUPTI_ACTIVITY_KIND_KERNEL
+              UNION ALL SELECT start, end, correlationId, globalPid
+              FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end, correlationId,
+              globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET),
+        l AS (SELECT g.end - g.start d, r.start t FROM g JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+              ON r.correlationId = g.c AND r.globalTid >> 24 = g.p >> 24)
+        SELECT (SELECT SUM(d) FROM l JOIN b ON t >= b.s AND t < b.e) * 1.0
+               / (SELECT SUM(end - start) FROM g)""")[0][0]
+    c = {x["family"]: x for x in r.pick.candidates.iter_rows(named=True)}
+    assert c["Batch #"]["gpu_share"] == pytest.approx(share, abs=1e-12)
+    assert "59 instances one after the other on one thread, nested 2 deep" in r.pick.why
+    ups = r.pick.runners_up(3)
+    assert ups["family"].to_list() == ["Epoch #", "Train", "Backward pass"]
+    assert ups["n"].to_list() == [1, 1, 59]
+    assert ups["note"][0] == "fewer than 3 instances"
+    # the critical path per step uses the same steps
+    assert extras.critical.steps["instance"].unique().len() == 59
+    from nsys2prv.cli.analyze import format_iterations
+
+    text = format_iterations(r)
+    assert "'Epoch #' (1 instance, 100 % of the GPU time): fewer than 3 instances" in text
+
+
+def test_real_pair_has_no_step_and_says_why(pair):
+    """The 2-GPU pair: its ranges are operations (flash attention takes half the GPU time
+    but launches 1 of the 27 kernel names), so no step: the verdict is on the elapsed time
+    and the search says why, with the closest candidates."""
+    assert pair.iterations is None and pair.step_search is not None
+    assert pair.step_search.name is None
+    names = _sql(BEFORE, "SELECT COUNT(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    c = pair.step_search.candidates.row(0, named=True)
+    assert c["family"] == "FlashAttnFunc, seq = #, op_id = #"
+    assert c["name_share"] == 1 / names[0][0] and names[0][0] == 27
+    assert "an operation, not a step" in c["note"]
+    from nsys2prv.cli.diff import format_text
+
+    text = format_text(pair)
+    assert "no step: no NVTX range repeats one after the other on one thread" in text
+    assert "closest candidates:\n    'FlashAttnFunc, seq = #, op_id = #' (34 instances" in text
+
+
+def test_story_step_found_in_both_runs(tmp_path):
+    """The synthetic loop 'Epoch e' > 'Train' > {'Data loading', 'Batch k'}, with a range
+    around each launch ('gemm_op' around the GEMMs: 60 % of the GPU time): the step is
+    'Batch #', its instances equal to the generator's on both sides."""
+    from nsys2prv.testing.synth_story import series
+
+    eb, ea = series(tmp_path, "noise")
+    c = D.compare(str(eb.path), str(ea.path), workdir=tmp_path, rules=False, idle=False)
+    it = c.iterations
+    assert it is not None and (it.name, it.picked) == ("Batch #", True)
+    assert it.before["duration"].to_list() == eb.batch_duration[0].tolist()
+    assert it.after["duration"].to_list() == ea.batch_duration[0].tolist()
+    cand = {x["family"]: x for x in it.pick.candidates.iter_rows(named=True)}
+    assert cand["Epoch #"]["n"] == 2 and not cand["Epoch #"]["loop"]
+    gemm = eb.total(story_gemm()) / (eb.total(story_gemm()) + sum(
+        eb.total(n) for n in eb.kernel_durations if n != story_gemm()) + eb.steps * eb.copy_ns)
+    assert cand["gemm_op"]["gpu_share"] == pytest.approx(gemm)
+    assert cand["Data loading"]["gpu_share"] == 0.0
+
+
+def story_gemm() -> str:
+    from nsys2prv.testing.synth_story import GEMM
+
+    return GEMM

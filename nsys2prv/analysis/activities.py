@@ -35,6 +35,8 @@ STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
 
 _KERNELS = {"row": pl.Int32, "start": pl.Int64, "dur": pl.Int64, "name": pl.Int32,
             "full": pl.Int32, "nccl": pl.Boolean}
+_LAUNCHES = {"row": pl.Int32, "start": pl.Int64, "launch": pl.Int64}
+LAUNCH_TAGS = (cuda.TAG_KERNEL_LAUNCH, cuda.TAG_NCCL_LAUNCH, cuda.TAG_MEMORY_OPERATION)
 
 
 @dataclass
@@ -43,8 +45,9 @@ class Activities:
     trace's value ids (a few bytes an activity, whatever the length of a kernel signature);
     the `*_names` tables give their text.
 
-    kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool)
-    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...)
+    kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool),
+        launch (start of the CUDA call that launched it, from the launch line; null: none)
+    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...), launch
     ranges: row, start, dur, name (text id), type (event type: its domain or lane), level
         (nesting depth in its domain), top (inside no other range of its thread)
     sync: row, dur (time in the Synchronization state of CPU threads, one line per row)
@@ -79,9 +82,12 @@ class Activities:
         per row, not per instant: a window has none."""
         inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
         moved = pl.col("start") - lo
-        return Activities(self.path, hi - lo, self.rows,
-                          self.kernels.filter(inside).with_columns(moved),
-                          self.memops.filter(inside).with_columns(moved),
+
+        def cut(df: pl.DataFrame) -> pl.DataFrame:
+            df = df.filter(inside).with_columns(moved)
+            return df.with_columns(pl.col("launch") - lo) if "launch" in df.columns else df
+
+        return Activities(self.path, hi - lo, self.rows, cut(self.kernels), cut(self.memops),
                           self.ranges.filter(inside).with_columns(moved),
                           self.sync.clear(), self.kernel_names, self.memop_names,
                           self.range_names, self.domains)
@@ -165,7 +171,10 @@ def _domain_of(label: str) -> str | None:
 
 class ActivityCollector:
     """Collects a trace's activities window by window: give it every window of
-    `windows(path, collector.types, state_rows="cpu")` in order (`add`), then `result`.
+    `windows(path, collector.types, state_rows="cpu", comms=True)` in order (`add`), then
+    `result`. The launch lines give each GPU activity the time its CUDA call started
+    (what range of the host it belongs to: the step that launched it, not the one it runs
+    in while the host waits in a copy).
     The analysis' own pass can feed it (`model.analyze_path(observers=...)`), so that the
     comparison reads each trace once for both. The pairing is compiled (`timeline.Spans`):
     a value event and the next event of its row and type (kernels, with the full name at
@@ -193,9 +202,18 @@ class ActivityCollector:
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
+        self._launches: list[pl.DataFrame] = []
+
+    comms = True  # an observer of `model.analyze_path` that needs the launch lines
 
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
+        if w.comms is not None and w.comms.height:  # 20 bytes a launch, joined at the end
+            a = w.comms.filter(pl.col("tag").is_in(LAUNCH_TAGS))
+            if a.height:
+                self._launches.append(a.select(pl.col("recv_row").cast(pl.Int32).alias("row"),
+                                               pl.col("recv").alias("start"),
+                                               pl.col("send").alias("launch")))
         flat, stacked = self._spans.add(w.events.slice(w.carried))
         if len(flat):  # kept compact: a few bytes an activity
             kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
@@ -224,16 +242,19 @@ class ActivityCollector:
         stack_spans = (pl.concat(self._stacked) if self._stacked
                        else _spans_frame(_NO_SPANS, "level"))
         kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNELS)
-        self._flat, self._stacked, self._kernels = [], [], []
+        launches = (pl.concat(self._launches).unique(["row", "start"], keep="first")
+                    if self._launches else _empty(_LAUNCHES))
+        self._flat, self._stacked, self._kernels, self._launches = [], [], [], []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
             flat_spans = flat_spans.filter(inside)
             stack_spans = stack_spans.filter(inside)
             kernels = kernels.filter(inside)
-        kernels = kernels.sort("start", "row")
+        kernels = kernels.join(launches, on=["row", "start"], how="left").sort("start", "row")
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
+                  .join(launches, on=["row", "start"], how="left")
                   .sort("start", "row"))
         nvtx_names: dict[int, str] = {}
         for t in nvtx_types:
@@ -283,7 +304,7 @@ def read_activities(path: Source, window: tuple[int, int] | None = None) -> Acti
     [start, end)), only activities that start inside it (whole activities are counted where
     they start, as nsys' statistics count them)."""
     collector = ActivityCollector(path)
-    for w in windows(path, collector.types, state_rows="cpu"):
+    for w in windows(path, collector.types, state_rows="cpu", comms=True):
         collector.add(w)
     return collector.result(window)
 

@@ -29,6 +29,7 @@ import polars as pl
 from .activities import Activities, read_activities
 from .labels import label_frame
 from .stats import STAT_COLUMNS, Shift, compare_samples, summary
+from .steps import StepPick, fold, pick, range_families
 
 CATEGORY_ORDER = ("compute kernels", "NCCL kernels", "memcpy", "memset",
                   "CUDA synchronisation", "GPU idle")
@@ -61,10 +62,11 @@ class Iterations:
 
     name: str
     domain: str | None
-    picked: bool  # chosen by the tool (most repeated top-level range)
+    picked: bool  # chosen by the tool (`steps.pick`)
     before: pl.DataFrame  # instance, start, end, duration, + category columns
     after: pl.DataFrame
     shifts: dict[str, Shift]  # 'duration' and each category -> its shift
+    pick: StepPick | None = None  # why it was picked, and the runners-up
 
 
 @dataclass
@@ -82,6 +84,7 @@ class Comparison:
     paragraph: str
     warnings: list[str]
     rates: pl.DataFrame | None = None  # kernel, short, metric, before, after, delta
+    step_search: StepPick | None = None  # the search for a step, where none was found
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table of the comparison by name (what --csv and --json carry)."""
@@ -108,7 +111,10 @@ class Comparison:
             "verdict": asdict(self.verdict),
             "iterations": None if it is None else {
                 "range": it.name, "domain": it.domain, "picked": it.picked,
+                "why": None if it.pick is None else it.pick.why,
+                "candidates": None if it.pick is None else it.pick.candidates.to_dicts(),
                 "shifts": {k: asdict(v) for k, v in it.shifts.items()}},
+            "step_search": None if self.step_search is None else self.step_search.to_dict(),
             "paragraph": self.paragraph,
             "warnings": self.warnings,
             "tables": {k: v.to_dicts() for k, v in self.tables().items()},
@@ -121,9 +127,6 @@ _TEMPLATE = re.compile(r"<[^<>]*>")
 _PARAMS = re.compile(r"\([^()]*\)")
 _CONFIG = re.compile(r"\d+(?:x\d+)+")
 _SUFFIX = re.compile(r"(?:_\d+)+$")
-_DIGITS = r"(^|[^A-Za-z0-9])\d+"
-_DIGITS_RE = re.compile(_DIGITS)
-_COUNTER = r"(?:^|[^A-Za-z0-9])(\d+)"
 
 
 def normalise_kernel(name: str) -> str:
@@ -217,20 +220,10 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
     return out.select("kernel", "label", *[c for c in cols if c not in ("kernel", "label")])
 
 
-def _family(column: str) -> pl.Expr:
-    """A range name with its digit runs folded to '#' (not those inside words: conv2d)."""
-    return pl.col(column).fill_null("").str.replace_all(_DIGITS, "${1}#")
-
-
-def _range_families(acts: Activities) -> pl.DataFrame:
-    """name id -> text, family (computed once per distinct name)."""
-    return acts.range_names.with_columns(_family("name").alias("family"))
-
-
 def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
     """Per NVTX range (name with digit runs folded to '#', domain): stats of both sides."""
     def per(acts: Activities) -> pl.DataFrame:
-        fam = _range_families(acts).select(pl.col("id").alias("name"),
+        fam = range_families(acts).select(pl.col("id").alias("name"),
                                            pl.col("family").alias("range"))
         r = (acts.ranges.join(fam, on="name", how="left")
              .join(acts.domains, on="type", how="left")
@@ -362,75 +355,12 @@ def rules_table(rb: dict[str, int] | None, ra: dict[str, int] | None) -> pl.Data
 
 # ------------------------------------------------------------------- iterations --
 
-def _loop_candidates(acts: Activities) -> pl.DataFrame:
-    """name, domain, n, dur of the top-level ranges of one side that look like a loop: n
-    instances and dur ns of them on the process that holds most (a step is the k-th instance
-    on each process: summed over the ranks of a job, a 50 us call range of 1,024 ranks would
-    look like a loop covering the run)."""
-    top = acts.ranges.filter(pl.col("top")).join(acts.domains, on="type", how="left")
-    schema = {"name": pl.Utf8, "domain": pl.Utf8, "n": pl.UInt32, "dur": pl.Int64}
-    if top.height == 0:
-        return pl.DataFrame(schema=schema)
-    fams = _range_families(acts).with_columns(
-        pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64, strict=False).alias("k"))
-    tasks = acts.rows.select("row", "task_index")
-    top = (top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
-           .join(tasks, on="row", how="left"))
-    # a loop's steps follow each other on each process: a text whose instances overlap
-    # there (the same range on several threads at once) is no loop
-    end = pl.col("start") + pl.col("dur")
-    overlap = (top.sort("start", "row")
-               .with_columns((pl.col("start") < end.cum_max().shift(1)
-                              .over("text", "domain", "task_index")).fill_null(False)
-                             .alias("overlap"))
-               .group_by("text", "domain").agg(pl.col("overlap").any()))
-
-    def busiest(df: pl.DataFrame, key: str) -> pl.DataFrame:
-        return (df.group_by(key, "domain", "task_index")
-                .agg(pl.len().alias("n"), pl.col("dur").sum())
-                .group_by(key, "domain").agg(pl.col("n").max(), pl.col("dur").max()))
-
-    exact = (busiest(top, "text")
-             .join(overlap, on=["text", "domain"], how="left", nulls_equal=True)
-             .filter((pl.col("n") > 1) & ~pl.col("overlap"))
-             .drop("overlap").rename({"text": "name"}))
-    fam = (top.filter(pl.col("family").str.count_matches("#", literal=True) == 1)
-           .sort("row", "start")
-           .with_columns((pl.col("k").diff().over("row", "family", "domain") == 1)
-                         .fill_null(True).alias("step")))
-    kinds = (fam.group_by("family", "domain")
-             .agg(pl.col("step").all(), pl.col("text").n_unique().alias("texts")))
-    loops = (busiest(fam, "family").join(kinds, on=["family", "domain"], nulls_equal=True)
-             .filter(pl.col("step") & (pl.col("n") > 1) & (pl.col("texts") > 1))
-             .select(pl.col("family").alias("name"), "domain", "n", "dur"))
-    return pl.concat([exact.select("name", "domain", "n", "dur"), loops]).cast(schema)
-
-
 def pick_range(before: Activities, after: Activities | None = None
                ) -> tuple[str, str | None] | None:
-    """The range a training loop repeats, or None. Candidates are top-level NVTX ranges
-    (inside no other range of their thread, any domain) that look like a loop: one text
-    repeated ('train_step') whose instances never overlap on a process, or texts that differ by one counter that goes up by one on each
-    thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
-    are not a loop. A loop covers the run: its instances must hold a tenth of the trace's
-    time at least on one process and, with `after`, be found there too with no more than twice or half as
-    many instances (a step count that changes tenfold is not the program's loop). Of the
-    candidates whose instances cover at least half the time of the one that covers most, the
-    most repeated wins (then the longer in total, then the name): a short per-call range
-    loses to the step that holds it."""
-    c = _loop_candidates(before).filter(pl.col("dur") * 10 >= before.end)
-    if after is not None:
-        other = _loop_candidates(after).filter(pl.col("dur") * 10 >= after.end)
-        c = (c.join(other.select("name", "domain", pl.col("n").alias("n_after")),
-                    on=["name", "domain"], nulls_equal=True)
-             .filter((pl.col("n_after") * 2 >= pl.col("n")) & (pl.col("n") * 2
-                                                                 >= pl.col("n_after")))
-             .drop("n_after"))
-    if c.height == 0:
-        return None
-    c = (c.filter(pl.col("dur") * 2 >= pl.col("dur").max())
-         .sort(["n", "dur", "name"], descending=[True, True, False], nulls_last=True))
-    return c["name"][0], c["domain"][0]
+    """(range, domain) of the step of a run (with `after`, of both runs), or None: the
+    range `steps.pick` finds."""
+    found = pick(before, after)
+    return None if found is None or found.name is None else (found.name, found.domain)
 
 
 def instance_windows(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
@@ -438,11 +368,10 @@ def instance_windows(acts: Activities, name: str, domain: str | None) -> pl.Data
     process. `name` is a range's text, or a family ('step #'; also 'step 3' when no range is
     named so: every 'step N')."""
     rows = acts.rows.select("row", "task_index")
-    fams = _range_families(acts)
+    fams = range_families(acts)
     ids = fams.filter(pl.col("name") == name)
     if ids.height == 0:
-        folded = _DIGITS_RE.sub(lambda m: m.group(1) + "#", name)
-        ids = fams.filter(pl.col("family") == folded)
+        ids = fams.filter(pl.col("family") == fold(name))
     types = acts.domains.filter(pl.col("domain").is_null() if domain is None
                                 else pl.col("domain") == domain)["type"].to_list()
     return (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
@@ -657,10 +586,13 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     if nb != na:
         warnings.append(f"the runs have different GPU counts ({nb} and {na}): no per-device "
                         f"comparison.")
-    its = None
+    its = found = None
     if iterations is not None or auto_iterations:
         picked = iterations is None
-        spec = (iterations, domain) if iterations is not None else pick_range(b, a)
+        spec = (iterations, domain)
+        if picked:
+            found = pick(b, a)
+            spec = None if found is None or found.name is None else (found.name, found.domain)
         if spec is not None:
             ib, ia = instances(b, *spec), instances(a, *spec)
             if iterations is not None:
@@ -671,7 +603,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                                          f"'{iterations}" + (f"@{domain}" if domain else "")
                                          + "'")
             if ib.height and ia.height:
-                its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia))
+                its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia),
+                                 found)
     if its is not None:
         verdict = its.shifts["duration"]
     else:
@@ -680,7 +613,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                       category_table(b, a, before.analysis, after.analysis), devices,
                       model_table(before.analysis, after.analysis),
                       rules_table(before.rules, after.rules), its, verdict, "", warnings,
-                      rates_table(kernels, before.kernel_metrics, after.kernel_metrics))
+                      rates_table(kernels, before.kernel_metrics, after.kernel_metrics),
+                      found if its is None else None)
     comp.paragraph = explain(comp)
     return comp
 

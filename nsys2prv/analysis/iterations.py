@@ -32,7 +32,8 @@ from ..errors import InputError
 from ..paraver.read import Source
 from .activities import Activities, ActivityCollector
 from .diff import (Comparison, Side, _split_range, compare_sides, explain_changes,
-                   instance_windows, instances, pick_range)
+                   instance_windows, instances)
+from .steps import StepPick, pick
 from .idle import CAUSE_KEYS, UNKNOWN_HOST
 from .model import Analysis, analyze_path
 
@@ -47,7 +48,7 @@ class IterationReport:
 
     name: str
     domain: str | None
-    picked: bool  # chosen by the tool (most repeated top-level range)
+    picked: bool  # chosen by the tool (`steps.pick`)
     # instance, start, end, duration, the CATEGORIES, gpu_busy, gpu_idle, device_time,
     # busy_share, gap_idle, one column per idle cause ('idle.<cause>'), outlier
     steps: pl.DataFrame
@@ -58,10 +59,13 @@ class IterationReport:
     comparison: Comparison | None  # the slowest step against the median one
     paragraph: str
     notes: list[str] = field(default_factory=list)
+    pick: StepPick | None = None  # why the range was picked, and the runners-up
 
     def to_dict(self) -> dict:
         c = self.comparison
         return {"range": self.name, "domain": self.domain, "picked": self.picked,
+                "why": None if self.pick is None else self.pick.why,
+                "candidates": None if self.pick is None else self.pick.candidates.to_dicts(),
                 "steps": self.steps.to_dicts(), "spread": self.spread.to_dicts(),
                 "outliers": self.outliers, "slowest": self.slowest, "median": self.median,
                 "paragraph": self.paragraph, "notes": self.notes,
@@ -208,16 +212,18 @@ def compare_steps(acts: Activities, steps: pl.DataFrame, slow: int, mid: int
     return comp, comp.paragraph
 
 
-def resolve_range(acts: Activities, spec: str | None) -> tuple[str, str | None]:
-    """(range, domain) of `spec` ("RANGE[@DOMAIN]"; None: the most repeated top-level range
-    that covers the run, `diff.pick_range`)."""
+def resolve_range(acts: Activities, spec: str | None
+                  ) -> tuple[str, str | None, StepPick | None]:
+    """(range, domain, how it was picked) of `spec` ("RANGE[@DOMAIN]"; None: the step
+    `steps.pick` finds, the same detector as the comparison's)."""
     if spec is not None:
-        return _split_range(spec)
-    found = pick_range(acts)
-    if found is None:
-        raise NoLoop("no repeated top-level NVTX range covers a tenth of the run: name the "
-                     "step's range with --iterations RANGE[@DOMAIN]")
-    return found
+        return (*_split_range(spec), None)
+    found = pick(acts)
+    if found is None or found.name is None:
+        why = "the trace has no NVTX ranges" if found is None else found.why
+        raise NoLoop(f"{why}: name the step's range with --iterations RANGE[@DOMAIN]",
+                     found)
+    return found.name, found.domain, found
 
 
 def iteration_report(acts: Activities, name: str, domain: str | None, picked: bool = False,
@@ -250,7 +256,11 @@ def iteration_report(acts: Activities, name: str, domain: str | None, picked: bo
 
 
 class NoLoop(InputError):
-    """No range to pick: the run repeats no top-level NVTX range that covers it."""
+    """No range to pick: no NVTX range of the run is a step (`steps.pick`)."""
+
+    def __init__(self, message: str, search: StepPick | None = None) -> None:
+        super().__init__(message)
+        self.search = search  # the candidates and why each is not the step
 
 
 def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
@@ -270,7 +280,7 @@ def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
         except NoLoop as e:
             state["range"] = str(e)
             return None
-        return instances(acts, *state["range"]).select("instance", "start", "end")
+        return instances(acts, *state["range"][:2]).select("instance", "start", "end")
 
     analysis = analyze_path(path, explain, top, observers=[collector, *observers],
                             steps=steps)
@@ -280,6 +290,8 @@ def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
     if isinstance(state["range"], str):
         return analysis, acts, state["range"]
     idle_steps = analysis.idle.instances if analysis.idle is not None else None
-    report = iteration_report(acts, *state["range"], picked=iterations is None,
+    name, domain, found = state["range"]
+    report = iteration_report(acts, name, domain, picked=iterations is None,
                               idle_steps=idle_steps)
+    report.pick = found
     return analysis, acts, report

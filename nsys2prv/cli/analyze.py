@@ -67,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="per instance of a repeated NVTX range (a training step): duration, "
                         "GPU busy/idle, compute/communication time, idle causes, the spread "
                         "and outliers, and the slowest step against the median one (no "
-                        "RANGE: the most repeated top-level range)")
+                        "RANGE: the step is found, at any depth: a range repeated one after "
+                        "the other on one thread that launches most of the GPU work)")
     p.add_argument("--critical-path", action="store_true",
                    help="what bounds the run: the critical path through the job's "
                         "dependencies (launches, stream waits, synchronisations, NCCL and MPI), "
@@ -421,12 +422,17 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
 def format_iterations(r, list_all: bool = False) -> str:
     """The steps of a run: one line each (the slowest SHOWN and the outliers of a long
     run), the spread, the outliers and the slowest step against the median one."""
+    from .diff import format_runners_up
+
     st = r.steps
-    how = "picked: the most repeated top-level range" if r.picked else "--iterations"
+    how = "--iterations" if not r.picked or r.pick is None else f"picked: {r.pick.why}"
     out = ["", f"### Steps: NVTX range '{r.name}'" + (f"@{r.domain}" if r.domain else "")
-           + f" ({how}), {st.height} instances",
-           f"###   {'step':>6} {'start ms':>11} {'duration':>11} {'GPU busy':>9} "
-           f"{'GPU idle':>11} {'compute':>11} {'NCCL':>11} {'memcpy':>11}  main idle causes"]
+           + f" ({how}), {st.height} instances"]
+    if r.picked and r.pick is not None:
+        out += format_runners_up(r.pick, 3, "###   ").rstrip("\n").splitlines()
+    out.append(f"###   {'step':>6} {'start ms':>11} {'duration':>11} {'GPU busy':>9} "
+               f"{'GPU idle':>11} {'compute':>11} {'NCCL':>11} {'memcpy':>11}  "
+               "main idle causes")
     shown = st
     if not list_all and st.height > MANY:
         shown = (st.sort("duration", descending=True).head(SHOWN)

@@ -32,8 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("after", metavar="AFTER", help="the same for the other run")
     p.add_argument("--iterations", metavar="RANGE[@DOMAIN]",
                    help="the repeated NVTX range (a training step) whose instances the "
-                        "verdict compares (default: the most repeated top-level range among "
-                        "those that cover the run)")
+                        "verdict compares (default: the step is found, at any depth: a range "
+                        "repeated one after the other on one thread that launches most of "
+                        "the GPU work, in both runs; docs/diff.md)")
     p.add_argument("--fail-if-slower", type=float, metavar="PCT",
                    help="exit 1 when the iteration median (else the elapsed time) got slower "
                         "by more than PCT %% and, where noise can be judged, beyond noise")
@@ -84,10 +85,15 @@ def format_text(c, top: int = 15) -> str:
     for note in c.warnings:
         w(f"warning: {note}\n")
     it = c.iterations
+    if it is None and c.step_search is not None:
+        w(f"\nno step: {c.step_search.why}; the verdict compares the elapsed times\n")
+        w(format_runners_up(c.step_search, 3, "  "))
     if it is not None:
-        how = "picked: the most repeated top-level range" if it.picked else "--iterations"
+        how = "--iterations" if not it.picked or it.pick is None else f"picked: {it.pick.why}"
         w(f"\niterations: '{it.name}'" + (f"@{it.domain}" if it.domain else "")
           + f" ({how}), {it.before.height} / {it.after.height} instances\n")
+        if it.picked and it.pick is not None:
+            w(format_runners_up(it.pick, 3, "  "))
         w(f"  {'':<18}{'median before':>15}{'median after':>15}{'change':>10}  verdict\n")
         for key, s in it.shifts.items():
             ch = "-" if s.change is None else f"{100 * s.change:+.1f}%"
@@ -152,6 +158,21 @@ def format_text(c, top: int = 15) -> str:
             w(f"  {r['rule']:<28}{'-' if r['before'] is None else r['before']:>16}"
               f"{'-' if r['after'] is None else r['after']:>16}\n")
     return out.getvalue()
+
+
+def format_runners_up(found, k: int, indent: str) -> str:
+    """The `k` best candidates that are not the step (`steps.StepPick`), one line each
+    with why: what an analyst checks before trusting a picked range."""
+    rows = found.runners_up(k)
+    if rows.height == 0:
+        return ""
+    lines = [f"{indent}{'runners-up' if found.name else 'closest candidates'}:"]
+    for r in rows.iter_rows(named=True):
+        name = r["family"] + (f"@{r['domain']}" if r["domain"] else "")
+        lines.append(f"{indent}  '{_short(name, 50)}' ({r['n']} instance"
+                     f"{'' if r['n'] == 1 else 's'}, "
+                     f"{100 * r['gpu_share']:.0f} % of the GPU time): {r['note']}")
+    return "\n".join(lines) + "\n"
 
 
 def _devices(w, devices: pl.DataFrame, top: int) -> None:

@@ -1,0 +1,292 @@
+"""The training step, found as an analyst finds it: a repeated NVTX range at any nesting
+depth whose instances follow each other on one thread, number many, and hold most of the
+GPU work.
+
+Candidates are NVTX ranges grouped by name with digit runs folded to '#' ('Batch 12' and
+'Batch 13' are 'Batch #', 'ProfilerStep#7' is 'ProfilerStep##') and domain, counted on the
+process that holds most instances (a step is the k-th instance on each process: summed over
+the ranks of a job, a short call range of 1,024 ranks would look like a loop). A candidate
+is a loop when, on every process, its instances are on one thread and never overlap, and
+there are MIN_STEPS of them at least. What it covers: the GPU time (kernels, copies, sets)
+that starts inside its instances, as a share of the GPU time of the processes that have it
+(where the run has no GPU work, its share of the trace time).
+
+The pick, among loops that cover COVER_FLOOR of the GPU work at least and within TOLERANCE
+of the loop that covers most (the step holds nearly all the work; a range nested in it
+holds a part): a name of a known step convention first (PyTorch's `ProfilerStep#N`,
+Megatron / NeMo / DeepSpeed `iteration`, `step`, `train_step`, `Batch N`), a name of an
+epoch last (an epoch holds steps), then the most instances (a step, not the epoch or the
+training phase that holds the steps), then the larger share, the shallower range, the name.
+The conventions order the candidates that cover the work alike; they never make a range
+that covers little a step. With the other run of a comparison, the step must be a loop
+there too, with no more than twice or half as many instances.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from .activities import Activities
+
+MIN_STEPS = 3  # fewer: the verdict cannot judge noise anyway (3 a side: p >= 0.1)
+COVER_FLOOR = 0.25  # share of the GPU work a step must hold at least
+TOLERANCE = 0.8  # a step holds this fraction of the largest share at least
+NAME_FLOOR = 0.5  # and launches this share of the kernel names at least
+DIGITS = r"(^|[^A-Za-z0-9])\d+"
+DIGITS_RE = re.compile(DIGITS)
+# names of steps in common frameworks (after digit folding), and of what holds steps
+STEP_NAMES = re.compile(
+    r"(?i)^(?:ProfilerStep|iteration|iter|step|train[ _]?step|training[ _]step|train[ _]batch|"
+    r"training[ _]batch|batch|global[ _]step|train[ _]iteration)(?:\b|[#_ ])")
+CONTAINER_NAMES = re.compile(r"(?i)^(?:epoch|train(?:ing)?[ _]?epoch)(?:\b|[#_ ])")
+
+
+def family(column: str) -> pl.Expr:
+    """A range name with its digit runs folded to '#' (not those inside words: conv2d)."""
+    return pl.col(column).fill_null("").str.replace_all(DIGITS, "${1}#")
+
+
+def fold(name: str) -> str:
+    """`family` of one name."""
+    return DIGITS_RE.sub(lambda m: m.group(1) + "#", name)
+
+
+def range_families(acts: Activities) -> pl.DataFrame:
+    """name id -> name text, family (computed once per distinct name)."""
+    return acts.range_names.with_columns(family("name").alias("family"))
+
+
+@dataclass
+class StepPick:
+    """The range picked as the step, why, and the candidates it was picked among."""
+
+    name: str  # the family ('Batch #') or the one text repeated ('train_step')
+    domain: str | None
+    why: str
+    # family, domain, n, tasks, gpu_share, time_share, depth, convention, loop, eligible,
+    # note (why a candidate lost), best first
+    candidates: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+    def runners_up(self, k: int = 3) -> pl.DataFrame:
+        """The `k` candidates after the step, with why each lost."""
+        if self.name is None:
+            return self.candidates.head(k)
+        return self.candidates.filter(
+            ~((pl.col("family") == self.name) & pl.col("domain").eq_missing(self.domain))
+        ).head(k)
+
+    def to_dict(self) -> dict:
+        return {"range": self.name, "domain": self.domain, "why": self.why,
+                "candidates": self.candidates.to_dicts()}
+
+
+_SCHEMA = {"family": pl.Utf8, "domain": pl.Utf8, "n": pl.Int64, "tasks": pl.Int64,
+           "gpu_share": pl.Float64, "time_share": pl.Float64, "depth": pl.Float64,
+           "convention": pl.Int64, "loop": pl.Boolean}
+
+
+def candidates(acts: Activities) -> pl.DataFrame:
+    """Every range family of a run (see the module's docstring): family, domain,
+    n (instances on the busiest process), tasks (processes that have it), gpu_share,
+    time_share (of the trace, on the busiest process), depth (mean nesting level, 0 at the
+    top), convention (0 a step's name, 1 any other, 2 an epoch's), loop (sequential on one
+    thread of each process, MIN_STEPS instances at least). Vectorised: a few group-bys
+    over the ranges and one as-of join of their instances with the GPU work."""
+    return _candidates(acts)[0]
+
+
+def _candidates(acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """`candidates`, the ranges with their family (family, domain, task_index, row, start,
+    dur, level, top) and the GPU work (`_gpu_work`)."""
+    if acts.ranges.height == 0:
+        return pl.DataFrame(schema=_SCHEMA), pl.DataFrame(), pl.DataFrame()
+    fams = range_families(acts).select(pl.col("id").alias("name"), "family")
+    tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
+    r = (acts.ranges.join(fams, on="name", how="left")
+         .join(acts.domains, on="type", how="left")
+         .join(tasks, on="row", how="left")
+         .select("family", "domain", "task_index", "row", "start", "dur", "level", "top"))
+    key = ["family", "domain", "task_index"]
+    end = pl.col("start") + pl.col("dur")
+    # per process: one thread, no instance before the previous one ends
+    per_task = (r.sort("start", "row")
+                .with_columns((pl.col("start") < end.cum_max().shift(1).over(key))
+                              .fill_null(False).alias("overlap"))
+                .group_by(key).agg(pl.len().alias("n"), pl.col("row").n_unique().alias("rows"),
+                                   pl.col("overlap").any(), pl.col("dur").sum(),
+                                   (pl.col("level") - 1).clip(0, None).mean().alias("depth")))
+    fam_key = ["family", "domain"]
+    per = (per_task.sort("n", "dur", "task_index", descending=[True, True, False])
+           .group_by(fam_key, maintain_order=True)
+           .agg(pl.col("n").first(), pl.col("dur").first().alias("busiest_dur"),
+                pl.len().alias("tasks"),
+                ((pl.col("rows") == 1) & ~pl.col("overlap")).all().alias("sequential"),
+                pl.col("depth").mean()))
+    gpu = _gpu_work(acts, tasks)
+    covered = _covered(r, gpu)
+    total = gpu.group_by("task_index").agg(pl.col("dur").sum().alias("gpu_total"))
+    share = (per_task.select(fam_key + ["task_index"])
+             .join(covered, on=fam_key + ["task_index"], how="left", nulls_equal=True)
+             .join(total, on="task_index", how="left")
+             .group_by(fam_key).agg(pl.col("covered").fill_null(0).sum(),
+                                    pl.col("gpu_total").fill_null(0).sum()))
+    end_time = max(acts.end, 1)
+    out = (per.join(share, on=fam_key, how="left", nulls_equal=True)
+           .with_columns((pl.col("busiest_dur") / end_time).alias("time_share")))
+    gpu_any = gpu.height > 0
+    out = out.with_columns(
+        (pl.col("covered") / pl.col("gpu_total")).fill_nan(0.0).fill_null(0.0)
+        .alias("gpu_share") if gpu_any else pl.col("time_share").alias("gpu_share"),
+        pl.when(pl.col("family").str.contains(STEP_NAMES.pattern))
+        .then(0).when(pl.col("family").str.contains(CONTAINER_NAMES.pattern)).then(2)
+        .otherwise(1).cast(pl.Int64).alias("convention"),
+        (pl.col("sequential") & (pl.col("n") >= MIN_STEPS)).alias("loop"))
+    return (out.select(list(_SCHEMA)).cast(_SCHEMA)
+            .sort("gpu_share", "n", "family", descending=[True, True, False]), r, gpu)
+
+
+def _launched(df: pl.DataFrame) -> pl.Expr:
+    """When an activity was launched: its launch call's start (the host range it belongs
+    to), else, without a launch line, its own start."""
+    return (pl.col("launch").fill_null(pl.col("start")) if "launch" in df.columns
+            else pl.col("start")).alias("start")
+
+
+def _gpu_work(acts: Activities, tasks: pl.DataFrame) -> pl.DataFrame:
+    """(task_index, start, dur, upto, full) of every GPU activity by launch time within
+    each process (`_launched`), `upto`: the GPU time launched up to it there; `full`: a
+    kernel's name id (null for copies and sets)."""
+    gpu_rows = acts.rows.filter(pl.col("kind") == "gpu").select("row")
+    k, m = acts.kernels, acts.memops
+    act = (pl.concat([k.select("row", _launched(k), "dur",
+                               pl.col("full").cast(pl.Int64)),
+                      m.select("row", _launched(m), "dur",
+                               pl.lit(None, pl.Int64).alias("full"))])
+           .join(gpu_rows, on="row", how="semi").join(tasks, on="row")
+           .select("task_index", "start", "dur", "full").sort("task_index", "start"))
+    return act.with_columns(pl.col("dur").cum_sum().over("task_index").alias("upto"))
+
+
+def _covered(r: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """(family, domain, task_index, covered): the GPU time launched inside the instances
+    (prefix sums of the GPU work, by launch time, at each instance's start and end)."""
+    if gpu.height == 0 or r.height == 0:
+        return pl.DataFrame(schema={"family": pl.Utf8, "domain": pl.Utf8,
+                                    "task_index": pl.Int64, "covered": pl.Int64})
+    g = gpu.select("task_index", pl.col("start").alias("t"), "upto").sort("t")
+
+    def upto(at: pl.Expr) -> pl.Series:
+        # GPU time of the activities launched before `at` (strictly)
+        q = r.select(at.alias("t"), "task_index").with_row_index("_i").sort("t")
+        hit = q.join_asof(g.with_columns(pl.col("t") + 1), on="t", by="task_index",
+                          strategy="backward", check_sortedness=False)
+        return hit.sort("_i")["upto"].fill_null(0)
+
+    inside = upto(pl.col("start") + pl.col("dur")) - upto(pl.col("start"))
+    return (r.select("family", "domain", "task_index").with_columns(inside.alias("covered"))
+            .group_by("family", "domain", "task_index").agg(pl.col("covered").sum()))
+
+
+def pick(before: Activities, after: Activities | None = None) -> StepPick | None:
+    """The step of a run (and, with `after`, of both runs of a comparison), with why and
+    the candidates (see the module's docstring). None where the run has no NVTX range;
+    a pick whose `name` is None where no range qualifies (`why` says so)."""
+    c, ranges, gpu = _candidates(before)
+    if c.height == 0:
+        return None
+    if after is not None:
+        other = candidates(after).filter(pl.col("loop"))
+        c = c.join(other.select("family", "domain", pl.col("n").alias("n_after")),
+                   on=["family", "domain"], how="left", nulls_equal=True)
+        in_after = (pl.col("n_after").is_not_null() & (pl.col("n_after") * 2 >= pl.col("n"))
+                    & (pl.col("n") * 2 >= pl.col("n_after")))
+    else:
+        c = c.with_columns(pl.lit(None, pl.Int64).alias("n_after"))
+        in_after = pl.lit(True)
+    usable = pl.col("loop") & in_after & (pl.col("gpu_share") >= COVER_FLOOR)
+    c = c.with_columns(in_after.alias("in_after"), usable.alias("eligible"),
+                       pl.lit(None, pl.Float64).alias("name_share"))
+    best = c.filter(pl.col("eligible"))["gpu_share"].max() or 0.0
+    c = c.with_columns(pl.col("eligible") & (pl.col("gpu_share") >= TOLERANCE * best))
+    order = c.sort(["eligible", "convention", "n", "gpu_share", "depth", "family"],
+                   descending=[True, False, True, True, False, False], nulls_last=True)
+    # the first that launches most kernel names: a step runs the program's kernels, a
+    # range around one operation (flash attention: half the GPU time) one or two
+    top = None
+    for row in order.filter(pl.col("eligible")).iter_rows(named=True):
+        share = _name_share(ranges, gpu, row["family"], row["domain"])
+        hit = (pl.col("family") == row["family"]) & pl.col("domain").eq_missing(row["domain"])
+        order = order.with_columns(
+            pl.when(hit).then(pl.lit(share, pl.Float64)).otherwise(pl.col("name_share"))
+            .alias("name_share"))
+        if share is None or share >= NAME_FLOOR:
+            top = row | {"name_share": share}
+            break
+        order = order.with_columns(pl.when(hit).then(False).otherwise(pl.col("eligible"))
+                                   .alias("eligible"))
+    # listed as an analyst reads them: the step, then by the share of the work they hold
+    is_top = pl.repeat(False, pl.len()) if top is None else \
+        (pl.col("family") == top["family"]) & pl.col("domain").eq_missing(top["domain"])
+    c = (order.with_columns(_note(top).alias("note"))
+         .sort([is_top, "gpu_share", "n", "family"], descending=[True, True, True, False])
+         .drop("in_after"))
+    what = "GPU time" if gpu.height else "the trace's time"
+    if top is None:
+        return StepPick(None, None, "no NVTX range repeats one after the other on one thread "
+                        f"({MIN_STEPS} times or more"
+                        + (", in both runs" if after is not None else "")
+                        + f") launching {100 * COVER_FLOOR:.0f} % of the {what} and "
+                        f"{100 * NAME_FLOOR:.0f} % of the kernel names", c)
+    deep = f", nested {top['depth']:.0f} deep" if top["depth"] >= 0.5 else ""
+    names = "" if top["name_share"] is None else \
+        f" and {100 * top['name_share']:.0f} % of the kernel names"
+    why = (f"{top['n']} instances one after the other on one thread{deep}, launching "
+           f"{100 * top['gpu_share']:.0f} % of the {what}{names}"
+           + ("; a step's name" if top["convention"] == 0 else ""))
+    return StepPick(top["family"], top["domain"], why, c)
+
+
+def _name_share(ranges: pl.DataFrame, gpu: pl.DataFrame, fam: str, domain: str | None
+                ) -> float | None:
+    """Of the kernel names the processes that have the range launch, the share launched
+    inside its instances (None: no kernels)."""
+    inst = (ranges.filter((pl.col("family") == fam) & pl.col("domain").eq_missing(domain))
+            .select("task_index", pl.col("start").alias("s"),
+                    (pl.col("start") + pl.col("dur")).alias("e")).sort("s"))
+    k = (gpu.filter(pl.col("full").is_not_null())
+         .join(inst.select("task_index").unique(), on="task_index", how="semi")
+         .select("task_index", "start", "full").sort("start"))
+    total = k["full"].n_unique()
+    if total == 0:
+        return None
+    hit = k.join_asof(inst, left_on="start", right_on="s", by="task_index",
+                      strategy="backward", check_sortedness=False)
+    return hit.filter(pl.col("start") < pl.col("e"))["full"].n_unique() / total
+
+
+def _note(top: dict | None) -> pl.Expr:
+    """Why each candidate is not the step (null for the step)."""
+    is_top = pl.lit(False) if top is None else \
+        (pl.col("family") == top["family"]) & pl.col("domain").eq_missing(top["domain"])
+    conv = 1 if top is None else top["convention"]
+    n = 0 if top is None else top["n"]
+    return (pl.when(is_top).then(pl.lit(None, pl.Utf8))
+            .when(pl.col("n") < MIN_STEPS).then(pl.lit(f"fewer than {MIN_STEPS} instances"))
+            .when(~pl.col("loop")).then(pl.lit("instances overlap or span threads"))
+            .when(~pl.col("in_after")).then(pl.lit(
+                "not a loop of the other run with as many instances (x2 at most)"))
+            .when(pl.col("gpu_share") < COVER_FLOOR).then(pl.lit(
+                f"launches less than {100 * COVER_FLOOR:.0f} % of the GPU time"))
+            .when(pl.col("name_share") < NAME_FLOOR).then(pl.lit(
+                f"launches less than {100 * NAME_FLOOR:.0f} % of the kernel names: an "
+                "operation, not a step"))
+            .when(~pl.col("eligible")).then(pl.lit(
+                f"launches less than {100 * TOLERANCE:.0f} % of what the step launches"))
+            .when(pl.col("convention") == 2).then(pl.lit("an epoch: it holds steps"))
+            .when(pl.col("convention") > conv).then(pl.lit(
+                "the step has a step's name (ProfilerStep, iteration, step, Batch ...)"))
+            .when(pl.col("n") < n).then(pl.lit("fewer instances: it holds steps"))
+            .otherwise(pl.lit("holds less, or nested deeper")))
