@@ -513,7 +513,7 @@ def explain(c: Comparison) -> str:
     if v.p is None:
         head = f"{what} {_pct(v.change)} ({_p(v)})."
     else:
-        head = f"{what} {_pct(v.change)} ({_p(v)}): {v.verdict}."
+        head = f"{what} {_pct(v.change)} (n = {v.n_before}/{v.n_after}): {v.reading()}."
     return " ".join([head, *explain_changes(c)])
 
 

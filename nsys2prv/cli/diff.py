@@ -97,9 +97,8 @@ def format_text(c, top: int = 15) -> str:
         w(f"  {'':<18}{'median before':>15}{'median after':>15}{'change':>10}  verdict\n")
         for key, s in it.shifts.items():
             ch = "-" if s.change is None else f"{100 * s.change:+.1f}%"
-            p = "" if s.p is None else f" (p = {s.p:.3g})"
             w(f"  {key:<18}{s.median_before / 1e6:>12.3f} ms{s.median_after / 1e6:>12.3f} ms"
-              f"{ch:>10}  {s.verdict}{p}\n")
+              f"{ch:>10}  {s.reading()}\n")
     w(f"\n{c.paragraph}\n")
     w(f"\n{'category':<32}{'before ms':>14}{'after ms':>14}{'delta ms':>14}{'ratio':>8}\n")
     for r in c.categories.iter_rows(named=True):
