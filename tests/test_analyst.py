@@ -215,3 +215,32 @@ def story_gemm() -> str:
     from nsys2prv.testing.synth_story import GEMM
 
     return GEMM
+
+
+# ----------------------------------------------------------------- copies by memory kind --
+
+def test_copies_split_by_direction_and_memory_kind(pair):
+    """The category table splits copies by direction and by the memory that tells them
+    apart (the host side's: pageable, pinned; device; peer): count and time equal the
+    export's CUPTI_ACTIVITY_KIND_MEMCPY rows grouped by copyKind, srcKind and dstKind."""
+    for side, db in (("before", BEFORE), ("after", AFTER)):
+        rows = _sql(db, "SELECT o.label, s.label, d.label, COUNT(*), SUM(m.end - m.start) "
+                        "FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
+                        "JOIN ENUM_CUDA_MEMCPY_OPER o ON o.id = m.copyKind "
+                        "JOIN ENUM_CUDA_MEM_KIND s ON s.id = m.srcKind "
+                        "JOIN ENUM_CUDA_MEM_KIND d ON d.id = m.dstKind GROUP BY 1, 2, 3")
+        want: dict[str, list[int]] = {}
+        for op, src, dst, n, t in rows:
+            memory = {"Host-to-Device": src, "Device-to-Host": dst}.get(op, dst).lower()
+            got = want.setdefault(f"{op} {memory}", [0, 0])
+            got[0] += n
+            got[1] += t
+        c = pair.categories.filter(pl.col("category") == "memcpy")
+        have = {r["detail"]: [r[f"count_{side}"], r[f"total_{side}"]]
+                for r in c.iter_rows(named=True) if r[f"count_{side}"]}
+        assert have == want
+    assert set(pair.categories["detail"]) >= {"Host-to-Device pageable",
+                                              "Device-to-Device device"}
+    assert "count_delta" in pair.kernels.columns and "count_delta" in pair.nvtx.columns
+    k = pair.kernels.filter(pl.col("short") == "flash_fwd_kernel").row(0, named=True)
+    assert k["count_delta"] == k["count_after"] - k["count_before"] == 60 - 68

@@ -12,7 +12,7 @@ result (a few numbers per activity).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
 FULL_NAME = 67_000_001  # demangled full kernel name, at the start of compute and NCCL kernels
 MEMOP = cuda.MEMORY_OPERATION
+MEMORY_KIND_TYPES = (cuda.MEMORY_SRC_KIND, cuda.MEMORY_DST_KIND)  # at a copy's start
 SYNC_STATE = 5
 PUSHPOP = range(nvtx_reg.NVTX_PUSHPOP_BASE, nvtx_reg.NVTX_PUSHPOP_BASE + nvtx_reg.NVTX_DOMAIN_MAX)
 STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
@@ -47,12 +48,14 @@ class Activities:
 
     kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool),
         launch (start of the CUDA call that launched it, from the launch line; null: none)
-    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...), launch
+    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...), launch,
+        src_kind, dst_kind (memory kind ids: 'Pageable', 'Pinned', ...; null: unknown)
     ranges: row, start, dur, name (text id), type (event type: its domain or lane), level
         (nesting depth in its domain), top (inside no other range of its thread)
     sync: row, dur (time in the Synchronization state of CPU threads, one line per row)
-    kernel_names / memop_names / range_names: id, name; domains: type, domain (null: the
-    default domain, or a start/end range, whose domain the trace does not keep)
+    kernel_names / memop_names / range_names / memory_kinds: id, name; domains: type,
+    domain (null: the default domain, or a start/end range, whose domain the trace does not
+    keep)
     """
 
     path: Path
@@ -66,6 +69,7 @@ class Activities:
     memop_names: pl.DataFrame
     range_names: pl.DataFrame
     domains: pl.DataFrame
+    memory_kinds: pl.DataFrame = field(default_factory=lambda: _table({}))
 
     def named_ranges(self) -> pl.DataFrame:
         """`ranges` with the text of their name and their domain (row, start, dur, name,
@@ -90,7 +94,7 @@ class Activities:
         return Activities(self.path, hi - lo, self.rows, cut(self.kernels), cut(self.memops),
                           self.ranges.filter(inside).with_columns(moved),
                           self.sync.clear(), self.kernel_names, self.memop_names,
-                          self.range_names, self.domains)
+                          self.range_names, self.domains, self.memory_kinds)
 
     def named_kernels(self) -> pl.DataFrame:
         """`kernels` with the text of their short and full names."""
@@ -191,7 +195,8 @@ class ActivityCollector:
         self.pushpop = [t for t in self.nvtx_types if t in PUSHPOP]
         self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
                                                      if t in STARTEND]
-        self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME})
+        self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME}
+                               | set(MEMORY_KIND_TYPES))
         self._spans = Spans(self.flat, [KERNEL, NCCL_KERNEL], self.pushpop,
                             FULL_NAME if FULL_NAME in self.labels else None,
                             self.layout.rows.height)
@@ -203,11 +208,18 @@ class ActivityCollector:
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
         self._launches: list[pl.DataFrame] = []
+        self._kinds: list[pl.DataFrame] = []
 
     comms = True  # an observer of `model.analyze_path` that needs the launch lines
 
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
+        kinds = w.events.slice(w.carried).filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
+        if kinds.height:  # a copy's memory kinds, at its start on its row
+            self._kinds.append(kinds.select(
+                pl.col("row").cast(pl.Int32), pl.col("time").alias("start"),
+                (pl.col("type") == cuda.MEMORY_DST_KIND).alias("dst"),
+                pl.col("value").cast(pl.Int16)).filter(pl.col("value") != 0))
         if w.comms is not None and w.comms.height:  # 20 bytes a launch, joined at the end
             a = w.comms.filter(pl.col("tag").is_in(LAUNCH_TAGS))
             if a.height:
@@ -244,7 +256,9 @@ class ActivityCollector:
         kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNELS)
         launches = (pl.concat(self._launches).unique(["row", "start"], keep="first")
                     if self._launches else _empty(_LAUNCHES))
+        kinds = _memory_kinds(self._kinds)
         self._flat, self._stacked, self._kernels, self._launches = [], [], [], []
+        self._kinds = []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
@@ -255,6 +269,7 @@ class ActivityCollector:
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
                   .join(launches, on=["row", "start"], how="left")
+                  .join(kinds, on=["row", "start"], how="left")
                   .sort("start", "row"))
         nvtx_names: dict[int, str] = {}
         for t in nvtx_types:
@@ -285,10 +300,23 @@ class ActivityCollector:
                                schema={"type": pl.Int64, "domain": pl.Utf8})
         return Activities(self.path, self._end, self.layout.rows, kernels, memops, ranges,
                           sync_rows, _table(names.get(KERNEL, {})),
-                          _table(names.get(MEMOP, {})), _table(nvtx_names), domains)
+                          _table(names.get(MEMOP, {})), _table(nvtx_names), domains,
+                          _table(names.get(cuda.MEMORY_SRC_KIND, {})))
 
 
 _NO_SPANS = np.empty((0, 6), dtype=np.int64)
+
+
+def _memory_kinds(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """(row, start, src_kind, dst_kind) of the copies' memory kind events collected."""
+    schema = {"row": pl.Int32, "start": pl.Int64, "src_kind": pl.Int16, "dst_kind": pl.Int16}
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    ev = pl.concat(parts)
+    return (ev.group_by("row", "start")
+            .agg(pl.col("value").filter(~pl.col("dst")).first().alias("src_kind"),
+                 pl.col("value").filter(pl.col("dst")).first().alias("dst_kind"))
+            .cast(schema))
 
 
 def _spans_frame(a: np.ndarray, last: str | None = None) -> pl.DataFrame:

@@ -173,7 +173,9 @@ def _joined(b: pl.DataFrame, a: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return (j.with_columns((pl.col("total_after") - pl.col("total_before")).alias("delta"),
                            pl.when(pl.col("total_before") > 0)
                            .then(pl.col("total_after") / pl.col("total_before"))
-                           .otherwise(None).alias("ratio"))
+                           .otherwise(None).alias("ratio"),
+                           (pl.col("count_after") - pl.col("count_before"))
+                           .alias("count_delta"))
             .sort(pl.col("delta").abs(), *keys, descending=[True] + [False] * len(keys)))
 
 
@@ -242,14 +244,10 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
          .with_columns(pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
                        .otherwise(pl.lit("compute kernels")).alias("category"),
                        pl.lit("").alias("detail")))
-    ops = acts.memop_names.with_columns(
-        pl.when(pl.col("name").str.starts_with("memcpy")).then(pl.lit("memcpy"))
-        .otherwise(pl.lit("memset")).alias("category"),
-        pl.when(pl.col("name").str.starts_with("memcpy"))
-        .then(pl.col("name").str.strip_prefix("memcpy ")).otherwise(pl.lit(""))
-        .alias("detail")).select(pl.col("id").alias("op"), "category", "detail")
-    m = (acts.memops.group_by("row", "op").agg(pl.len().alias("count"), pl.col("dur").sum())
-         .join(rows, on="row").join(ops, on="op", how="left")
+    m = (acts.memops.group_by("row", *_KIND_COLUMNS(acts))
+         .agg(pl.len().alias("count"), pl.col("dur").sum())
+         .join(rows, on="row").join(copy_details(acts), on=_KIND_COLUMNS(acts), how="left",
+                                    nulls_equal=True)
          .with_columns(pl.col("category").fill_null("memcpy"), pl.col("detail").fill_null("")))
     s = acts.sync.join(rows, on="row").with_columns(
         pl.lit(1).alias("count"), pl.lit("CUDA synchronisation").alias("category"),
@@ -271,9 +269,57 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
                                      pl.col("dur").cast(pl.Int64)) for p in parts])
 
 
+MEMORY_KIND_WORDS = {"Pageable": "pageable", "Pinned": "pinned", "Device": "device",
+                     "Array": "array", "Managed": "managed", "Device Static": "device",
+                     "Managed Static": "managed", "Unknown": ""}
+
+
+def _KIND_COLUMNS(acts: Activities) -> list[str]:  # noqa: N802 - a list of names
+    return ["op"] + [c for c in ("src_kind", "dst_kind") if c in acts.memops.columns]
+
+
+def copy_memory(direction: str, src: str | None, dst: str | None) -> str:
+    """The memory a copy is told by: the host side's (pageable, pinned, managed) for one
+    between host and device, 'peer' between devices, the device's kind otherwise."""
+    words = (MEMORY_KIND_WORDS.get(src or "", (src or "").lower()),
+             MEMORY_KIND_WORDS.get(dst or "", (dst or "").lower()))
+    if "Peer" in direction:
+        return "peer"
+    if direction.startswith("Host-to-Host"):
+        return words[0] if words[0] == words[1] else "-".join(w for w in words if w)
+    if direction.startswith("Host"):
+        return words[0]
+    if direction.endswith("to-Host"):
+        return words[1]
+    return "managed" if "managed" in words else (words[1] or words[0])
+
+
+def copy_details(acts: Activities) -> pl.DataFrame:
+    """(op[, src_kind, dst_kind]) -> category ('memcpy', 'memset'), detail ('Host-to-Device
+    pageable'): one row per combination the run has (a few), named once each."""
+    cols = _KIND_COLUMNS(acts)
+    combos = acts.memops.select(cols).unique()
+    ops = dict(acts.memop_names.select("id", "name").iter_rows())
+    kinds = dict(acts.memory_kinds.select("id", "name").iter_rows())
+    out = []
+    for row in combos.iter_rows(named=True):
+        name = ops.get(row["op"], "memcpy")
+        if not name.startswith("memcpy"):
+            out.append({**row, "category": "memset", "detail": ""})
+            continue
+        direction = name[len("memcpy "):] if name.startswith("memcpy ") else ""
+        memory = copy_memory(direction, kinds.get(row.get("src_kind")),
+                             kinds.get(row.get("dst_kind")))
+        out.append({**row, "category": "memcpy",
+                    "detail": f"{direction} {memory}".strip()})
+    schema = {**combos.schema, "category": pl.Utf8, "detail": pl.Utf8}
+    return pl.DataFrame(out, schema=schema) if out else pl.DataFrame(schema=schema)
+
+
 def category_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame:
-    """Per category (memcpy per direction): count and total time of each side (GPU idle:
-    device time without any GPU activity, summed over devices; count = devices)."""
+    """Per category (memcpy per direction and memory kind: 'Host-to-Device pageable'):
+    count and total time of each side (GPU idle: device time without any GPU activity,
+    summed over devices; count = devices)."""
     def per(acts, an):
         f = _category_frame(acts, an)
         return f.group_by("category", "detail").agg(

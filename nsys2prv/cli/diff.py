@@ -68,6 +68,12 @@ def _ratio(r) -> str:
     return f"{r:.3f}" if abs(r) < 100 else f"{r:.1f}" if abs(r) < 10_000 else f"{r:.3g}"
 
 
+def _count_delta(r: dict) -> str:
+    """The change in launches (instances) of a row: '+12', '0'."""
+    d = r["count_after"] - r["count_before"]
+    return f"{d:+d}" if d else "0"
+
+
 def _rate(v) -> str:
     return "-" if v is None or v != v else f"{v:.1f}"
 
@@ -100,23 +106,27 @@ def format_text(c, top: int = 15) -> str:
             w(f"  {key:<18}{s.median_before / 1e6:>12.3f} ms{s.median_after / 1e6:>12.3f} ms"
               f"{ch:>10}  {s.reading()}\n")
     w(f"\n{c.paragraph}\n")
-    w(f"\n{'category':<32}{'before ms':>14}{'after ms':>14}{'delta ms':>14}{'ratio':>8}\n")
+    w(f"\n{'category':<36}{'n before':>9}{'n after':>9}{'before ms':>14}{'after ms':>14}"
+      f"{'delta ms':>14}{'ratio':>8}\n")
     for r in c.categories.iter_rows(named=True):
         name = r["category"] + (f" {r['detail']}" if r["detail"] else "")
-        w(f"{_short(name, 31):<32}{_ms(r['total_before']):>14}{_ms(r['total_after']):>14}"
-          f"{_ms(r['delta']):>14} {_ratio(r['ratio']):>7}\n")
+        counted = r["category"] not in ("GPU idle", "CUDA synchronisation")  # time only
+        nb, na = (r["count_before"], r["count_after"]) if counted else ("", "")
+        w(f"{_short(name, 35):<36}{nb:>9}{na:>9}{_ms(r['total_before']):>14}"
+          f"{_ms(r['total_after']):>14}{_ms(r['delta']):>14} {_ratio(r['ratio']):>7}\n")
     k = c.kernels
     w(f"\nkernels ({k.height}; {top} largest changes; totals in ms)\n")
-    w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'before':>13}{'after':>13}{'delta':>13}"
-      f"{'ratio':>8}  match\n")
+    w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'n delta':>8}{'before':>13}{'after':>13}"
+      f"{'delta':>13}{'ratio':>8}  match\n")
     fit = fit_labels(k["label"].to_list(), 43)  # cut, but still told apart
     for r in k.head(top).iter_rows(named=True):
         w(f"{fit[r['label']]:<44}{r['count_before']:>9}{r['count_after']:>9}"
-          f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
-          f" {_ratio(r['ratio']):>7}  {r['matched_by']}\n")
+          f"{_count_delta(r):>8}{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}"
+          f"{_ms(r['delta']):>13} {_ratio(r['ratio']):>7}  {r['matched_by']}\n")
     tb, ta = int(k["total_before"].sum()), int(k["total_after"].sum())
-    w(f"{'all kernels':<44}{int(k['count_before'].sum()):>9}{int(k['count_after'].sum()):>9}"
-      f"{_ms(tb):>13}{_ms(ta):>13}{_ms(ta - tb):>13}\n")
+    cb, ca = int(k["count_before"].sum()), int(k["count_after"].sum())
+    w(f"{'all kernels':<44}{cb:>9}{ca:>9}{ca - cb:>+8}{_ms(tb):>13}{_ms(ta):>13}"
+      f"{_ms(ta - tb):>13}\n")
     norm = k.filter(pl.col("matched_by") == "normalised")
     for r in norm.iter_rows(named=True):
         w(f"  matched by normalised name: {_short(r['kernel'], 60)} <- "
@@ -139,8 +149,8 @@ def format_text(c, top: int = 15) -> str:
         for r in n.head(top).iter_rows(named=True):
             name = r["range"] + (f" @{r['domain']}" if r["domain"] else "")
             w(f"{_short(name, 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
-              f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
-              f" {_ratio(r['ratio']):>7}\n")
+              f"{_count_delta(r):>8}{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}"
+              f"{_ms(r['delta']):>13} {_ratio(r['ratio']):>7}\n")
     if c.devices is not None:
         _devices(w, c.devices, top)
     if c.models.height and c.before.analysis is not None:
