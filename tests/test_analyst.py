@@ -244,3 +244,26 @@ def test_copies_split_by_direction_and_memory_kind(pair):
     assert "count_delta" in pair.kernels.columns and "count_delta" in pair.nvtx.columns
     k = pair.kernels.filter(pl.col("short") == "flash_fwd_kernel").row(0, named=True)
     assert k["count_delta"] == k["count_after"] - k["count_before"] == 60 - 68
+
+
+# ---------------------------------------------------------------------- the paragraph --
+
+def test_every_number_of_the_real_pair_comes_from_the_tables(pair):
+    """The 2-GPU pair's paragraph (no step: the whole run's moves): each number is one of
+    its --json's, the time per launch included."""
+    from test_story import assert_numbers_from_tables
+
+    assert_numbers_from_tables(pair)
+    assert "per launch" in pair.paragraph
+    assert pair.paragraph.startswith("Elapsed 299.986 ms -> 299.272 ms (-0.2 %); one run a "
+                                     "side: noise cannot be judged.")
+
+
+def test_docs_show_the_real_pairs_paragraph(pair):
+    """docs/diff.md's example is this code's paragraph for the real pair, word for word."""
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "diff.md").read_text()
+    example = doc.split("## Example: the real before/after pair of the corpus")[1]
+    text = " ".join(example.split("\n\n    Elapsed ", 1)[1].split("\n\n")[0].split())
+    assert "Elapsed " + text == pair.paragraph

@@ -28,8 +28,10 @@ import polars as pl
 
 from .activities import Activities, read_activities
 from .labels import label_frame
-from .stats import STAT_COLUMNS, Shift, compare_samples, summary
-from .steps import StepPick, fold, pick, range_families
+from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
+from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
+from .steps import (StepPick, instance_windows, instances, pick,  # noqa: F401 - API
+                    range_families, range_parents, step_rows)
 
 CATEGORY_ORDER = ("compute kernels", "NCCL kernels", "memcpy", "memset",
                   "CUDA synchronisation", "GPU idle")
@@ -50,6 +52,10 @@ class Side:
     partials: list[str] = field(default_factory=list)
     facts: list | None = None
     kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
+    # the step this side's idle causes were summed per instance of (range, domain), and
+    # those sums (`idle.IdleReport.instances`): the comparison's step, where it is the same
+    step: tuple[str, str | None] | None = None
+    idle_steps: list[dict] | None = None
 
     @property
     def elapsed(self) -> int:
@@ -65,8 +71,9 @@ class Iterations:
     picked: bool  # chosen by the tool (`steps.pick`)
     before: pl.DataFrame  # instance, start, end, duration, + category columns
     after: pl.DataFrame
-    shifts: dict[str, Shift]  # 'duration' and each category -> its shift
+    shifts: dict[str, Shift]  # 'duration', each category, GPU idle, idle groups -> shift
     pick: StepPick | None = None  # why it was picked, and the runners-up
+    kernels: pl.DataFrame | None = None  # per kernel per step (`step_kernel_table`)
 
 
 @dataclass
@@ -85,6 +92,14 @@ class Comparison:
     warnings: list[str]
     rates: pl.DataFrame | None = None  # kernel, short, metric, before, after, delta
     step_search: StepPick | None = None  # the search for a step, where none was found
+    # each range family's parent family (`steps.range_parents`, before's, else after's)
+    range_tree: pl.DataFrame | None = None
+
+    @property
+    def elapsed_change(self) -> float | None:
+        """after / before - 1 of the elapsed (trace or window) time."""
+        b = self.before.elapsed
+        return self.after.elapsed / b - 1 if b else None
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table of the comparison by name (what --csv and --json carry)."""
@@ -99,6 +114,8 @@ class Comparison:
         if self.iterations is not None:
             out["iterations_before"] = self.iterations.before
             out["iterations_after"] = self.iterations.after
+            if self.iterations.kernels is not None:
+                out["step_kernels"] = self.iterations.kernels
         return out
 
     def to_dict(self) -> dict:
@@ -108,6 +125,7 @@ class Comparison:
                        "elapsed_ns": self.before.elapsed},
             "after": {"label": self.after.label, "source": self.after.source,
                       "elapsed_ns": self.after.elapsed},
+            "elapsed_change": self.elapsed_change,
             "verdict": asdict(self.verdict),
             "iterations": None if it is None else {
                 "range": it.name, "domain": it.domain, "picked": it.picked,
@@ -217,7 +235,10 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
         {"full": "kernel"})
     out = _joined(pb, pa, ["kernel"]).join(meta, on="kernel", how="left")
     out = out.join(labels, on="kernel", how="left").with_columns(
-        pl.col("label").fill_null(pl.col("kernel")))
+        pl.col("label").fill_null(pl.col("kernel")),
+        # the time per launch: whether the kernel changed, or how often it ran
+        pl.when(pl.col("mean_before") > 0).then(pl.col("mean_after") / pl.col("mean_before"))
+        .otherwise(None).alias("mean_ratio"))
     cols = out.columns
     return out.select("kernel", "label", *[c for c in cols if c not in ("kernel", "label")])
 
@@ -361,7 +382,9 @@ def device_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame | Non
                          *[pl.col(c).alias(f"{c}_{s}") for c in cats])
     j = norm(pb, "before").join(norm(pa, "after"), on="index")
     return j.with_columns([(pl.col(f"{c}_after") - pl.col(f"{c}_before")).alias(f"{c}_delta")
-                           for c in cats])
+                           for c in cats] + [
+        pl.when(pl.col(f"{c}_before") > 0).then(pl.col(f"{c}_after") / pl.col(f"{c}_before"))
+        .otherwise(None).alias(f"{c}_ratio") for c in cats])
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -409,66 +432,104 @@ def pick_range(before: Activities, after: Activities | None = None
     return None if found is None or found.name is None else (found.name, found.domain)
 
 
-def instance_windows(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
-    """(task_index, instance, start, end): the k-th instance (by start) of the range on each
-    process. `name` is a range's text, or a family ('step #'; also 'step 3' when no range is
-    named so: every 'step N')."""
-    rows = acts.rows.select("row", "task_index")
-    fams = range_families(acts)
-    ids = fams.filter(pl.col("name") == name)
-    if ids.height == 0:
-        ids = fams.filter(pl.col("family") == fold(name))
-    types = acts.domains.filter(pl.col("domain").is_null() if domain is None
-                                else pl.col("domain") == domain)["type"].to_list()
-    return (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
-                               & pl.col("type").is_in(types))
-            .join(rows, on="row")
-            .sort("task_index", "start", "row")
-            .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance"))
-            .select(pl.col("task_index").cast(pl.Int64), pl.col("instance").cast(pl.Int64),
-                    "start", (pl.col("start") + pl.col("dur")).alias("end")))
+STEP_CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy", "memset")
+# the bound of a step's GPU idle time: the idle causes (idle.py) as an analyst groups them
+IDLE_GROUPS = (("launching", ("cuda_launch",)), ("host compute", ("host_compute",)),
+               ("synchronisation", ("cuda_sync",)),
+               ("waiting for data", ("wait", "io", "sleep")),
+               ("copy calls", ("cuda_memcpy",)))
 
 
-def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
-    """Per instance k of the range (`instance_windows`; step k of a job spans from the
-    earliest start to the latest end over its processes): start, end, duration and the
-    category times of the activities that start inside it (ns, summed over devices)."""
-    r = instance_windows(acts, name, domain)
-    steps = (r.group_by("instance").agg(pl.col("start").min(), pl.col("end").max())
-             .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
-    if steps.height == 0:
+def with_idle_groups(steps: pl.DataFrame) -> pl.DataFrame:
+    """A step table with one column per idle group ('idle: launching', ..., 'idle: other'),
+    the sums of its causes' columns, where the table has the causes."""
+    causes = [c for c in steps.columns if c.startswith("idle.")]
+    if not causes:
         return steps
-    # category codes (0 compute, 1 NCCL, 2 memcpy, 3 memset): no string per activity
-    memcat = acts.memop_names.select(
-        pl.col("id").alias("op"), pl.when(pl.col("name").str.starts_with("memcpy"))
-        .then(2).otherwise(3).cast(pl.Int8).alias("cat"))
-    starts = pl.concat([
-        acts.kernels.select("start", pl.col("nccl").cast(pl.Int8).alias("cat"), "dur"),
-        acts.memops.join(memcat, on="op", how="left").select(
-            "start", pl.col("cat").fill_null(2), "dur")]).sort("start")
-    # each activity to the step it starts in (steps sorted, non-overlapping by instance)
-    tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
-                              on="start", strategy="backward")
-    tagged = (tagged.filter(pl.col("start") < pl.col("end"))
-              .group_by("instance", "cat").agg(pl.col("dur").sum())
-              .with_columns(pl.col("cat").replace_strict(
-                  {0: "compute kernels", 1: "NCCL kernels", 2: "memcpy", 3: "memset"},
-                  return_dtype=pl.Utf8).alias("category")))
-    per = tagged.pivot(on="category", index="instance", values="dur")
-    out = steps.join(per, on="instance", how="left")
-    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
-        if c not in out.columns:
-            out = out.with_columns(pl.lit(0, pl.Int64).alias(c))
-    return out.fill_null(0).select("instance", "start", "end", "duration", "compute kernels",
-                                   "NCCL kernels", "memcpy", "memset")
+    grouped = {c for _, keys in IDLE_GROUPS for c in (f"idle.{k}" for k in keys)}
+    cols = [pl.sum_horizontal([pl.col(f"idle.{k}") for k in keys if f"idle.{k}" in causes]
+                              or [pl.lit(0, pl.Int64)]).alias(f"idle: {g}")
+            for g, keys in IDLE_GROUPS]
+    rest = [pl.col(c) for c in causes if c not in grouped]
+    cols.append(pl.sum_horizontal(rest or [pl.lit(0, pl.Int64)]).alias("idle: other"))
+    return steps.with_columns(cols)
 
 
 def iteration_shifts(ib: pl.DataFrame, ia: pl.DataFrame) -> dict[str, Shift]:
+    """The step's duration, and inside it its categories, GPU idle time and idle groups:
+    one family of tests, Holm-corrected (`stats.holm`), so that nothing is named as moved
+    by chance among the dozen quantities looked at."""
     out = {"duration": compare_samples(ib["duration"].to_numpy(), ia["duration"].to_numpy())}
-    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
+    family = {}
+    cols = [c for c in STEP_CATEGORIES if c in ib.columns and c in ia.columns]
+    if "gpu_idle" in ib.columns and "gpu_idle" in ia.columns:
+        cols.append("gpu_idle")
+    cols += [c for c in ib.columns if c.startswith("idle: ") and c in ia.columns]
+    for c in cols:
         if ib[c].sum() or ia[c].sum():
-            out[c] = compare_samples(ib[c].to_numpy(), ia[c].to_numpy())
+            family["GPU idle" if c == "gpu_idle" else c] = compare_samples(ib[c].to_numpy(),
+                                                                           ia[c].to_numpy())
+    out.update(holm(family))
     return out
+
+
+STEP_KERNELS = 12  # kernels tested per step: those whose median time per step moved most
+
+
+def step_kernel_table(b: Activities, a: Activities, kernels: pl.DataFrame,
+                      ib: pl.DataFrame, ia: pl.DataFrame) -> pl.DataFrame:
+    """Per kernel, its time and launches per step on each side (medians over the steps,
+    the activities that start in each), for the STEP_KERNELS kernels whose median moved
+    most, each with its verdict (Holm-corrected over them): kernel, label, n_before,
+    n_after (launches per step), median_before, median_after (ns per step), change, p,
+    lo, hi (the 95 % interval of the median change, ns), verdict."""
+    names = kernels.select("kernel", "names").explode("names").rename({"names": "text"})
+
+    def per_step(acts: Activities, steps: pl.DataFrame) -> pl.DataFrame:
+        keys = (acts.kernel_names.rename({"id": "full", "name": "text"})
+                .join(names, on="text").select(pl.col("full").cast(pl.Int32), "kernel"))
+        k = (acts.kernels.select("start", "dur", pl.col("full").cast(pl.Int32))
+             .join(keys, on="full").sort("start"))
+        tagged = (k.join_asof(steps.select("start", "end", "instance").sort("start"),
+                              on="start", strategy="backward")
+                  .filter(pl.col("start") < pl.col("end")))
+        sums = tagged.group_by("instance", "kernel").agg(pl.col("dur").sum().alias("time"),
+                                                         pl.len().cast(pl.Int64).alias("n"))
+        grid = steps.select("instance").join(kernels.select("kernel"), how="cross")
+        return (grid.join(sums, on=["instance", "kernel"], how="left")
+                .with_columns(pl.col("time").fill_null(0), pl.col("n").fill_null(0))
+                .sort("kernel", "instance"))
+
+    schema = {"kernel": pl.Utf8, "label": pl.Utf8, "n_before": pl.Float64,
+              "n_after": pl.Float64, "median_before": pl.Float64,
+              "median_after": pl.Float64, "change": pl.Float64, "p": pl.Float64,
+              "lo": pl.Float64, "hi": pl.Float64, "verdict": pl.Utf8}
+    if kernels.height == 0 or ib.height == 0 or ia.height == 0:
+        return pl.DataFrame(schema=schema)
+    sb, sa = per_step(b, ib), per_step(a, ia)
+    med = (sb.group_by("kernel").agg(pl.col("time").median().alias("mb"))
+           .join(sa.group_by("kernel").agg(pl.col("time").median().alias("ma")), on="kernel")
+           .with_columns((pl.col("ma") - pl.col("mb")).abs().alias("moved"))
+           .sort("moved", "kernel", descending=[True, False]).head(STEP_KERNELS))
+    tested = med["kernel"].to_list()
+    xb = dict(sb.filter(pl.col("kernel").is_in(tested)).group_by("kernel")
+              .agg(pl.col("time"), pl.col("n").median()).select(
+                  "kernel", pl.struct("time", "n")).iter_rows())
+    xa = dict(sa.filter(pl.col("kernel").is_in(tested)).group_by("kernel")
+              .agg(pl.col("time"), pl.col("n").median()).select(
+                  "kernel", pl.struct("time", "n")).iter_rows())
+    shifts = holm({k: compare_samples(np.array(xb[k]["time"]), np.array(xa[k]["time"]))
+                   for k in tested})
+    label = dict(kernels.select("kernel", "label").iter_rows())
+    rows = []
+    for k in tested:
+        sh = shifts[k]
+        lo, hi = sh.interval if sh.interval is not None else (None, None)
+        rows.append({"kernel": k, "label": label.get(k, k), "n_before": xb[k]["n"],
+                     "n_after": xa[k]["n"], "median_before": sh.median_before,
+                     "median_after": sh.median_after, "change": sh.change, "p": sh.p,
+                     "lo": lo, "hi": hi, "verdict": sh.verdict})
+    return pl.DataFrame(rows, schema=schema)
 
 
 # -------------------------------------------------------------------- paragraph --
@@ -531,88 +592,6 @@ def rates_table(kernels: pl.DataFrame, before, after) -> pl.DataFrame | None:
                                              "delta"))
 
 
-def _rate_sentence(c: Comparison) -> str | None:
-    """The largest rate change among the kernels that moved most: 'Rates: GEMM -25 %:
-    Tensor Active 31.0 % -> 58.0 %'."""
-    if c.rates is None or c.rates.height == 0:
-        return None
-    moved = c.kernels.filter((pl.col("delta") != 0) & (pl.col("total_before") > 0)
-                             & (pl.col("total_after") > 0)).head(5)
-    r = c.rates.filter(pl.col("kernel").is_in(moved["kernel"].implode())
-                       & pl.col("delta").is_not_null())
-    if r.height == 0:
-        return None
-    top = r.sort(pl.col("delta").abs(), descending=True).row(0, named=True)
-    if abs(top["delta"]) < 1.0:
-        return "The kernels that moved most kept their GPU metric rates (within 1 point)."
-    k = moved.filter(pl.col("kernel") == top["kernel"]).row(0, named=True)
-    short = k["label"]
-    return (f"Largest rate change among them: {short} {_pct(k['ratio'] - 1)}: "
-            f"{top['metric']} {top['before']:.1f} % -> {top['after']:.1f} %.")
-
-
-def explain(c: Comparison) -> str:
-    """One paragraph from the numbers: the verdict, then the categories and kernels that
-    moved most, and the idle cause that moved most."""
-    v = c.verdict
-    what = (f"'{c.iterations.name}' median" if c.iterations is not None else "elapsed time")
-    if v.p is None:
-        head = f"{what} {_pct(v.change)} ({_p(v)})."
-    else:
-        head = f"{what} {_pct(v.change)} (n = {v.n_before}/{v.n_after}): {v.reading()}."
-    return " ".join([head, *explain_changes(c)])
-
-
-def explain_changes(c: Comparison) -> list[str]:
-    """The sentences of the paragraph after the verdict: the categories and kernels that
-    moved most, the idle cause that moved most, the warnings."""
-    parts: list[str] = []
-    cat = c.categories.group_by("category").agg(pl.col("total_before").sum(),
-                                                 pl.col("total_after").sum())
-    moves = []
-    for row in cat.sort((pl.col("total_after") - pl.col("total_before")).abs(),
-                        descending=True).iter_rows(named=True):
-        b, a = row["total_before"], row["total_after"]
-        if b == a:
-            continue
-        moves.append(f"{row['category']} {_pct(a / b - 1) if b else 'new'}")
-    if moves:
-        parts.append("Time by category: " + ", ".join(moves[:4]) + ".")
-    k = c.kernels.filter(pl.col("delta") != 0).head(3)
-    if k.height:
-        ks = []
-        for row in k.iter_rows(named=True):
-            short = row["label"]
-            if row["total_before"] == 0:
-                ks.append(f"{short} added ({row['total_after'] / 1e6:.3f} ms)")
-            elif row["total_after"] == 0:
-                ks.append(f"{short} removed ({row['total_before'] / 1e6:.3f} ms)")
-            elif row["count_before"] != row["count_after"]:
-                # a different number of launches (a capture of fixed length holds more or
-                # less work): the time per launch says whether the kernel itself changed
-                mean = row["mean_after"] / row["mean_before"] - 1 if row["mean_before"] \
-                    else None
-                ks.append(f"{short} {_pct(row['ratio'] - 1)} ({row['delta'] / 1e6:+.3f} ms; "
-                          f"{row['count_before']} -> {row['count_after']} launches, "
-                          f"{_pct(mean)} per launch)")
-            else:
-                ks.append(f"{short} {_pct(row['ratio'] - 1)} "
-                          f"({row['delta'] / 1e6:+.3f} ms)")
-        parts.append("Kernels that moved most: " + "; ".join(ks) + ".")
-        rate = _rate_sentence(c)
-        if rate:
-            parts.append(rate)
-    idle = c.models.filter(pl.col("metric").str.starts_with("idle.")
-                           & (pl.col("delta") != 0))
-    if idle.height:
-        top = idle.sort(pl.col("delta").abs(), descending=True).row(0, named=True)
-        parts.append(f"GPU idle cause that moved most: {top['metric'][5:]} "
-                     f"{top['delta'] / 1e6:+.3f} ms.")
-    if c.warnings:
-        parts.append("Note: " + " ".join(c.warnings))
-    return parts
-
-
 # ---------------------------------------------------------------------- compare --
 
 def compare_sides(before: Side, after: Side, iterations: str | None = None,
@@ -640,7 +619,11 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
             found = pick(b, a)
             spec = None if found is None or found.name is None else (found.name, found.domain)
         if spec is not None:
-            ib, ia = instances(b, *spec), instances(a, *spec)
+            # with each side's idle causes per step where it summed them for this range
+            use = before.idle_steps is not None and after.idle_steps is not None and \
+                before.step == tuple(spec) and after.step == tuple(spec)
+            ib = step_rows(b, *spec, before.idle_steps if use else None)
+            ia = step_rows(a, *spec, after.idle_steps if use else None)
             if iterations is not None:
                 for side, i in ((before, ib), (after, ia)):
                     if i.height == 0:
@@ -649,8 +632,9 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                                          f"'{iterations}" + (f"@{domain}" if domain else "")
                                          + "'")
             if ib.height and ia.height:
+                ib, ia = with_idle_groups(ib), with_idle_groups(ia)
                 its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia),
-                                 found)
+                                 found, step_kernel_table(b, a, kernels, ib, ia))
     if its is not None:
         verdict = its.shifts["duration"]
     else:
@@ -660,9 +644,17 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                       model_table(before.analysis, after.analysis),
                       rules_table(before.rules, after.rules), its, verdict, "", warnings,
                       rates_table(kernels, before.kernel_metrics, after.kernel_metrics),
-                      found if its is None else None)
+                      found if its is None else None, _range_tree(b, a))
     comp.paragraph = explain(comp)
     return comp
+
+
+def _range_tree(b: Activities, a: Activities) -> pl.DataFrame:
+    """The parent of each range family (`steps.range_parents`): before's, and after's for
+    the families before lacks."""
+    tb, ta = range_parents(b), range_parents(a)
+    return pl.concat([tb, ta.join(tb, on=["family", "domain"], how="anti",
+                                  nulls_equal=True)])
 
 
 def gate(c: Comparison, pct: float) -> tuple[bool, str]:
@@ -721,13 +713,17 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
 def read_side(inputs: list[str], label: str, workdir: Path, window=None,
               models: bool = True, rules: bool = True, jobs: int = 1,
               on_report=None, idle: bool = True, isolate: bool = False,
-              attributes: bool = False) -> Side:
+              attributes: bool = False,
+              iterations: tuple[str, str | None] | None = None) -> Side:
     """One side: its trace (the reports' translation read as it is merged, never written:
     `api.translate_stream` into `workdir`; or the trace given, cut to `window`), its
     activities, its models and, for exports, the rows nsys' rules find. Errors name the
     side. `isolate` prepares the reports in a process of its own, so that the peak of the
     preparation and that of the analysis do not add up in one process. `attributes` keeps
-    the activities' attributes in the partials (what a trace merged from them needs)."""
+    the activities' attributes in the partials (what a trace merged from them needs).
+    With the idle causes, they are also summed per instance of the side's step (the range
+    `iterations` names, else the one `steps.pick` finds on this side: the comparison's
+    step whenever both sides find the same), on a second pass over what the first kept."""
     from ..errors import InputError, UsageError
     from ..report.inputs import expand_inputs
 
@@ -774,7 +770,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             exports = paths
             partials, facts = out.partials, out.facts
         collector = samples = None
-        analysis = None
+        analysis = step = idle_steps = None
         if models:  # one pass for the model, the activities, the idle causes, the samples
             from .activities import ActivityCollector
             from .kernel_metrics import SampleCollector
@@ -783,7 +779,28 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             collector = ActivityCollector(out)
             samples = SampleCollector(out)
             observers = [collector] + ([samples] if samples.types else [])
-            analysis = analyze_path(out, idle, 10, observers=observers, detail=False)
+            state: dict = {}
+
+            def steps() -> pl.DataFrame | None:
+                # the side's own step (the range named, else the one this side alone
+                # gives): its idle causes summed per instance on the causes' pass
+                state["acts"] = acts = collector.result()
+                spec = iterations
+                if spec is None:
+                    found = pick(acts)
+                    spec = None if found is None or found.name is None else \
+                        (found.name, found.domain)
+                state["step"] = spec
+                return None if spec is None else \
+                    instances(acts, *spec).select("instance", "start", "end")
+
+            analysis = analyze_path(out, idle, 10, observers=observers, detail=False,
+                                    steps=steps if idle else None)
+            if "acts" in state:
+                acts = state["acts"]
+                step = state.get("step")
+                if step is not None and analysis.idle is not None:
+                    idle_steps = analysis.idle.instances
         else:
             acts = read_activities(out)
         removed = None
@@ -795,7 +812,8 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             partials = []
         km = None
         if collector is not None:
-            acts = collector.result()
+            if "acts" not in state:
+                acts = collector.result()
             if samples is not None and samples.types:
                 from .kernel_metrics import kernel_metrics
 
@@ -806,7 +824,8 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             removed.join()
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
-    return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km)
+    return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
+                step, idle_steps)
 
 
 PARALLEL_BYTES = 32 << 20
@@ -898,7 +917,8 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
             # the partials keep the activities' attributes only for the trace of both runs
             args.append(dict(inputs=[str(i) for i in inputs], label=label, workdir=Path(tmp),
                              window=window, models=models, rules=rules, jobs=jobs, idle=idle,
-                             attributes=trace is not None))
+                             attributes=trace is not None,
+                             iterations=(name, domain) if name else None))
         if parallel is None:
             parallel = min(_size(a["inputs"]) for a in args) > PARALLEL_BYTES
         if parallel:

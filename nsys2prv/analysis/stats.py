@@ -116,6 +116,17 @@ class Shift:
     # 'faster', 'slower', 'no change beyond noise', 'inconclusive' (the two tests disagree),
     # 'noise cannot be judged'
     verdict: str
+    delta: float | None = None  # median_after - median_before
+    # the interval in % of median_before (what the text prints beside the ns)
+    interval_pct: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.delta is None and self.median_before == self.median_before and \
+                self.median_after == self.median_after:  # not NaN
+            self.delta = self.median_after - self.median_before
+        if self.interval_pct is None and self.interval is not None and self.median_before:
+            lo, hi = self.interval
+            self.interval_pct = (100 * lo / self.median_before, 100 * hi / self.median_before)
 
     @property
     def changed(self) -> bool:
@@ -129,9 +140,8 @@ class Shift:
             return ""
         lo, hi = self.interval
         pct = ""
-        if self.median_before:
-            pct = (f" ({100 * lo / self.median_before:+.1f} % to "
-                   f"{100 * hi / self.median_before:+.1f} %)")
+        if self.interval_pct is not None:
+            pct = f" ({self.interval_pct[0]:+.1f} % to {self.interval_pct[1]:+.1f} %)"
         return f"{lo / unit:+.3f} to {hi / unit:+.3f} {name}{pct}"
 
     def p_text(self) -> str:
@@ -186,3 +196,28 @@ def compare_samples(x: np.ndarray, y: np.ndarray, alpha: float = ALPHA) -> Shift
     else:
         verdict = "inconclusive"
     return Shift(x.size, y.size, mx, my, change, p, (lo, hi), verdict)
+
+
+def holm(shifts: dict[str, Shift], alpha: float = ALPHA) -> dict[str, Shift]:
+    """The shifts of one family of tests (the kernels of a step, its categories) with the
+    Holm-Bonferroni step-down correction: p-values adjusted (p_(i) x (m - i + 1), running
+    maximum), the verdicts taken again on them, so that testing many things at once does
+    not name one that moved by chance (family-wise error at most `alpha`)."""
+    judged = sorted((s.p, k) for k, s in shifts.items() if s.p is not None)
+    m = len(judged)
+    out = dict(shifts)
+    running = 0.0
+    for i, (p, k) in enumerate(judged):
+        running = max(running, min(1.0, p * (m - i)))
+        s = shifts[k]
+        lo, hi = s.interval
+        excludes = lo > 0 or hi < 0
+        if running < alpha and excludes:
+            verdict = "slower" if s.median_after > s.median_before else "faster"
+        elif running >= alpha and not excludes:
+            verdict = "no change beyond noise"
+        else:
+            verdict = "inconclusive"
+        out[k] = Shift(s.n_before, s.n_after, s.median_before, s.median_after, s.change,
+                       running, s.interval, verdict)
+    return out

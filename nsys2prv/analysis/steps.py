@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from .activities import Activities
+from .idle import CAUSE_KEYS, UNKNOWN_HOST
 
 MIN_STEPS = 3  # fewer: the verdict cannot judge noise anyway (3 a side: p >= 0.1)
 COVER_FLOOR = 0.25  # share of the GPU work a step must hold at least
@@ -290,3 +291,186 @@ def _note(top: dict | None) -> pl.Expr:
                 "the step has a step's name (ProfilerStep, iteration, step, Batch ...)"))
             .when(pl.col("n") < n).then(pl.lit("fewer instances: it holds steps"))
             .otherwise(pl.lit("holds less, or nested deeper")))
+
+
+# ------------------------------------------------------------------- the step's tables --
+
+def instance_windows(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
+    """(task_index, instance, start, end): the k-th instance (by start) of the range on each
+    process. `name` is a range's text, or a family ('step #'; also 'step 3' when no range is
+    named so: every 'step N')."""
+    rows = acts.rows.select("row", "task_index")
+    fams = range_families(acts)
+    ids = fams.filter(pl.col("name") == name)
+    if ids.height == 0:
+        ids = fams.filter(pl.col("family") == fold(name))
+    types = acts.domains.filter(pl.col("domain").is_null() if domain is None
+                                else pl.col("domain") == domain)["type"].to_list()
+    return (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
+                               & pl.col("type").is_in(types))
+            .join(rows, on="row")
+            .sort("task_index", "start", "row")
+            .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance"))
+            .select(pl.col("task_index").cast(pl.Int64), pl.col("instance").cast(pl.Int64),
+                    "start", (pl.col("start") + pl.col("dur")).alias("end")))
+
+
+def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
+    """Per instance k of the range (`instance_windows`; step k of a job spans from the
+    earliest start to the latest end over its processes): start, end, duration and the
+    category times of the activities that start inside it (ns, summed over devices)."""
+    r = instance_windows(acts, name, domain)
+    steps = (r.group_by("instance").agg(pl.col("start").min(), pl.col("end").max())
+             .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
+    if steps.height == 0:
+        return steps
+    # category codes (0 compute, 1 NCCL, 2 memcpy, 3 memset): no string per activity
+    memcat = acts.memop_names.select(
+        pl.col("id").alias("op"), pl.when(pl.col("name").str.starts_with("memcpy"))
+        .then(2).otherwise(3).cast(pl.Int8).alias("cat"))
+    starts = pl.concat([
+        acts.kernels.select("start", pl.col("nccl").cast(pl.Int8).alias("cat"), "dur"),
+        acts.memops.join(memcat, on="op", how="left").select(
+            "start", pl.col("cat").fill_null(2), "dur")]).sort("start")
+    # each activity to the step it starts in (steps sorted, non-overlapping by instance)
+    tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
+                              on="start", strategy="backward")
+    tagged = (tagged.filter(pl.col("start") < pl.col("end"))
+              .group_by("instance", "cat").agg(pl.col("dur").sum())
+              .with_columns(pl.col("cat").replace_strict(
+                  {0: "compute kernels", 1: "NCCL kernels", 2: "memcpy", 3: "memset"},
+                  return_dtype=pl.Utf8).alias("category")))
+    per = tagged.pivot(on="category", index="instance", values="dur")
+    out = steps.join(per, on="instance", how="left")
+    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(0, pl.Int64).alias(c))
+    return out.fill_null(0).select("instance", "start", "end", "duration", "compute kernels",
+                                   "NCCL kernels", "memcpy", "memset")
+
+
+# ------------------------------------------------------------------------- GPU busy --
+
+def _busy_blocks(acts: Activities) -> pl.DataFrame:
+    """(task_index, device, s, e, before): the union of every device's activities as
+    disjoint blocks in time order, with the busy time of the device before each block."""
+    gpu = acts.rows.filter(pl.col("kind") == "gpu").select(
+        "row", pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64))
+    act = (pl.concat([acts.kernels.select("row", "start", "dur"),
+                      acts.memops.select("row", "start", "dur")])
+           .join(gpu, on="row")
+           .select("task_index", "device", pl.col("start").alias("s"),
+                   (pl.col("start") + pl.col("dur")).alias("e"))
+           .sort("task_index", "device", "s"))
+    key = ["task_index", "device"]
+    reach = pl.col("e").cum_max().shift(1).over(key)  # how far the earlier ones reach
+    blocks = (act.with_columns((reach.is_null() | (pl.col("s") > reach)).cast(pl.Int64)
+                               .cum_sum().over(key).alias("block"))
+              .group_by(*key, "block").agg(pl.col("s").min(), pl.col("e").max())
+              .sort(*key, "s"))
+    return blocks.with_columns((pl.col("e") - pl.col("s")).cum_sum().shift(1, fill_value=0)
+                               .over(key).alias("before")).drop("block")
+
+
+def _busy_at(blocks: pl.DataFrame, queries: pl.DataFrame, t: str) -> pl.Series:
+    """The busy time of each query's device up to its time `t` (blocks' prefix sums)."""
+    q = queries.with_row_index("_q").sort(t)
+    hit = q.join_asof(blocks.sort("s"), left_on=t, right_on="s", by=["task_index", "device"],
+                      strategy="backward", check_sortedness=False)  # both sorted by time
+    busy = (pl.col("before") + (pl.col(t) - pl.col("s")).clip(0, None)
+            .clip(None, pl.col("e") - pl.col("s"))).fill_null(0)
+    return hit.select("_q", busy.alias("b")).sort("_q")["b"]
+
+
+def device_busy(acts: Activities, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per instance: busy (ns of device time with some activity inside its process's
+    instance, summed over devices), device_time (the instances' lengths summed over the
+    devices of their processes). `windows`: (task_index, instance, start, end)."""
+    devices = (acts.rows.filter(pl.col("kind") == "gpu")
+               .select(pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64))
+               .unique())
+    q = windows.join(devices, on="task_index")
+    schema = {"instance": pl.Int64, "busy": pl.Int64, "device_time": pl.Int64}
+    if q.height == 0:
+        return pl.DataFrame(schema=schema)
+    blocks = _busy_blocks(acts)
+    q = q.with_columns((_busy_at(blocks, q, "end") - _busy_at(blocks, q, "start"))
+                       .alias("busy"))
+    return (q.group_by("instance").agg(pl.col("busy").sum(),
+                                       (pl.col("end") - pl.col("start")).sum()
+                                       .alias("device_time"))
+            .cast(schema).sort("instance"))
+
+
+def _cause_columns(idle_steps: list[dict]) -> pl.DataFrame:
+    """instance, gap_idle, idle.<cause> (ns) from the idle analysis' per-step sums."""
+    keys = [*CAUSE_KEYS, UNKNOWN_HOST]
+    schema = {"instance": pl.Int64, "gap_idle": pl.Int64,
+              **{f"idle.{k}": pl.Int64 for k in keys}}
+    return pl.DataFrame([{"instance": d["instance"], "gap_idle": d["idle"],
+                          **{f"idle.{k}": d["causes"].get(k, 0) for k in keys}}
+                         for d in idle_steps], schema=schema)
+
+
+def step_rows(acts: Activities, name: str, domain: str | None,
+              idle_steps: list[dict] | None) -> pl.DataFrame:
+    """Every instance of the range: instance, start, end, duration, the category times of
+    the activities that start in it, gpu_busy, device_time, gpu_idle, busy_share, and where
+    the idle analysis summed them per step (`idle_steps`), gap_idle and one column per idle
+    cause ('idle.<cause>')."""
+    st = instances(acts, name, domain)
+    if st.height == 0:
+        return st
+    busy = device_busy(acts, instance_windows(acts, name, domain))
+    out = (st.join(busy.rename({"busy": "gpu_busy"}), on="instance", how="left")
+           .with_columns(pl.col("gpu_busy").fill_null(0), pl.col("device_time").fill_null(0))
+           .with_columns((pl.col("device_time") - pl.col("gpu_busy")).alias("gpu_idle"),
+                         pl.when(pl.col("device_time") > 0)
+                         .then(pl.col("gpu_busy") / pl.col("device_time"))
+                         .otherwise(None).alias("busy_share")))
+    if idle_steps is not None:
+        causes = _cause_columns(idle_steps)
+        out = out.join(causes, on="instance", how="left").with_columns(
+            pl.col(c).fill_null(0) for c in causes.columns if c != "instance")
+    return out
+
+
+def range_parents(acts: Activities) -> pl.DataFrame:
+    """(family, domain, parent, parent_domain, n, parent_n): for each range family the
+    family of the range its instances are most often directly inside (push/pop ranges of
+    one domain on one thread; null at the top) and how many instances each has (as many
+    as its parent, and nearly all its time: a wrapper, 'Data loading' around PyTorch's
+    'enumerate(DataLoader)...__next__'). One as-of join of the ranges with their possible
+    parents (vectorised)."""
+    schema = {"family": pl.Utf8, "domain": pl.Utf8, "parent": pl.Utf8,
+              "parent_domain": pl.Utf8, "n": pl.Int64, "parent_n": pl.Int64}
+    if acts.ranges.height == 0:
+        return pl.DataFrame(schema=schema)
+    fams = range_families(acts).select(pl.col("id").alias("name"), "family")
+    r = (acts.ranges.join(fams, on="name", how="left").join(acts.domains, on="type",
+                                                            how="left")
+         .select("row", "type", "level", "start", "dur", "family", "domain")
+         .with_row_index("i"))
+    parents = (r.filter(pl.col("level") >= 1)
+               .select("row", "type", (pl.col("level") + 1).alias("level"),
+                       pl.col("start").alias("p_start"),
+                       (pl.col("start") + pl.col("dur")).alias("p_end"),
+                       pl.col("family").alias("parent"),
+                       pl.col("domain").alias("parent_domain"), pl.col("i").alias("p"))
+               .sort("p_start"))
+    kids = r.filter(pl.col("level") >= 2).sort("start")
+    hit = (kids.join_asof(parents, left_on="start", right_on="p_start",
+                          by=["row", "type", "level"], strategy="backward",
+                          check_sortedness=False)
+           .filter(pl.col("start") + pl.col("dur") <= pl.col("p_end")))
+    # per family: its most frequent parent family
+    edge = (hit.group_by("family", "domain", "parent", "parent_domain")
+            .agg(pl.len().alias("k"))
+            .sort("k", "parent", descending=[True, False])
+            .group_by("family", "domain", maintain_order=True).first().drop("k"))
+    counts = r.group_by("family", "domain").agg(pl.len().cast(pl.Int64).alias("n"))
+    out = (counts.join(edge, on=["family", "domain"], how="left", nulls_equal=True)
+           .join(counts.rename({"family": "parent", "domain": "parent_domain",
+                                "n": "parent_n"}),
+                 on=["parent", "parent_domain"], how="left", nulls_equal=True))
+    return out.select(list(schema)).cast(schema).sort("family", "domain")

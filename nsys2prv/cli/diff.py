@@ -68,6 +68,10 @@ def _ratio(r) -> str:
     return f"{r:.3f}" if abs(r) < 100 else f"{r:.1f}" if abs(r) < 10_000 else f"{r:.3g}"
 
 
+def _p3(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
 def _count_delta(r: dict) -> str:
     """The change in launches (instances) of a row: '+12', '0'."""
     d = r["count_after"] - r["count_before"]
@@ -105,6 +109,17 @@ def format_text(c, top: int = 15) -> str:
             ch = "-" if s.change is None else f"{100 * s.change:+.1f}%"
             w(f"  {key:<18}{s.median_before / 1e6:>12.3f} ms{s.median_after / 1e6:>12.3f} ms"
               f"{ch:>10}  {s.reading()}\n")
+        sk = it.kernels
+        if sk is not None and sk.height:
+            w(f"\n  kernels per step (the {sk.height} whose median time per step moved most; "
+              "launches and ms per step, medians; verdicts Holm-corrected)\n")
+            fit = fit_labels(c.kernels["label"].to_list(), 43)
+            for r in sk.iter_rows(named=True):
+                ch = "-" if r["change"] is None else f"{100 * r['change']:+.1f}%"
+                verdict = r["verdict"] if r["p"] is None else f"{r['verdict']} ({_p3(r['p'])})"
+                w(f"  {fit.get(r['label'], r['label']):<44}{r['n_before']:>6g}{r['n_after']:>6g}"
+                  f"{r['median_before'] / 1e6:>11.3f}{r['median_after'] / 1e6:>11.3f}"
+                  f"{ch:>9}  {verdict}\n")
     w(f"\n{c.paragraph}\n")
     w(f"\n{'category':<36}{'n before':>9}{'n after':>9}{'before ms':>14}{'after ms':>14}"
       f"{'delta ms':>14}{'ratio':>8}\n")

@@ -7,7 +7,7 @@ paragraph, read as an analyst reads it).
 
 'Data loading' waits on the loader (an OS-runtime `pthread_cond_wait`, no GPU work).
 'Batch k' copies the input to the device (a synchronous `cudaMemcpy` from pageable memory,
-or a `cudaMemcpyAsync` from pinned memory, which is faster), launches the kernels of
+or from pinned memory, which is faster), launches the kernels of
 KERNELS (each launch wrapped in its own 'op' range; the GEMMs' in 'gemm_op'), an
 all-reduce across the ranks when there are several, and synchronises. The host spends
 `launch_ns` in each launch call and `host_ns` between two (the launch rate); the GPU runs
@@ -39,7 +39,6 @@ DELAY = 3 * US  # launch call end -> the activity may start
 COPY_BYTES = 32 << 20
 COPY_PAGEABLE_NS = 400 * US  # the input copy from pageable memory ...
 COPY_PINNED_NS = 150 * US  # ... and from pinned memory
-COPY_CALL_NS = 6 * US  # an asynchronous copy call
 SYNC_RET = 2 * US  # GPU done -> cudaStreamSynchronize returns
 TAIL = 3 * US  # sync return -> 'Batch k' pops
 NCCL_NS = 80 * US
@@ -147,13 +146,13 @@ def story_run(path: str | os.PathLike[str], *, epochs: int = 2, batches: int = 8
                                   "pthread_cond_wait"))
             b0 = load0 + LOAD_NS + 1 * US
             b_start[r, k] = b0
-            # the input copy: pageable is synchronous (the call returns after it)
+            # the input copy, synchronous (the call returns after it) from either memory:
+            # pinned memory only makes it faster
             c0 = b0 + 2 * US
             g0 = c0 + DELAY
             g1 = g0 + copy_ns
-            call_end = g1 + 2 * US if not pinned else c0 + COPY_CALL_NS
-            spec.api.append(ApiCall(c0, call_end, pid, pid, "cudaMemcpyAsync_v3020" if pinned
-                                    else "cudaMemcpy_v3020", corr[r]))
+            call_end = g1 + 2 * US
+            spec.api.append(ApiCall(c0, call_end, pid, pid, "cudaMemcpy_v3020", corr[r]))
             spec.memcpy.append(Memcpy(g0, g1, pid, 0, STREAM, corr[r], bytes=COPY_BYTES,
                                       copy_kind=1, src_kind=1 if pinned else 0, dst_kind=2))
             corr[r] += 1
