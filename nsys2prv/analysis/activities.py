@@ -207,36 +207,50 @@ class ActivityCollector:
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
-        self._launches: list[pl.DataFrame] = []
-        self._kinds: list[pl.DataFrame] = []
+        # launch lines and memory kinds not matched yet to the activity they belong to (the
+        # activity's span closes in the same window or a later one): a few in flight
+        self._launches = _empty(_LAUNCHES)
+        self._kinds = _empty(_KINDS)
 
     comms = True  # an observer of `model.analyze_path` that needs the launch lines
 
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
-        kinds = w.events.slice(w.carried).filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
+        own = w.events.slice(w.carried)
+        kinds = own.filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
         if kinds.height:  # a copy's memory kinds, at its start on its row
-            self._kinds.append(kinds.select(
-                pl.col("row").cast(pl.Int32), pl.col("time").alias("start"),
-                (pl.col("type") == cuda.MEMORY_DST_KIND).alias("dst"),
-                pl.col("value").cast(pl.Int16)).filter(pl.col("value") != 0))
-        if w.comms is not None and w.comms.height:  # 20 bytes a launch, joined at the end
+            self._kinds = pl.concat([self._kinds, _memory_kinds(kinds)])
+        if w.comms is not None and w.comms.height:
             a = w.comms.filter(pl.col("tag").is_in(LAUNCH_TAGS))
             if a.height:
-                self._launches.append(a.select(pl.col("recv_row").cast(pl.Int32).alias("row"),
-                                               pl.col("recv").alias("start"),
-                                               pl.col("send").alias("launch")))
-        flat, stacked = self._spans.add(w.events.slice(w.carried))
+                self._launches = pl.concat([self._launches, a.select(
+                    pl.col("recv_row").cast(pl.Int32).alias("row"),
+                    pl.col("recv").alias("start"), pl.col("send").alias("launch"))
+                    .unique(["row", "start"], keep="first")])
+        flat, stacked = self._spans.add(own)
         if len(flat):  # kept compact: a few bytes an activity
             kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
             k = flat[kernel]
             name = k[:, 2].astype(np.int32)
             # a kernel whose full name never came (a trace without it for some): the short one
             full = np.where(k[:, 5] == NUL, k[:, 2], k[:, 5]).astype(np.int32)
-            self._kernels.append(pl.DataFrame({
-                "row": k[:, 0].astype(np.int32), "start": k[:, 3], "dur": k[:, 4],
-                "name": name, "full": full, "nccl": k[:, 1] == NCCL_KERNEL}))
-            self._flat.append(_spans_frame(flat[~kernel]))
+            kf = pl.DataFrame({"row": k[:, 0].astype(np.int32), "start": k[:, 3],
+                               "dur": k[:, 4], "name": name, "full": full,
+                               "nccl": k[:, 1] == NCCL_KERNEL})
+            other = _spans_frame(flat[~kernel])
+            # the activities that closed take their launch line (and a copy its memory
+            # kinds); what matched leaves the pending tables
+            kf = kf.join(self._launches, on=["row", "start"], how="left")
+            other = (other.join(self._launches, on=["row", "start"], how="left")
+                     .join(self._kinds, on=["row", "start"], how="left"))
+            if self._launches.height:
+                closed = pl.concat([kf.select("row", "start"), other.select("row", "start")])
+                self._launches = self._launches.join(closed, on=["row", "start"], how="anti")
+            if self._kinds.height:
+                self._kinds = self._kinds.join(other.select("row", "start"),
+                                               on=["row", "start"], how="anti")
+            self._kernels.append(kf)
+            self._flat.append(other)
         if len(stacked):
             self._stacked.append(_spans_frame(stacked, "level"))
         st = w.states
@@ -253,23 +267,19 @@ class ActivityCollector:
         flat_spans = pl.concat(self._flat) if self._flat else _spans_frame(_NO_SPANS)
         stack_spans = (pl.concat(self._stacked) if self._stacked
                        else _spans_frame(_NO_SPANS, "level"))
-        kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNELS)
-        launches = (pl.concat(self._launches).unique(["row", "start"], keep="first")
-                    if self._launches else _empty(_LAUNCHES))
-        kinds = _memory_kinds(self._kinds)
-        self._flat, self._stacked, self._kernels, self._launches = [], [], [], []
-        self._kinds = []
+        kernels = pl.concat(self._kernels) if self._kernels else _empty(
+            {**_KERNELS, "launch": pl.Int64})
+        self._flat, self._stacked, self._kernels = [], [], []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
             flat_spans = flat_spans.filter(inside)
             stack_spans = stack_spans.filter(inside)
             kernels = kernels.filter(inside)
-        kernels = kernels.join(launches, on=["row", "start"], how="left").sort("start", "row")
+        kernels = kernels.sort("start", "row")
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
-                  .select("row", "start", "dur", pl.col("value").alias("op"))
-                  .join(launches, on=["row", "start"], how="left")
-                  .join(kinds, on=["row", "start"], how="left")
+                  .select("row", "start", "dur", pl.col("value").alias("op"), "launch",
+                          "src_kind", "dst_kind")
                   .sort("start", "row"))
         nvtx_names: dict[int, str] = {}
         for t in nvtx_types:
@@ -307,23 +317,31 @@ class ActivityCollector:
 _NO_SPANS = np.empty((0, 6), dtype=np.int64)
 
 
-def _memory_kinds(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """(row, start, src_kind, dst_kind) of the copies' memory kind events collected."""
-    schema = {"row": pl.Int32, "start": pl.Int64, "src_kind": pl.Int16, "dst_kind": pl.Int16}
-    if not parts:
-        return pl.DataFrame(schema=schema)
-    ev = pl.concat(parts)
-    return (ev.group_by("row", "start")
-            .agg(pl.col("value").filter(~pl.col("dst")).first().alias("src_kind"),
-                 pl.col("value").filter(pl.col("dst")).first().alias("dst_kind"))
-            .cast(schema))
+_KINDS = {"row": pl.Int32, "start": pl.Int64, "src_kind": pl.Int16, "dst_kind": pl.Int16}
+
+
+def _memory_kinds(ev: pl.DataFrame) -> pl.DataFrame:
+    """(row, start, src_kind, dst_kind) of a window's memory kind events (row, time, type,
+    value): one row per copy."""
+    dst = pl.col("type") == cuda.MEMORY_DST_KIND
+    return (ev.filter(pl.col("value") != 0)
+            .group_by("row", "time")
+            .agg(pl.col("value").filter(~dst).first().alias("src_kind"),
+                 pl.col("value").filter(dst).first().alias("dst_kind"))
+            .rename({"time": "start"}).cast(_KINDS))
 
 
 def _spans_frame(a: np.ndarray, last: str | None = None) -> pl.DataFrame:
-    """Spans `Spans.add` returned as a frame (row, type, value, start, dur[, `last`])."""
-    return pl.DataFrame({"row": a[:, 0].astype(np.int32), "type": a[:, 1], "value": a[:, 2],
-                         "start": a[:, 3], "dur": a[:, 4],
-                         **({last: a[:, 5]} if last else {})})
+    """Spans `Spans.add` returned as a frame (row, type, value, start, dur[, `last`];
+    without `last`, flat spans: with their launch and memory kinds, null until matched)."""
+    out = pl.DataFrame({"row": a[:, 0].astype(np.int32), "type": a[:, 1], "value": a[:, 2],
+                        "start": a[:, 3], "dur": a[:, 4],
+                        **({last: a[:, 5]} if last else {})})
+    if last is None and len(a) == 0:
+        out = out.with_columns(pl.lit(None, pl.Int64).alias("launch"),
+                               pl.lit(None, pl.Int16).alias("src_kind"),
+                               pl.lit(None, pl.Int16).alias("dst_kind"))
+    return out
 
 
 def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:

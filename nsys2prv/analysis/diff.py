@@ -30,8 +30,8 @@ from .activities import Activities, read_activities
 from .labels import label_frame
 from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
 from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
-from .steps import (StepPick, instance_windows, instances, pick,  # noqa: F401 - API
-                    range_families, range_parents, step_rows)
+from .steps import (StepPick, candidates, choose, instance_windows,  # noqa: F401 - API
+                    instances, pick, range_families, range_parents, step_rows)
 
 CATEGORY_ORDER = ("compute kernels", "NCCL kernels", "memcpy", "memset",
                   "CUDA synchronisation", "GPU idle")
@@ -56,6 +56,9 @@ class Side:
     # those sums (`idle.IdleReport.instances`): the comparison's step, where it is the same
     step: tuple[str, str | None] | None = None
     idle_steps: list[dict] | None = None
+    # the side's step candidates (`steps.candidates`), computed where its activities were
+    # read: the pair's step is chosen from both tables (`steps.choose`)
+    candidates: pl.DataFrame | None = None
 
     @property
     def elapsed(self) -> int:
@@ -616,7 +619,9 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
         picked = iterations is None
         spec = (iterations, domain)
         if picked:
-            found = pick(b, a)
+            cb = before.candidates if before.candidates is not None else candidates(b)
+            ca = after.candidates if after.candidates is not None else candidates(a)
+            found = choose(cb, ca, gpu=b.kernels.height + b.memops.height > 0)
             spec = None if found is None or found.name is None else (found.name, found.domain)
         if spec is not None:
             # with each side's idle causes per step where it summed them for this range
@@ -785,9 +790,10 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                 # the side's own step (the range named, else the one this side alone
                 # gives): its idle causes summed per instance on the causes' pass
                 state["acts"] = acts = collector.result()
+                state["candidates"] = cand = candidates(acts)
                 spec = iterations
                 if spec is None:
-                    found = pick(acts)
+                    found = choose(cand, gpu=acts.kernels.height + acts.memops.height > 0)
                     spec = None if found is None or found.name is None else \
                         (found.name, found.domain)
                 state["step"] = spec
@@ -818,6 +824,9 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                 from .kernel_metrics import kernel_metrics
 
                 km = kernel_metrics(acts, samples)
+        cand = state.get("candidates") if collector is not None else None
+        if cand is None:
+            cand = candidates(acts)
         if not isolate and rules and exports:
             found = _rules(exports)
         if removed is not None:
@@ -825,7 +834,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
     return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
-                step, idle_steps)
+                step, idle_steps, cand)
 
 
 PARALLEL_BYTES = 32 << 20

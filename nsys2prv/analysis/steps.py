@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from .activities import Activities
@@ -85,31 +86,28 @@ class StepPick:
 
 
 _SCHEMA = {"family": pl.Utf8, "domain": pl.Utf8, "n": pl.Int64, "tasks": pl.Int64,
-           "gpu_share": pl.Float64, "time_share": pl.Float64, "depth": pl.Float64,
-           "convention": pl.Int64, "loop": pl.Boolean}
+           "gpu_share": pl.Float64, "time_share": pl.Float64, "name_share": pl.Float64,
+           "depth": pl.Float64, "convention": pl.Int64, "loop": pl.Boolean}
 
 
 def candidates(acts: Activities) -> pl.DataFrame:
-    """Every range family of a run (see the module's docstring): family, domain,
-    n (instances on the busiest process), tasks (processes that have it), gpu_share,
-    time_share (of the trace, on the busiest process), depth (mean nesting level, 0 at the
-    top), convention (0 a step's name, 1 any other, 2 an epoch's), loop (sequential on one
-    thread of each process, MIN_STEPS instances at least). Vectorised: a few group-bys
-    over the ranges and one as-of join of their instances with the GPU work."""
-    return _candidates(acts)[0]
-
-
-def _candidates(acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """`candidates`, the ranges with their family (family, domain, task_index, row, start,
-    dur, level, top) and the GPU work (`_gpu_work`)."""
+    """Every range family of a run (see the module's docstring): family, domain, n
+    (instances on the busiest process), tasks (processes that have it), gpu_share,
+    time_share (of the trace, on the busiest process), name_share (of the kernel names its
+    processes launch, those launched inside it: for the loops that launch COVER_FLOOR of
+    the GPU time, else null), depth (mean nesting level, 0 at the top), convention (0 a
+    step's name, 1 any other, 2 an epoch's), loop (sequential on one thread of each
+    process, MIN_STEPS instances at least). A few group-bys over the ranges and searches
+    of their instances in the GPU work sorted once (`GpuWork`): what a side of a
+    comparison computes in its own process, so that only this table travels."""
     if acts.ranges.height == 0:
-        return pl.DataFrame(schema=_SCHEMA), pl.DataFrame(), pl.DataFrame()
+        return pl.DataFrame(schema=_SCHEMA)
     fams = range_families(acts).select(pl.col("id").alias("name"), "family")
     tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
     r = (acts.ranges.join(fams, on="name", how="left")
          .join(acts.domains, on="type", how="left")
          .join(tasks, on="row", how="left")
-         .select("family", "domain", "task_index", "row", "start", "dur", "level", "top"))
+         .select("family", "domain", "task_index", "row", "start", "dur", "level"))
     key = ["family", "domain", "task_index"]
     end = pl.col("start") + pl.col("dur")
     # per process: one thread, no instance before the previous one ends
@@ -126,119 +124,220 @@ def _candidates(acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFr
                 pl.len().alias("tasks"),
                 ((pl.col("rows") == 1) & ~pl.col("overlap")).all().alias("sequential"),
                 pl.col("depth").mean()))
-    gpu = _gpu_work(acts, tasks)
-    covered = _covered(r, gpu)
-    total = gpu.group_by("task_index").agg(pl.col("dur").sum().alias("gpu_total"))
-    share = (per_task.select(fam_key + ["task_index"])
-             .join(covered, on=fam_key + ["task_index"], how="left", nulls_equal=True)
+    gpu = GpuWork.of(acts, tasks, r)
+    task = r["task_index"].fill_null(-1).to_numpy().astype(np.int64)
+    s0 = r["start"].to_numpy()
+    covered = (r.select(*key).with_columns(pl.Series(
+        "covered", gpu.before(task, s0 + r["dur"].to_numpy()) - gpu.before(task, s0)))
+               .group_by(key).agg(pl.col("covered").sum()))
+    tot = gpu.totals()
+    total = pl.DataFrame({"task_index": list(tot), "gpu_total": list(tot.values())},
+                         schema={"task_index": pl.Int64, "gpu_total": pl.Int64})
+    share = (per_task.select(key)
+             .join(covered, on=key, how="left", nulls_equal=True)
              .join(total, on="task_index", how="left")
              .group_by(fam_key).agg(pl.col("covered").fill_null(0).sum(),
                                     pl.col("gpu_total").fill_null(0).sum()))
-    end_time = max(acts.end, 1)
     out = (per.join(share, on=fam_key, how="left", nulls_equal=True)
-           .with_columns((pl.col("busiest_dur") / end_time).alias("time_share")))
-    gpu_any = gpu.height > 0
+           .with_columns((pl.col("busiest_dur") / max(acts.end, 1)).alias("time_share")))
     out = out.with_columns(
         (pl.col("covered") / pl.col("gpu_total")).fill_nan(0.0).fill_null(0.0)
-        .alias("gpu_share") if gpu_any else pl.col("time_share").alias("gpu_share"),
+        .alias("gpu_share") if gpu.size else pl.col("time_share").alias("gpu_share"),
         pl.when(pl.col("family").str.contains(STEP_NAMES.pattern))
         .then(0).when(pl.col("family").str.contains(CONTAINER_NAMES.pattern)).then(2)
         .otherwise(1).cast(pl.Int64).alias("convention"),
         (pl.col("sequential") & (pl.col("n") >= MIN_STEPS)).alias("loop"))
+    # the kernel names launched inside the loops that could be the step (a few)
+    judged = out.filter(pl.col("loop") & (pl.col("gpu_share") >= COVER_FLOOR))
+    names = pl.DataFrame(
+        [(f, d, gpu.name_share(r.filter((pl.col("family") == f)
+                                        & pl.col("domain").eq_missing(d))))
+         for f, d in judged.select(fam_key).iter_rows()],
+        schema={"family": pl.Utf8, "domain": pl.Utf8, "name_share": pl.Float64},
+        orient="row")
+    out = out.join(names, on=fam_key, how="left", nulls_equal=True)
     return (out.select(list(_SCHEMA)).cast(_SCHEMA)
-            .sort("gpu_share", "n", "family", descending=[True, True, False]), r, gpu)
+            .sort("gpu_share", "n", "family", descending=[True, True, False]))
 
 
-def _launched(df: pl.DataFrame) -> pl.Expr:
-    """When an activity was launched: its launch call's start (the host range it belongs
-    to), else, without a launch line, its own start."""
-    return (pl.col("launch").fill_null(pl.col("start")) if "launch" in df.columns
-            else pl.col("start")).alias("start")
+class _Keys:
+    """(process, time) as one sortable int64: process << 43 | (time - earliest) where the
+    times span less than 2^43 ns (2.4 h), else process << 32 | the time's rank among the
+    times given."""
+
+    def __init__(self, times: list[np.ndarray]) -> None:
+        allt = [t for t in times if t.size]
+        self.lo = min((int(t.min()) for t in allt), default=0)
+        hi = max((int(t.max()) for t in allt), default=0)
+        self.ranks = None if hi - self.lo < 1 << 43 else np.unique(np.concatenate(allt))
+
+    def __call__(self, task: np.ndarray, t: np.ndarray) -> np.ndarray:
+        task = np.asarray(task, np.int64)
+        if self.ranks is None:
+            return (task << 43) | (np.asarray(t, np.int64) - self.lo)
+        return (task << 32) | np.searchsorted(self.ranks, t).astype(np.int64)
 
 
-def _gpu_work(acts: Activities, tasks: pl.DataFrame) -> pl.DataFrame:
-    """(task_index, start, dur, upto, full) of every GPU activity by launch time within
-    each process (`_launched`), `upto`: the GPU time launched up to it there; `full`: a
-    kernel's name id (null for copies and sets)."""
-    gpu_rows = acts.rows.filter(pl.col("kind") == "gpu").select("row")
-    k, m = acts.kernels, acts.memops
-    act = (pl.concat([k.select("row", _launched(k), "dur",
-                               pl.col("full").cast(pl.Int64)),
-                      m.select("row", _launched(m), "dur",
-                               pl.lit(None, pl.Int64).alias("full"))])
-           .join(gpu_rows, on="row", how="semi").join(tasks, on="row")
-           .select("task_index", "start", "dur", "full").sort("task_index", "start"))
-    return act.with_columns(pl.col("dur").cum_sum().over("task_index").alias("upto"))
+@dataclass
+class GpuWork:
+    """Every GPU activity of a run (kernels, copies, sets) as numpy columns sorted by
+    (process, launch time: its launch call's start, the host range it belongs to, or its
+    own start without a launch line): `key` (`_Keys`), `upto` (the GPU time launched up to
+    and with it, over the run: `offset` of its process subtracted gives the process's),
+    `task`, `full` (a kernel's name id, -1 for copies and sets). Built in place, a few
+    arrays of the activities' count (10M activities: 4.7M on the GPU, ~150 MB at the
+    peak), no frame of them."""
+
+    keys: _Keys
+    key: np.ndarray
+    upto: np.ndarray
+    task: np.ndarray
+    full: np.ndarray
+    offset: dict[int, int]  # process -> GPU time launched by the processes before it
+
+    @classmethod
+    def of(cls, acts: Activities, tasks: pl.DataFrame, ranges: pl.DataFrame) -> "GpuWork":
+        nrows = int(acts.rows["row"].max() or 0) + 2
+        task_of = np.full(nrows, -1, dtype=np.int32)
+        gpu = acts.rows.filter(pl.col("kind") == "gpu").join(tasks, on="row")
+        task_of[gpu["row"].to_numpy()] = gpu["task_index"].to_numpy()
+        parts = [f for f in (acts.kernels, acts.memops) if f.height]
+        if not parts:
+            e = np.zeros(0, np.int64)
+            return cls(_Keys([]), e, e, e.astype(np.int32), e.astype(np.int32), {})
+
+        def col(name: str, default=None) -> np.ndarray:
+            return np.concatenate([
+                (f[name] if name in f.columns else pl.Series([default] * f.height))
+                .to_numpy() for f in parts])
+
+        task = task_of[np.clip(col("row"), 0, nrows - 1)]
+        on_gpu = task >= 0
+        start = col("start")
+        launch = np.concatenate([(f["launch"].fill_null(f["start"]) if "launch" in f.columns
+                                  else f["start"]).to_numpy() for f in parts])
+        del start
+        s0 = ranges["start"].to_numpy()
+        keys = _Keys([launch[on_gpu], s0, s0 + ranges["dur"].to_numpy()])
+        key = keys(task[on_gpu], launch[on_gpu])
+        del launch
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        upto = col("dur")[on_gpu][order].astype(np.int64)
+        np.cumsum(upto, out=upto)
+        full = np.concatenate([
+            f["full"].to_numpy().astype(np.int32) if "full" in f.columns
+            else np.full(f.height, -1, np.int32) for f in parts])[on_gpu][order]
+        task = task[on_gpu][order]
+        del order, on_gpu
+        first = np.flatnonzero(np.append(True, task[1:] != task[:-1]))
+        offset = {int(task[i]): int(upto[i - 1]) if i else 0 for i in first}
+        return cls(keys, key, upto, task, full, offset)
+
+    @property
+    def size(self) -> int:
+        return int(self.key.size)
+
+    def before(self, task: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """GPU time launched on `task` strictly before `t` (each pair)."""
+        out = np.zeros(len(task), dtype=np.int64)
+        if self.size == 0:
+            return out
+        i = np.searchsorted(self.key, self.keys(task, t), side="left")
+        ok = i > 0
+        j = i[ok] - 1
+        same = self.task[j] == task[ok]  # the previous activity is of the same process
+        idx = np.flatnonzero(ok)[same]
+        base = np.array([self.offset.get(int(x), 0) for x in task[idx]], dtype=np.int64) \
+            if idx.size < 4096 else _offsets(self.offset, task[idx])
+        out[idx] = self.upto[j[same]] - base
+        return out
+
+    def totals(self) -> dict[int, int]:
+        """GPU time per process."""
+        if self.size == 0:
+            return {}
+        last = np.flatnonzero(np.append(self.task[1:] != self.task[:-1], True))
+        return {int(self.task[i]): int(self.upto[i]) - self.offset[int(self.task[i])]
+                for i in last}
+
+    def name_share(self, inst: pl.DataFrame) -> float | None:
+        """Of the kernel names the processes of the instances `inst` (a loop's ranges:
+        task_index, start, dur) launch, the share launched inside them (None: no kernels).
+        A loop's instances follow each other on each process: the one an activity was
+        launched in is found by one search."""
+        tasks = inst["task_index"].fill_null(-1).to_numpy().astype(np.int64)
+        mine = np.isin(self.task, np.unique(tasks)) & (self.full >= 0)
+        total = np.unique(self.full[mine]).size
+        if total == 0:
+            return None
+        s0 = inst["start"].to_numpy()
+        ik = self.keys(tasks, s0)
+        order = np.argsort(ik, kind="stable")
+        ik, ie = ik[order], self.keys(tasks, s0 + inst["dur"].to_numpy())[order]
+        k = self.key[mine]
+        j = np.searchsorted(ik, k, side="right") - 1
+        ok = j >= 0
+        hit = np.zeros(k.size, dtype=bool)
+        hit[ok] = k[ok] < ie[j[ok]]  # before the instance's end, on its process
+        return np.unique(self.full[mine][hit]).size / total
 
 
-def _covered(r: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
-    """(family, domain, task_index, covered): the GPU time launched inside the instances
-    (prefix sums of the GPU work, by launch time, at each instance's start and end)."""
-    if gpu.height == 0 or r.height == 0:
-        return pl.DataFrame(schema={"family": pl.Utf8, "domain": pl.Utf8,
-                                    "task_index": pl.Int64, "covered": pl.Int64})
-    g = gpu.select("task_index", pl.col("start").alias("t"), "upto").sort("t")
-
-    def upto(at: pl.Expr) -> pl.Series:
-        # GPU time of the activities launched before `at` (strictly)
-        q = r.select(at.alias("t"), "task_index").with_row_index("_i").sort("t")
-        hit = q.join_asof(g.with_columns(pl.col("t") + 1), on="t", by="task_index",
-                          strategy="backward", check_sortedness=False)
-        return hit.sort("_i")["upto"].fill_null(0)
-
-    inside = upto(pl.col("start") + pl.col("dur")) - upto(pl.col("start"))
-    return (r.select("family", "domain", "task_index").with_columns(inside.alias("covered"))
-            .group_by("family", "domain", "task_index").agg(pl.col("covered").sum()))
+def _offsets(offset: dict[int, int], task: np.ndarray) -> np.ndarray:
+    """`offset` of each process of `task` (vectorised through a lookup array)."""
+    top = max(offset) + 1 if offset else 1
+    table = np.zeros(top, dtype=np.int64)
+    table[list(offset)] = list(offset.values())
+    return table[np.clip(task, 0, top - 1)]
 
 
 def pick(before: Activities, after: Activities | None = None) -> StepPick | None:
     """The step of a run (and, with `after`, of both runs of a comparison), with why and
     the candidates (see the module's docstring). None where the run has no NVTX range;
     a pick whose `name` is None where no range qualifies (`why` says so)."""
-    c, ranges, gpu = _candidates(before)
+    return choose(candidates(before), None if after is None else candidates(after),
+                  gpu=before.kernels.height + before.memops.height > 0)
+
+
+def choose(c: pl.DataFrame, other: pl.DataFrame | None = None, gpu: bool = True
+           ) -> StepPick | None:
+    """The step among one run's `candidates` (with `other`, those of the other run of a
+    comparison, where it must be a loop too with no more than twice or half as many
+    instances): the module's docstring says how. `gpu`: the run has GPU work (else the
+    shares are of the trace's time)."""
     if c.height == 0:
         return None
-    if after is not None:
-        other = candidates(after).filter(pl.col("loop"))
-        c = c.join(other.select("family", "domain", pl.col("n").alias("n_after")),
-                   on=["family", "domain"], how="left", nulls_equal=True)
+    if other is not None:
+        c = c.join(other.filter(pl.col("loop")).select(
+            "family", "domain", pl.col("n").alias("n_after")),
+            on=["family", "domain"], how="left", nulls_equal=True)
         in_after = (pl.col("n_after").is_not_null() & (pl.col("n_after") * 2 >= pl.col("n"))
                     & (pl.col("n") * 2 >= pl.col("n_after")))
     else:
         c = c.with_columns(pl.lit(None, pl.Int64).alias("n_after"))
         in_after = pl.lit(True)
     usable = pl.col("loop") & in_after & (pl.col("gpu_share") >= COVER_FLOOR)
-    c = c.with_columns(in_after.alias("in_after"), usable.alias("eligible"),
-                       pl.lit(None, pl.Float64).alias("name_share"))
+    c = c.with_columns(in_after.alias("in_after"), usable.alias("eligible"))
     best = c.filter(pl.col("eligible"))["gpu_share"].max() or 0.0
-    c = c.with_columns(pl.col("eligible") & (pl.col("gpu_share") >= TOLERANCE * best))
+    # eligible: near the largest share, and launching half the kernel names (a step runs
+    # the program's kernels, a range around one operation one or two)
+    c = c.with_columns(pl.col("eligible") & (pl.col("gpu_share") >= TOLERANCE * best)
+                       & (pl.col("name_share").is_null()
+                          | (pl.col("name_share") >= NAME_FLOOR)))
     order = c.sort(["eligible", "convention", "n", "gpu_share", "depth", "family"],
                    descending=[True, False, True, True, False, False], nulls_last=True)
-    # the first that launches most kernel names: a step runs the program's kernels, a
-    # range around one operation (flash attention: half the GPU time) one or two
-    top = None
-    for row in order.filter(pl.col("eligible")).iter_rows(named=True):
-        share = _name_share(ranges, gpu, row["family"], row["domain"])
-        hit = (pl.col("family") == row["family"]) & pl.col("domain").eq_missing(row["domain"])
-        order = order.with_columns(
-            pl.when(hit).then(pl.lit(share, pl.Float64)).otherwise(pl.col("name_share"))
-            .alias("name_share"))
-        if share is None or share >= NAME_FLOOR:
-            top = row | {"name_share": share}
-            break
-        order = order.with_columns(pl.when(hit).then(False).otherwise(pl.col("eligible"))
-                                   .alias("eligible"))
+    top = order.row(0, named=True) if order.height and order["eligible"][0] else None
     # listed as an analyst reads them: the step, then by the share of the work they hold
     is_top = pl.repeat(False, pl.len()) if top is None else \
         (pl.col("family") == top["family"]) & pl.col("domain").eq_missing(top["domain"])
     c = (order.with_columns(_note(top).alias("note"))
          .sort([is_top, "gpu_share", "n", "family"], descending=[True, True, True, False])
          .drop("in_after"))
-    what = "GPU time" if gpu.height else "the trace's time"
+    what = "GPU time" if gpu else "the trace's time"
     if top is None:
         return StepPick(None, None, "no NVTX range repeats one after the other on one thread "
                         f"({MIN_STEPS} times or more"
-                        + (", in both runs" if after is not None else "")
+                        + (", in both runs" if other is not None else "")
                         + f") launching {100 * COVER_FLOOR:.0f} % of the {what} and "
                         f"{100 * NAME_FLOOR:.0f} % of the kernel names", c)
     deep = f", nested {top['depth']:.0f} deep" if top["depth"] >= 0.5 else ""
@@ -248,24 +347,6 @@ def pick(before: Activities, after: Activities | None = None) -> StepPick | None
            f"{100 * top['gpu_share']:.0f} % of the {what}{names}"
            + ("; a step's name" if top["convention"] == 0 else ""))
     return StepPick(top["family"], top["domain"], why, c)
-
-
-def _name_share(ranges: pl.DataFrame, gpu: pl.DataFrame, fam: str, domain: str | None
-                ) -> float | None:
-    """Of the kernel names the processes that have the range launch, the share launched
-    inside its instances (None: no kernels)."""
-    inst = (ranges.filter((pl.col("family") == fam) & pl.col("domain").eq_missing(domain))
-            .select("task_index", pl.col("start").alias("s"),
-                    (pl.col("start") + pl.col("dur")).alias("e")).sort("s"))
-    k = (gpu.filter(pl.col("full").is_not_null())
-         .join(inst.select("task_index").unique(), on="task_index", how="semi")
-         .select("task_index", "start", "full").sort("start"))
-    total = k["full"].n_unique()
-    if total == 0:
-        return None
-    hit = k.join_asof(inst, left_on="start", right_on="s", by="task_index",
-                      strategy="backward", check_sortedness=False)
-    return hit.filter(pl.col("start") < pl.col("e"))["full"].n_unique() / total
 
 
 def _note(top: dict | None) -> pl.Expr:
@@ -281,7 +362,7 @@ def _note(top: dict | None) -> pl.Expr:
                 "not a loop of the other run with as many instances (x2 at most)"))
             .when(pl.col("gpu_share") < COVER_FLOOR).then(pl.lit(
                 f"launches less than {100 * COVER_FLOOR:.0f} % of the GPU time"))
-            .when(pl.col("name_share") < NAME_FLOOR).then(pl.lit(
+            .when(pl.col("name_share").fill_null(1.0) < NAME_FLOOR).then(pl.lit(
                 f"launches less than {100 * NAME_FLOOR:.0f} % of the kernel names: an "
                 "operation, not a step"))
             .when(~pl.col("eligible")).then(pl.lit(
