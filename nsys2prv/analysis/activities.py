@@ -341,23 +341,30 @@ class _Lines:
 
     def __init__(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
         if parts:
-            row = np.concatenate([p[0] for p in parts]).astype(np.int64)
+            row = np.concatenate([p[0] for p in parts])
             recv = np.concatenate([p[1] for p in parts])
-            self.send = np.concatenate([p[2] for p in parts])
+            send = np.concatenate([p[2] for p in parts])
         else:
-            row = recv = self.send = np.zeros(0, np.int64)
+            row, recv, send = np.zeros(0, np.int32), np.zeros(0, np.int64), \
+                np.zeros(0, np.int64)
+        parts.clear()  # the windows' arrays go as soon as they are joined
         self.lo = int(recv.min()) if recv.size else 0
         self.wide = bool(recv.size) and (int(recv.max()) - self.lo >= 1 << 43
                                          or int(row.max()) >= 1 << 20)
         if self.wide:  # a span of more than 2.4 h: matched with a join instead
-            self.frame = pl.DataFrame({"row": row.astype(np.int32), "start": recv,
-                                       "launch": self.send}).unique(["row", "start"],
-                                                                     keep="first")
+            self.frame = pl.DataFrame({"row": row, "start": recv,
+                                       "launch": send}).unique(["row", "start"],
+                                                               keep="first")
             return
-        key = ((recv - self.lo) << 20) | row
+        key = recv  # in place: (time - lo) << 20 | row, one array of 8 bytes a line
+        key -= self.lo
+        key <<= 20
+        key |= row
+        del row
         order = np.argsort(key, kind="stable")
         self.key = key[order]
-        self.send = self.send[order]
+        del key
+        self.send = send[order]
 
     def launch(self, acts: pl.DataFrame) -> pl.Series:
         """The start of the call that launched each of `acts` (row, start, sorted by start

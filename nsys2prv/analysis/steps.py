@@ -172,10 +172,13 @@ class _Keys:
         self.ranks = None if hi - self.lo < 1 << 43 else np.unique(np.concatenate(allt))
 
     def __call__(self, task: np.ndarray, t: np.ndarray) -> np.ndarray:
-        task = np.asarray(task, np.int64)
-        if self.ranks is None:
-            return (task << 43) | (np.asarray(t, np.int64) - self.lo)
-        return (task << 32) | np.searchsorted(self.ranks, t).astype(np.int64)
+        if self.ranks is None:  # in place: one array of the pairs' count
+            out = np.asarray(t, np.int64) - self.lo
+            out |= np.left_shift(task, 43, dtype=np.int64)
+            return out
+        out = np.searchsorted(self.ranks, t).astype(np.int64)
+        out |= np.left_shift(task, 32, dtype=np.int64)
+        return out
 
 
 @dataclass
@@ -213,23 +216,31 @@ class GpuWork:
 
         task = task_of[np.clip(col("row"), 0, nrows - 1)]
         on_gpu = task >= 0
-        start = col("start")
-        launch = np.concatenate([(f["launch"].fill_null(f["start"]) if "launch" in f.columns
-                                  else f["start"]).to_numpy() for f in parts])
-        del start
+        # the activities on GPU rows (all of them, but for a trace that lacks a GPU's
+        # row): no copy of each column where nothing is left out
+        sel = None if on_gpu.all() else np.flatnonzero(on_gpu)
+        del on_gpu
+
+        def gpu_only(a: np.ndarray) -> np.ndarray:
+            return a if sel is None else a[sel]
+
+        task = gpu_only(task)
+        launch = gpu_only(np.concatenate([
+            (f["launch"].fill_null(f["start"]) if "launch" in f.columns
+             else f["start"]).to_numpy() for f in parts]))
         s0 = ranges["start"].to_numpy()
-        keys = _Keys([launch[on_gpu], s0, s0 + ranges["dur"].to_numpy()])
-        key = keys(task[on_gpu], launch[on_gpu])
+        keys = _Keys([launch, s0, s0 + ranges["dur"].to_numpy()])
+        key = keys(task, launch)
         del launch
         order = np.argsort(key, kind="stable")
         key = key[order]
-        upto = col("dur")[on_gpu][order].astype(np.int64)
+        upto = gpu_only(col("dur"))[order].astype(np.int64, copy=False)
         np.cumsum(upto, out=upto)
-        full = np.concatenate([
+        full = gpu_only(np.concatenate([
             f["full"].to_numpy().astype(np.int32) if "full" in f.columns
-            else np.full(f.height, -1, np.int32) for f in parts])[on_gpu][order]
-        task = task[on_gpu][order]
-        del order, on_gpu
+            else np.full(f.height, -1, np.int32) for f in parts]))[order]
+        task = task[order]
+        del order, sel
         first = np.flatnonzero(np.append(True, task[1:] != task[:-1]))
         offset = {int(task[i]): int(upto[i - 1]) if i else 0 for i in first}
         return cls(keys, key, upto, task, full, offset)
