@@ -65,6 +65,7 @@ def test_launch_statistics(traces):
     (k,) = r.launches
     assert (k.name, k.count, k.call_time, k.kernel_time) == (
         "step_kernel", 20, 20 * gen.LAUNCH, 20 * 3 * gen.US)
+    assert (k.full, k.label) == ("step_kernel", "step_kernel")  # one name: its own label
     assert (k.delay_mean, k.delay_max) == (gen.DELAY, gen.DELAY)
     assert (k.short, k.short_time, r.short_kernel_share) == (20, 20 * 3 * gen.US, 1.0)
     (k,) = analyze_path(traces["sync"]).idle.launches
@@ -73,8 +74,9 @@ def test_launch_statistics(traces):
 
 @pytest.mark.parametrize("cause", ["memcpy", "io"])
 def test_windows_of_any_size_give_the_whole_trace_report(traces, cause, monkeypatch):
-    whole = analyze_trace(read_trace(traces[cause], TYPES | idle.CAUSE_TYPES, comms=True),
-                          explain=True).idle
+    # (the kernels' demangled names too: the launch statistics are per demangled name)
+    types = TYPES | idle.CAUSE_TYPES | {idle.cuda.KERNEL_FULL_NAME}
+    whole = analyze_trace(read_trace(traces[cause], types, comms=True), explain=True).idle
     monkeypatch.setattr(read, "BLOCK", 997)  # a few lines per window
     windowed = analyze_path(traces[cause]).idle
     assert windowed.to_dict() == whole.to_dict()
@@ -130,13 +132,24 @@ def test_one_pass_causes_equal_the_second_pass(traces, cause, monkeypatch):
     from nsys2prv.analysis.model import _analyze
 
     source, calls, pcf = _windows_of_a_few_lines(traces[cause], monkeypatch)
-    two = _analyze(source, True, 10, pcf, detail=False, steps=lambda: None)
+    # a step (one, the whole run): its sums need the second pass, which reads the source
+    # again (a comparison's side with a step); the whole run's causes are the same
+    whole = pl.DataFrame({"instance": [0], "start": [0], "end": [1 << 62]})
+    two = _analyze(source, True, 10, pcf, detail=False, steps=lambda: whole)
     assert calls == [["comms", "types"], ["state_rows", "types"]]
+    (step,) = two.idle.instances
+    assert step["causes"] == {k: v for k, v in two.idle.job.causes.items() if v}
     calls.clear()
     monkeypatch.setattr(idle, "WindowSpill", None)  # never made
     one = _analyze(source, True, 10, pcf, detail=False, spill=True)
     assert calls == [["comms", "types"]]
-    assert one.to_dict() == two.to_dict()
+    # without steps (or a step-less run: steps giving none), one pass only
+    assert _analyze(source, True, 10, pcf, detail=False, steps=lambda: None).to_dict() == \
+        one.to_dict()
+    assert calls == [["comms", "types"], ["comms", "types"]]
+    d2 = two.to_dict()
+    d2["idle"]["instances"] = one.to_dict()["idle"]["instances"]
+    assert one.to_dict() == d2
     assert one.idle.job.causes == gen.expected(cause)
     assert one.idle.job.gaps == gen.gaps(cause)
 

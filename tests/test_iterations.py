@@ -126,7 +126,7 @@ def test_no_loop_is_a_note(tmp_path):
     out = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(export),
                           "--iterations"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "### Steps: no repeated top-level NVTX range" in out.stdout
+    assert "### Steps: the trace has no NVTX ranges: name the step's range" in out.stdout
     assert "Device parallel efficiency" in out.stdout
 
 
@@ -159,7 +159,8 @@ def test_a_call_range_of_many_ranks_is_no_loop(tmp_path):
     call ranges were picked as its iterations). Counted per process, 'step #' (3 x 5 ms on
     every rank) is a loop of 3 instances holding 15 ms."""
     from nsys2prv.analysis.activities import read_activities
-    from nsys2prv.analysis.diff import _loop_candidates, pick_range
+    from nsys2prv.analysis.diff import pick_range
+    from nsys2prv.analysis.steps import candidates
     from nsys2prv.testing.multi import job
     from nsys2prv.testing.synth import Nvtx, write_export
 
@@ -182,11 +183,16 @@ def test_a_call_range_of_many_ranks_is_no_loop(tmp_path):
         return out
 
     acts = read_activities(run(False))
-    c = _loop_candidates(acts).row(0, named=True)
-    assert (c["name"], c["n"], c["dur"]) == ("allreduce", 4, 4_000_000)
-    assert 10 * c["dur"] < acts.end < 10 * 8 * c["dur"]  # a loop only if summed over ranks
+    c = candidates(acts).filter(pl.col("family") == "allreduce").row(0, named=True)
+    # 4 a rank, one after the other: a loop, but it launches none of the GPU work
+    assert (c["n"], c["tasks"], c["loop"], c["gpu_share"]) == (4, 8, True, 0.0)
     assert pick_range(acts) is None
     acts = read_activities(run(True))
-    c = {r["name"]: (r["n"], r["dur"]) for r in _loop_candidates(acts).iter_rows(named=True)}
-    assert c["step #"] == (3, 15_000_000)
+    c = {r["family"]: r for r in candidates(acts).iter_rows(named=True)}
+    # 'step #' launches the 5 compute kernels of each rank (2 ms each), not the all-reduce
+    # that follows the steps (from 66 ms + the rank's delay to 80 ms)
+    nccl = sum(14_000_000 - 1_000_000 * r - 10_000 for r in range(8))
+    compute = 8 * 5 * 1_990_000
+    assert (c["step #"]["n"], c["step #"]["tasks"]) == (3, 8)
+    assert c["step #"]["gpu_share"] == pytest.approx(compute / (compute + nccl))
     assert pick_range(acts) == ("step #", None)

@@ -12,7 +12,7 @@ result (a few numbers per activity).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
 FULL_NAME = 67_000_001  # demangled full kernel name, at the start of compute and NCCL kernels
 MEMOP = cuda.MEMORY_OPERATION
+MEMORY_KIND_TYPES = (cuda.MEMORY_SRC_KIND, cuda.MEMORY_DST_KIND)  # at a copy's start
 SYNC_STATE = 5
 PUSHPOP = range(nvtx_reg.NVTX_PUSHPOP_BASE, nvtx_reg.NVTX_PUSHPOP_BASE + nvtx_reg.NVTX_DOMAIN_MAX)
 STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
@@ -35,6 +36,7 @@ STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
 
 _KERNELS = {"row": pl.Int32, "start": pl.Int64, "dur": pl.Int64, "name": pl.Int32,
             "full": pl.Int32, "nccl": pl.Boolean}
+LAUNCH_TAGS = (cuda.TAG_KERNEL_LAUNCH, cuda.TAG_NCCL_LAUNCH, cuda.TAG_MEMORY_OPERATION)
 
 
 @dataclass
@@ -43,13 +45,16 @@ class Activities:
     trace's value ids (a few bytes an activity, whatever the length of a kernel signature);
     the `*_names` tables give their text.
 
-    kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool)
-    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...)
+    kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool),
+        launch (start of the CUDA call that launched it, from the launch line; null: none)
+    memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...), launch,
+        src_kind, dst_kind (memory kind ids: 'Pageable', 'Pinned', ...; null: unknown)
     ranges: row, start, dur, name (text id), type (event type: its domain or lane), level
         (nesting depth in its domain), top (inside no other range of its thread)
     sync: row, dur (time in the Synchronization state of CPU threads, one line per row)
-    kernel_names / memop_names / range_names: id, name; domains: type, domain (null: the
-    default domain, or a start/end range, whose domain the trace does not keep)
+    kernel_names / memop_names / range_names / memory_kinds: id, name; domains: type,
+    domain (null: the default domain, or a start/end range, whose domain the trace does not
+    keep)
     """
 
     path: Path
@@ -63,6 +68,7 @@ class Activities:
     memop_names: pl.DataFrame
     range_names: pl.DataFrame
     domains: pl.DataFrame
+    memory_kinds: pl.DataFrame = field(default_factory=lambda: _table({}))
 
     def named_ranges(self) -> pl.DataFrame:
         """`ranges` with the text of their name and their domain (row, start, dur, name,
@@ -79,12 +85,15 @@ class Activities:
         per row, not per instant: a window has none."""
         inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
         moved = pl.col("start") - lo
-        return Activities(self.path, hi - lo, self.rows,
-                          self.kernels.filter(inside).with_columns(moved),
-                          self.memops.filter(inside).with_columns(moved),
+
+        def cut(df: pl.DataFrame) -> pl.DataFrame:
+            df = df.filter(inside).with_columns(moved)
+            return df.with_columns(pl.col("launch") - lo) if "launch" in df.columns else df
+
+        return Activities(self.path, hi - lo, self.rows, cut(self.kernels), cut(self.memops),
                           self.ranges.filter(inside).with_columns(moved),
                           self.sync.clear(), self.kernel_names, self.memop_names,
-                          self.range_names, self.domains)
+                          self.range_names, self.domains, self.memory_kinds)
 
     def named_kernels(self) -> pl.DataFrame:
         """`kernels` with the text of their short and full names."""
@@ -165,7 +174,10 @@ def _domain_of(label: str) -> str | None:
 
 class ActivityCollector:
     """Collects a trace's activities window by window: give it every window of
-    `windows(path, collector.types, state_rows="cpu")` in order (`add`), then `result`.
+    `windows(path, collector.types, state_rows="cpu", comms=True)` in order (`add`), then
+    `result`. The launch lines give each GPU activity the time its CUDA call started
+    (what range of the host it belongs to: the step that launched it, not the one it runs
+    in while the host waits in a copy).
     The analysis' own pass can feed it (`model.analyze_path(observers=...)`), so that the
     comparison reads each trace once for both. The pairing is compiled (`timeline.Spans`):
     a value event and the next event of its row and type (kernels, with the full name at
@@ -182,7 +194,8 @@ class ActivityCollector:
         self.pushpop = [t for t in self.nvtx_types if t in PUSHPOP]
         self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
                                                      if t in STARTEND]
-        self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME})
+        self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME}
+                               | set(MEMORY_KIND_TYPES))
         self._spans = Spans(self.flat, [KERNEL, NCCL_KERNEL], self.pushpop,
                             FULL_NAME if FULL_NAME in self.labels else None,
                             self.layout.rows.height)
@@ -193,10 +206,29 @@ class ActivityCollector:
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
+        # the launch lines (receiving row, time, sending time: 20 bytes a line) and the
+        # copies' memory kinds, matched to the activities once, at the end (a sort and a
+        # search in numpy: per window, the activities still open made it quadratic)
+        self._lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._kinds: list[pl.DataFrame] = []
+
+    comms = True  # an observer of `model.analyze_path` that needs the launch lines
 
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
-        flat, stacked = self._spans.add(w.events.slice(w.carried))
+        own = w.events.slice(w.carried)
+        kinds = own.filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
+        if kinds.height:  # a copy's memory kinds, at its start on its row
+            self._kinds.append(_memory_kinds(kinds))
+        if w.comms is not None and w.comms.height:
+            c = w.comms
+            tag = c["tag"].to_numpy()
+            keep = np.isin(tag, LAUNCH_TAGS)
+            if keep.any():
+                self._lines.append((c["recv_row"].to_numpy()[keep].astype(np.int32),
+                                    c["recv"].to_numpy()[keep].astype(np.int64),
+                                    c["send"].to_numpy()[keep].astype(np.int64)))
+        flat, stacked = self._spans.add(own)
         if len(flat):  # kept compact: a few bytes an activity
             kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
             k = flat[kernel]
@@ -224,7 +256,11 @@ class ActivityCollector:
         stack_spans = (pl.concat(self._stacked) if self._stacked
                        else _spans_frame(_NO_SPANS, "level"))
         kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNELS)
-        self._flat, self._stacked, self._kernels = [], [], []
+        kinds = (pl.concat(self._kinds).unique(["row", "start"], keep="first")
+                 if self._kinds else _empty(_KINDS))
+        lines = _Lines(self._lines)
+        self._flat, self._stacked, self._kernels, self._lines = [], [], [], []
+        self._kinds = []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
@@ -232,9 +268,13 @@ class ActivityCollector:
             stack_spans = stack_spans.filter(inside)
             kernels = kernels.filter(inside)
         kernels = kernels.sort("start", "row")
+        kernels = kernels.with_columns(lines.launch(kernels))
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
                   .sort("start", "row"))
+        memops = (memops.with_columns(lines.launch(memops))
+                  .join(kinds, on=["row", "start"], how="left"))
+        del lines
         nvtx_names: dict[int, str] = {}
         for t in nvtx_types:
             nvtx_names.update(names.get(t, {}))
@@ -264,17 +304,86 @@ class ActivityCollector:
                                schema={"type": pl.Int64, "domain": pl.Utf8})
         return Activities(self.path, self._end, self.layout.rows, kernels, memops, ranges,
                           sync_rows, _table(names.get(KERNEL, {})),
-                          _table(names.get(MEMOP, {})), _table(nvtx_names), domains)
+                          _table(names.get(MEMOP, {})), _table(nvtx_names), domains,
+                          _table(names.get(cuda.MEMORY_SRC_KIND, {})))
 
 
 _NO_SPANS = np.empty((0, 6), dtype=np.int64)
 
 
+_KINDS = {"row": pl.Int32, "start": pl.Int64, "src_kind": pl.Int16, "dst_kind": pl.Int16}
+
+
+def _memory_kinds(ev: pl.DataFrame) -> pl.DataFrame:
+    """(row, start, src_kind, dst_kind) of a window's memory kind events (row, time, type,
+    value): one row per copy."""
+    dst = pl.col("type") == cuda.MEMORY_DST_KIND
+    return (ev.filter(pl.col("value") != 0)
+            .group_by("row", "time")
+            .agg(pl.col("value").filter(~dst).first().alias("src_kind"),
+                 pl.col("value").filter(dst).first().alias("dst_kind"))
+            .rename({"time": "start"}).cast(_KINDS))
+
+
 def _spans_frame(a: np.ndarray, last: str | None = None) -> pl.DataFrame:
-    """Spans `Spans.add` returned as a frame (row, type, value, start, dur[, `last`])."""
+    """Spans `Spans.add` returned as a frame (row, type, value, start, dur[, `last`];
+    without `last`, flat spans: with their launch and memory kinds, null until matched)."""
     return pl.DataFrame({"row": a[:, 0].astype(np.int32), "type": a[:, 1], "value": a[:, 2],
                          "start": a[:, 3], "dur": a[:, 4],
                          **({last: a[:, 5]} if last else {})})
+
+
+class _Lines:
+    """The launch lines of a trace, sorted once by (time, receiving row) as one int64 key,
+    to find the line that reaches each activity (`launch`) by a search of activities sorted
+    the same way (start, row): 4.7M lines and as many activities in ~1 s and ~150 MB,
+    where a join of frames took 2 GB."""
+
+    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        if parts:
+            row = np.concatenate([p[0] for p in parts])
+            recv = np.concatenate([p[1] for p in parts])
+            send = np.concatenate([p[2] for p in parts])
+        else:
+            row, recv, send = np.zeros(0, np.int32), np.zeros(0, np.int64), \
+                np.zeros(0, np.int64)
+        parts.clear()  # the windows' arrays go as soon as they are joined
+        self.lo = int(recv.min()) if recv.size else 0
+        self.wide = bool(recv.size) and (int(recv.max()) - self.lo >= 1 << 43
+                                         or int(row.max()) >= 1 << 20)
+        if self.wide:  # a span of more than 2.4 h: matched with a join instead
+            self.frame = pl.DataFrame({"row": row, "start": recv,
+                                       "launch": send}).unique(["row", "start"],
+                                                               keep="first")
+            return
+        key = recv  # in place: (time - lo) << 20 | row, one array of 8 bytes a line
+        key -= self.lo
+        key <<= 20
+        key |= row
+        del row
+        order = np.argsort(key, kind="stable")
+        self.key = key[order]
+        del key
+        self.send = send[order]
+
+    def launch(self, acts: pl.DataFrame) -> pl.Series:
+        """The start of the call that launched each of `acts` (row, start, sorted by start
+        then row: the search walks the keys once; null: none)."""
+        if self.wide:
+            return acts.select("row", "start").join(self.frame, on=["row", "start"],
+                                                    how="left")["launch"]
+        out = np.zeros(acts.height, dtype=np.int64)
+        found = np.zeros(acts.height, dtype=bool)
+        if self.key.size and acts.height:
+            start = acts["start"].to_numpy()
+            ok = start >= self.lo
+            q = ((start - self.lo) << 20) | acts["row"].to_numpy().astype(np.int64)
+            i = np.searchsorted(self.key, q)
+            ok &= i < self.key.size
+            i = np.where(ok, i, 0)
+            found = ok & (self.key[i] == q)
+            out = np.where(found, self.send[i], 0)
+        return pl.Series("launch", out).set(pl.Series(~found), None)
 
 
 def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:
@@ -283,7 +392,7 @@ def read_activities(path: Source, window: tuple[int, int] | None = None) -> Acti
     [start, end)), only activities that start inside it (whole activities are counted where
     they start, as nsys' statistics count them)."""
     collector = ActivityCollector(path)
-    for w in windows(path, collector.types, state_rows="cpu"):
+    for w in windows(path, collector.types, state_rows="cpu", comms=True):
         collector.add(w)
     return collector.result(window)
 

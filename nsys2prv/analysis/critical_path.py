@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ..engine import graph_float, graph_path, graph_replay
+from ..engine import NUL, graph_float, graph_path, graph_replay
 from ..errors import UsageError
 from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
@@ -80,7 +80,8 @@ WAITING, LATENCY = "waiting no work explains", "launch latency"
 HOST_COMPUTE = "host compute"
 
 _IV = {"row": np.int32, "start": np.int64, "end": np.int64, "type": np.int32,
-       "value": np.int32}
+       "value": np.int32, "full": np.int32}
+FULL_NAME = cuda.KERNEL_FULL_NAME  # a kernel's demangled name, at its start
 _LINES = {"send_row": np.int32, "send": np.int64, "recv_row": np.int32, "recv": np.int64,
           "tag": np.int64}
 
@@ -147,11 +148,14 @@ class GraphCollector:
         self.end = self.layout.end
         # the work: a value event to the next event of its row and type, paired across
         # windows
-        self._work = Spans(sorted(TYPES), (), (), None, self.layout.rows.height)
+        # (kernels with their demangled name: the path's kernels listed by it)
+        labels = _type_labels(companion(self.path, ".pcf"))
+        full = FULL_NAME if FULL_NAME in labels else None
+        self._work = Spans(sorted(TYPES - {KERNEL, NCCL_KERNEL}), (KERNEL, NCCL_KERNEL), (),
+                           full, self.layout.rows.height)
         # the NVTX push/pop ranges of the trace's domains: what the path's runs are in
-        self.pushpop = [t for t in _type_labels(companion(self.path, ".pcf"))
-                        if t in PUSHPOP]
-        self.types = TYPES | frozenset(self.pushpop)
+        self.pushpop = [t for t in labels if t in PUSHPOP]
+        self.types = TYPES | frozenset(self.pushpop) | ({full} if full else frozenset())
         self._iv: list[pl.DataFrame] = []
         self._nvtx: list[pl.DataFrame] = []
         self._comms: list[pl.DataFrame] = []
@@ -168,7 +172,8 @@ class GraphCollector:
             self._iv.append(pl.DataFrame({
                 "row": done[:, 0].astype(np.int32), "start": done[:, 3],
                 "end": done[:, 3] + done[:, 4], "type": done[:, 1].astype(np.int32),
-                "value": done[:, 2].astype(np.int32)}))
+                "value": done[:, 2].astype(np.int32),
+                "full": np.where(done[:, 5] == NUL, 0, done[:, 5]).astype(np.int32)}))
         if self.pushpop:
             nv = ev.filter(pl.col("type").is_in(self.pushpop))
             if nv.height:
@@ -248,6 +253,30 @@ class Graph:
     # the previous node of each node's row (-1: none): the order edges, implicit (lag 0)
     row_prev: np.ndarray | None = None
     connected_rows: np.ndarray | None = None  # rows in the job's dependencies (`connected`)
+    # int32: a kernel node's demangled name (FULL_NAME value; 0: none, or not a kernel)
+    full: np.ndarray | None = None
+    _kernel_labels: dict[int, str] | None = None
+
+    def kernel_labels(self) -> dict[int, str]:
+        """Demangled-name value -> its label (`labels.distinct_labels` over every kernel
+        of the graph: the path's kernels of one short name told apart, alike in every
+        list of this trace)."""
+        if self._kernel_labels is None:
+            self._kernel_labels = {}
+            if self.full is not None and self.full.size:
+                k = np.flatnonzero(np.isin(self.kind, (N_KERNEL, N_NCCL, N_NCCL_ARRIVE))
+                                   & (self.full > 0))
+                pair = np.unique((self.value[k].astype(np.int64) << 32)
+                                 | self.full[k].astype(np.int64))
+                from .labels import distinct_labels
+
+                shorts = {**self.names.get(NCCL_KERNEL, {}), **self.names.get(KERNEL, {})}
+                fulls = self.names.get(FULL_NAME, {})
+                sv, fv = (pair >> 32).tolist(), (pair & 0xFFFFFFFF).tolist()
+                texts = [fulls.get(f, shorts.get(v, str(v))) for v, f in zip(sv, fv)]
+                labels = distinct_labels(texts, [shorts.get(v, "") for v in sv])
+                self._kernel_labels = {f: labels[t] for f, t in zip(fv, texts)}
+        return self._kernel_labels
 
     @property
     def n(self) -> int:
@@ -396,6 +425,9 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
     # taken out of `iv` so that they are freed as soon as the nodes are built
     row, start, end, typ, value = (iv.pop(c) for c in ("row", "start", "end", "type",
                                                          "value"))
+    full = iv.pop("full", None)
+    if full is None:
+        full = np.zeros(row.size, dtype=np.int32)
     ekind = _classify(comms, is_cpu)
     keep = ekind >= 0
     if not keep.all():
@@ -430,12 +462,14 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
         coll = (gk == N_NCCL) & (last > np.iinfo(np.int64).min)
         comp = np.maximum(sg, np.minimum(last, eg))
         ncoll = int(coll.sum())
+        fg = full[g]
         gpu_parts = [
             (rg, sg, np.where(coll, sg, eg) if ncoll else eg, sg,
              np.where(coll, N_NCCL_ARRIVE, gk).astype(np.int8), vg, tg,
-             np.zeros(g.size, np.int8)),
+             np.zeros(g.size, np.int8), fg),
             (rg[coll], comp[coll], eg[coll], comp[coll],
-             np.full(ncoll, N_NCCL, np.int8), vg[coll], tg[coll], np.ones(ncoll, np.int8))]
+             np.full(ncoll, N_NCCL, np.int8), vg[coll], tg[coll], np.ones(ncoll, np.int8),
+             fg[coll])]
         return gpu_parts
 
     def host_nodes() -> list[tuple]:
@@ -474,15 +508,16 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
         ret = np.maximum(hs, np.minimum(awaited, he))
         last_call = np.flatnonzero(np.append(hr[1:] != hr[:-1], True)) if h.size else h
         tail = last_call[last_alive[hr[last_call]] > he[last_call]]
+        nsplit = int(split.sum())
         host_parts = [
             (hr, seg, np.where(split, hs, he), hs, np.full(h.size, N_HOST, np.int8), value[h],
-             typ[h], np.zeros(h.size, np.int8)),
+             typ[h], np.zeros(h.size, np.int8), np.zeros(h.size, np.int32)),
             (hr[split], ret[split], he[split], ret[split],
-             np.full(int(split.sum()), N_RETURN, np.int8), value[h][split], typ[h][split],
-             np.ones(int(split.sum()), np.int8)),
+             np.full(nsplit, N_RETURN, np.int8), value[h][split], typ[h][split],
+             np.ones(nsplit, np.int8), np.zeros(nsplit, np.int32)),
             (hr[tail], he[tail], last_alive[hr[tail]], last_alive[hr[tail]],
              np.full(tail.size, N_HOST, np.int8), value[h][tail], typ[h][tail],
-             np.full(tail.size, 2, np.int8))]
+             np.full(tail.size, 2, np.int8), np.zeros(tail.size, np.int32))]
         return host_parts
 
     # the GPU and the host nodes are independent: built in two threads (numpy gives the
@@ -491,7 +526,7 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
         gpu_future = pool.submit(gpu_nodes)
         host_parts = host_nodes()
         gpu_parts = gpu_future.result()
-    del row, start, end, typ, value
+    del row, start, end, typ, value, full
     parts = gpu_parts + host_parts
     del gpu_parts, host_parts
     # one column at a time: concatenated, then put in topological order
@@ -503,9 +538,9 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
     del n_part
     with ThreadPoolExecutor(max_workers=2) as pool:  # the columns in that order, two at once
         later = [pool.submit(lambda c: np.concatenate([p[c] for p in parts])[topo], c)
-                 for c in (3, 4, 5, 6)]
+                 for c in (3, 4, 5, 6, 8)]
         n_row, n_start, n_end = n_row[topo], n_start[topo], n_end[topo]
-        n_split, n_kind, n_value, n_type = (f.result() for f in later)
+        n_split, n_kind, n_value, n_type, n_full = (f.result() for f in later)
     del parts, topo, later
     n = n_start.size
     # the nodes by (row, start, end), ties in topological order: a stable sort on the row
@@ -529,7 +564,7 @@ def build_graph(rows: pl.DataFrame, iv: dict[str, np.ndarray], comms: dict[str, 
     return Graph(rows, span, n_row.astype(np.int32), n_start, n_end, n_split, n_kind,
                  n_value.astype(np.int32), n_type.astype(np.int32), ptr,
                  pred.astype(np.int32), lag, kind.astype(np.uint8), names, counts,
-                 row_prev=row_prev)
+                 row_prev=row_prev, full=n_full.astype(np.int32, copy=False))
 
 
 def _edges(row: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray,
@@ -900,11 +935,21 @@ def _segment_parts(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[
         return ((np.asarray(vtype, np.int64) << 35) | (np.asarray(value, np.int64) << 3)
                 | np.asarray(nkind, np.int64))
 
-    keys = key(g.vtype[path], g.value[path], g.kind[path])
+    vtype, value = g.vtype[path], g.value[path]
+    if g.full is not None:  # kernels by their demangled name (labelled, below)
+        f = g.full[path]
+        named = f > 0
+        vtype = np.where(named, FULL_NAME, vtype)
+        value = np.where(named, f, value)
+    keys = key(vtype, value, g.kind[path])
+    del vtype, value
     uniq = np.unique(keys)  # hashed: a few hundred names among millions of nodes
     inverse = np.searchsorted(uniq, keys)
     del keys
-    labels = _labels_of(uniq >> 35, (uniq >> 3) & 0xFFFFFFFF, uniq & 7, g.names
+    names = g.names
+    if g.full is not None:
+        names = {**g.names, FULL_NAME: g.kernel_labels()}
+    labels = _labels_of(uniq >> 35, (uniq >> 3) & 0xFFFFFFFF, uniq & 7, names
                         ).with_columns(pl.col("category").cast(pl.Utf8),
                                        pl.col("detail").cast(pl.Utf8))
     table = dict(zip(key(labels["vtype"], labels["value"], labels["nkind"]).tolist(),
@@ -1207,11 +1252,24 @@ def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> Cr
                                    pl.col("detail").cast(pl.Utf8))
                      .with_columns((pl.col("time") / max(total, 1)).alias("share"))
                      .sort("time", "category", "detail", descending=[True, False, False]))
+        by_detail = _with_full_names(by_detail, g)
         by_process = _by_process(seg, rows, total)
         longest = _longest(seg, rows, top, g, ev)
         scenarios = [f.result() for f in futures]
     return CriticalPath((lo, hi), seg, by_cat, by_detail, by_process, longest,
                         _bound(by_cat), dict(g.counts), scenarios)
+
+
+def _with_full_names(by_detail: pl.DataFrame, g: Graph) -> pl.DataFrame:
+    """`by_detail` with a `full` column: a kernel's demangled name beside its label (the
+    detail), null for the rest."""
+    fulls = g.names.get(FULL_NAME, {})
+    text = {label: fulls.get(v, label) for v, label in g.kernel_labels().items()}
+    is_kernel = pl.col("category").is_in(["kernels", "NCCL"])
+    return by_detail.with_columns(
+        pl.when(is_kernel).then(pl.col("detail").replace_strict(
+            text, default=pl.col("detail"), return_dtype=pl.Utf8))
+        .otherwise(None).alias("full"))
 
 
 def step_paths(g: Graph, steps: pl.DataFrame) -> pl.DataFrame:

@@ -27,7 +27,11 @@ import numpy as np
 import polars as pl
 
 from .activities import Activities, read_activities
-from .stats import STAT_COLUMNS, Shift, compare_samples, summary
+from .labels import label_frame
+from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
+from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
+from .steps import (StepPick, candidates, choose, instance_windows,  # noqa: F401 - API
+                    instances, pick, range_families, range_parents, step_rows)
 
 CATEGORY_ORDER = ("compute kernels", "NCCL kernels", "memcpy", "memset",
                   "CUDA synchronisation", "GPU idle")
@@ -48,6 +52,13 @@ class Side:
     partials: list[str] = field(default_factory=list)
     facts: list | None = None
     kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
+    # the step this side's idle causes were summed per instance of (range, domain), and
+    # those sums (`idle.IdleReport.instances`): the comparison's step, where it is the same
+    step: tuple[str, str | None] | None = None
+    idle_steps: list[dict] | None = None
+    # the side's step candidates (`steps.candidates`), computed where its activities were
+    # read: the pair's step is chosen from both tables (`steps.choose`)
+    candidates: pl.DataFrame | None = None
 
     @property
     def elapsed(self) -> int:
@@ -60,10 +71,12 @@ class Iterations:
 
     name: str
     domain: str | None
-    picked: bool  # chosen by the tool (most repeated top-level range)
+    picked: bool  # chosen by the tool (`steps.pick`)
     before: pl.DataFrame  # instance, start, end, duration, + category columns
     after: pl.DataFrame
-    shifts: dict[str, Shift]  # 'duration' and each category -> its shift
+    shifts: dict[str, Shift]  # 'duration', each category, GPU idle, idle groups -> shift
+    pick: StepPick | None = None  # why it was picked, and the runners-up
+    kernels: pl.DataFrame | None = None  # per kernel per step (`step_kernel_table`)
 
 
 @dataclass
@@ -81,6 +94,15 @@ class Comparison:
     paragraph: str
     warnings: list[str]
     rates: pl.DataFrame | None = None  # kernel, short, metric, before, after, delta
+    step_search: StepPick | None = None  # the search for a step, where none was found
+    # each range family's parent family (`steps.range_parents`, before's, else after's)
+    range_tree: pl.DataFrame | None = None
+
+    @property
+    def elapsed_change(self) -> float | None:
+        """after / before - 1 of the elapsed (trace or window) time."""
+        b = self.before.elapsed
+        return self.after.elapsed / b - 1 if b else None
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """Every table of the comparison by name (what --csv and --json carry)."""
@@ -95,6 +117,8 @@ class Comparison:
         if self.iterations is not None:
             out["iterations_before"] = self.iterations.before
             out["iterations_after"] = self.iterations.after
+            if self.iterations.kernels is not None:
+                out["step_kernels"] = self.iterations.kernels
         return out
 
     def to_dict(self) -> dict:
@@ -104,10 +128,14 @@ class Comparison:
                        "elapsed_ns": self.before.elapsed},
             "after": {"label": self.after.label, "source": self.after.source,
                       "elapsed_ns": self.after.elapsed},
+            "elapsed_change": self.elapsed_change,
             "verdict": asdict(self.verdict),
             "iterations": None if it is None else {
                 "range": it.name, "domain": it.domain, "picked": it.picked,
+                "why": None if it.pick is None else it.pick.why,
+                "candidates": None if it.pick is None else it.pick.candidates.to_dicts(),
                 "shifts": {k: asdict(v) for k, v in it.shifts.items()}},
+            "step_search": None if self.step_search is None else self.step_search.to_dict(),
             "paragraph": self.paragraph,
             "warnings": self.warnings,
             "tables": {k: v.to_dicts() for k, v in self.tables().items()},
@@ -120,9 +148,6 @@ _TEMPLATE = re.compile(r"<[^<>]*>")
 _PARAMS = re.compile(r"\([^()]*\)")
 _CONFIG = re.compile(r"\d+(?:x\d+)+")
 _SUFFIX = re.compile(r"(?:_\d+)+$")
-_DIGITS = r"(^|[^A-Za-z0-9])\d+"
-_DIGITS_RE = re.compile(_DIGITS)
-_COUNTER = r"(?:^|[^A-Za-z0-9])(\d+)"
 
 
 def normalise_kernel(name: str) -> str:
@@ -169,7 +194,9 @@ def _joined(b: pl.DataFrame, a: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return (j.with_columns((pl.col("total_after") - pl.col("total_before")).alias("delta"),
                            pl.when(pl.col("total_before") > 0)
                            .then(pl.col("total_after") / pl.col("total_before"))
-                           .otherwise(None).alias("ratio"))
+                           .otherwise(None).alias("ratio"),
+                           (pl.col("count_after") - pl.col("count_before"))
+                           .alias("count_delta"))
             .sort(pl.col("delta").abs(), *keys, descending=[True] + [False] * len(keys)))
 
 
@@ -200,27 +227,29 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
             .drop("key")
 
     pb, pa = per(b, nb), per(a, na)
-    meta = (pl.concat([nb, na]).join(keys, on="text")
+    both = pl.concat([nb, na])
+    meta = (both.join(keys, on="text")
             .group_by("kernel").agg(pl.col("short").min(), pl.col("nccl").first(),
                                     pl.col("matched_by").first(),
                                     pl.col("text").unique().sort().alias("names")))
-    return _joined(pb, pa, ["kernel"]).join(meta, on="kernel", how="left")
-
-
-def _family(column: str) -> pl.Expr:
-    """A range name with its digit runs folded to '#' (not those inside words: conv2d)."""
-    return pl.col(column).fill_null("").str.replace_all(_DIGITS, "${1}#")
-
-
-def _range_families(acts: Activities) -> pl.DataFrame:
-    """name id -> text, family (computed once per distinct name)."""
-    return acts.range_names.with_columns(_family("name").alias("family"))
+    # the names of both sides labelled together: a kernel has one label before and after
+    texts = both.select("text", "short").unique().sort("text")
+    labels = label_frame(texts["text"].to_list(), texts["short"].to_list()).rename(
+        {"full": "kernel"})
+    out = _joined(pb, pa, ["kernel"]).join(meta, on="kernel", how="left")
+    out = out.join(labels, on="kernel", how="left").with_columns(
+        pl.col("label").fill_null(pl.col("kernel")),
+        # the time per launch: whether the kernel changed, or how often it ran
+        pl.when(pl.col("mean_before") > 0).then(pl.col("mean_after") / pl.col("mean_before"))
+        .otherwise(None).alias("mean_ratio"))
+    cols = out.columns
+    return out.select("kernel", "label", *[c for c in cols if c not in ("kernel", "label")])
 
 
 def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
     """Per NVTX range (name with digit runs folded to '#', domain): stats of both sides."""
     def per(acts: Activities) -> pl.DataFrame:
-        fam = _range_families(acts).select(pl.col("id").alias("name"),
+        fam = range_families(acts).select(pl.col("id").alias("name"),
                                            pl.col("family").alias("range"))
         r = (acts.ranges.join(fam, on="name", how="left")
              .join(acts.domains, on="type", how="left")
@@ -239,14 +268,10 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
          .with_columns(pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
                        .otherwise(pl.lit("compute kernels")).alias("category"),
                        pl.lit("").alias("detail")))
-    ops = acts.memop_names.with_columns(
-        pl.when(pl.col("name").str.starts_with("memcpy")).then(pl.lit("memcpy"))
-        .otherwise(pl.lit("memset")).alias("category"),
-        pl.when(pl.col("name").str.starts_with("memcpy"))
-        .then(pl.col("name").str.strip_prefix("memcpy ")).otherwise(pl.lit(""))
-        .alias("detail")).select(pl.col("id").alias("op"), "category", "detail")
-    m = (acts.memops.group_by("row", "op").agg(pl.len().alias("count"), pl.col("dur").sum())
-         .join(rows, on="row").join(ops, on="op", how="left")
+    m = (acts.memops.group_by("row", *_KIND_COLUMNS(acts))
+         .agg(pl.len().alias("count"), pl.col("dur").sum())
+         .join(rows, on="row").join(copy_details(acts), on=_KIND_COLUMNS(acts), how="left",
+                                    nulls_equal=True)
          .with_columns(pl.col("category").fill_null("memcpy"), pl.col("detail").fill_null("")))
     s = acts.sync.join(rows, on="row").with_columns(
         pl.lit(1).alias("count"), pl.lit("CUDA synchronisation").alias("category"),
@@ -268,9 +293,57 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
                                      pl.col("dur").cast(pl.Int64)) for p in parts])
 
 
+MEMORY_KIND_WORDS = {"Pageable": "pageable", "Pinned": "pinned", "Device": "device",
+                     "Array": "array", "Managed": "managed", "Device Static": "device",
+                     "Managed Static": "managed", "Unknown": ""}
+
+
+def _KIND_COLUMNS(acts: Activities) -> list[str]:  # noqa: N802 - a list of names
+    return ["op"] + [c for c in ("src_kind", "dst_kind") if c in acts.memops.columns]
+
+
+def copy_memory(direction: str, src: str | None, dst: str | None) -> str:
+    """The memory a copy is told by: the host side's (pageable, pinned, managed) for one
+    between host and device, 'peer' between devices, the device's kind otherwise."""
+    words = (MEMORY_KIND_WORDS.get(src or "", (src or "").lower()),
+             MEMORY_KIND_WORDS.get(dst or "", (dst or "").lower()))
+    if "Peer" in direction:
+        return "peer"
+    if direction.startswith("Host-to-Host"):
+        return words[0] if words[0] == words[1] else "-".join(w for w in words if w)
+    if direction.startswith("Host"):
+        return words[0]
+    if direction.endswith("to-Host"):
+        return words[1]
+    return "managed" if "managed" in words else (words[1] or words[0])
+
+
+def copy_details(acts: Activities) -> pl.DataFrame:
+    """(op[, src_kind, dst_kind]) -> category ('memcpy', 'memset'), detail ('Host-to-Device
+    pageable'): one row per combination the run has (a few), named once each."""
+    cols = _KIND_COLUMNS(acts)
+    combos = acts.memops.select(cols).unique()
+    ops = dict(acts.memop_names.select("id", "name").iter_rows())
+    kinds = dict(acts.memory_kinds.select("id", "name").iter_rows())
+    out = []
+    for row in combos.iter_rows(named=True):
+        name = ops.get(row["op"], "memcpy")
+        if not name.startswith("memcpy"):
+            out.append({**row, "category": "memset", "detail": ""})
+            continue
+        direction = name[len("memcpy "):] if name.startswith("memcpy ") else ""
+        memory = copy_memory(direction, kinds.get(row.get("src_kind")),
+                             kinds.get(row.get("dst_kind")))
+        out.append({**row, "category": "memcpy",
+                    "detail": f"{direction} {memory}".strip()})
+    schema = {**combos.schema, "category": pl.Utf8, "detail": pl.Utf8}
+    return pl.DataFrame(out, schema=schema) if out else pl.DataFrame(schema=schema)
+
+
 def category_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame:
-    """Per category (memcpy per direction): count and total time of each side (GPU idle:
-    device time without any GPU activity, summed over devices; count = devices)."""
+    """Per category (memcpy per direction and memory kind: 'Host-to-Device pageable'):
+    count and total time of each side (GPU idle: device time without any GPU activity,
+    summed over devices; count = devices)."""
     def per(acts, an):
         f = _category_frame(acts, an)
         return f.group_by("category", "detail").agg(
@@ -312,7 +385,9 @@ def device_table(b: Activities, a: Activities, an_b, an_a) -> pl.DataFrame | Non
                          *[pl.col(c).alias(f"{c}_{s}") for c in cats])
     j = norm(pb, "before").join(norm(pa, "after"), on="index")
     return j.with_columns([(pl.col(f"{c}_after") - pl.col(f"{c}_before")).alias(f"{c}_delta")
-                           for c in cats])
+                           for c in cats] + [
+        pl.when(pl.col(f"{c}_before") > 0).then(pl.col(f"{c}_after") / pl.col(f"{c}_before"))
+        .otherwise(None).alias(f"{c}_ratio") for c in cats])
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -352,138 +427,112 @@ def rules_table(rb: dict[str, int] | None, ra: dict[str, int] | None) -> pl.Data
 
 # ------------------------------------------------------------------- iterations --
 
-def _loop_candidates(acts: Activities) -> pl.DataFrame:
-    """name, domain, n, dur of the top-level ranges of one side that look like a loop: n
-    instances and dur ns of them on the process that holds most (a step is the k-th instance
-    on each process: summed over the ranks of a job, a 50 us call range of 1,024 ranks would
-    look like a loop covering the run)."""
-    top = acts.ranges.filter(pl.col("top")).join(acts.domains, on="type", how="left")
-    schema = {"name": pl.Utf8, "domain": pl.Utf8, "n": pl.UInt32, "dur": pl.Int64}
-    if top.height == 0:
-        return pl.DataFrame(schema=schema)
-    fams = _range_families(acts).with_columns(
-        pl.col("name").str.extract(_COUNTER, 1).cast(pl.Int64, strict=False).alias("k"))
-    tasks = acts.rows.select("row", "task_index")
-    top = (top.join(fams.rename({"id": "name", "name": "text"}), on="name", how="left")
-           .join(tasks, on="row", how="left"))
-    # a loop's steps follow each other on each process: a text whose instances overlap
-    # there (the same range on several threads at once) is no loop
-    end = pl.col("start") + pl.col("dur")
-    overlap = (top.sort("start", "row")
-               .with_columns((pl.col("start") < end.cum_max().shift(1)
-                              .over("text", "domain", "task_index")).fill_null(False)
-                             .alias("overlap"))
-               .group_by("text", "domain").agg(pl.col("overlap").any()))
-
-    def busiest(df: pl.DataFrame, key: str) -> pl.DataFrame:
-        return (df.group_by(key, "domain", "task_index")
-                .agg(pl.len().alias("n"), pl.col("dur").sum())
-                .group_by(key, "domain").agg(pl.col("n").max(), pl.col("dur").max()))
-
-    exact = (busiest(top, "text")
-             .join(overlap, on=["text", "domain"], how="left", nulls_equal=True)
-             .filter((pl.col("n") > 1) & ~pl.col("overlap"))
-             .drop("overlap").rename({"text": "name"}))
-    fam = (top.filter(pl.col("family").str.count_matches("#", literal=True) == 1)
-           .sort("row", "start")
-           .with_columns((pl.col("k").diff().over("row", "family", "domain") == 1)
-                         .fill_null(True).alias("step")))
-    kinds = (fam.group_by("family", "domain")
-             .agg(pl.col("step").all(), pl.col("text").n_unique().alias("texts")))
-    loops = (busiest(fam, "family").join(kinds, on=["family", "domain"], nulls_equal=True)
-             .filter(pl.col("step") & (pl.col("n") > 1) & (pl.col("texts") > 1))
-             .select(pl.col("family").alias("name"), "domain", "n", "dur"))
-    return pl.concat([exact.select("name", "domain", "n", "dur"), loops]).cast(schema)
-
-
 def pick_range(before: Activities, after: Activities | None = None
                ) -> tuple[str, str | None] | None:
-    """The range a training loop repeats, or None. Candidates are top-level NVTX ranges
-    (inside no other range of their thread, any domain) that look like a loop: one text
-    repeated ('train_step') whose instances never overlap on a process, or texts that differ by one counter that goes up by one on each
-    thread ('step 12', 'step 13': the family 'step #'); ids that only grow ('op_id = 991274')
-    are not a loop. A loop covers the run: its instances must hold a tenth of the trace's
-    time at least on one process and, with `after`, be found there too with no more than twice or half as
-    many instances (a step count that changes tenfold is not the program's loop). Of the
-    candidates whose instances cover at least half the time of the one that covers most, the
-    most repeated wins (then the longer in total, then the name): a short per-call range
-    loses to the step that holds it."""
-    c = _loop_candidates(before).filter(pl.col("dur") * 10 >= before.end)
-    if after is not None:
-        other = _loop_candidates(after).filter(pl.col("dur") * 10 >= after.end)
-        c = (c.join(other.select("name", "domain", pl.col("n").alias("n_after")),
-                    on=["name", "domain"], nulls_equal=True)
-             .filter((pl.col("n_after") * 2 >= pl.col("n")) & (pl.col("n") * 2
-                                                                 >= pl.col("n_after")))
-             .drop("n_after"))
-    if c.height == 0:
-        return None
-    c = (c.filter(pl.col("dur") * 2 >= pl.col("dur").max())
-         .sort(["n", "dur", "name"], descending=[True, True, False], nulls_last=True))
-    return c["name"][0], c["domain"][0]
+    """(range, domain) of the step of a run (with `after`, of both runs), or None: the
+    range `steps.pick` finds."""
+    found = pick(before, after)
+    return None if found is None or found.name is None else (found.name, found.domain)
 
 
-def instance_windows(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
-    """(task_index, instance, start, end): the k-th instance (by start) of the range on each
-    process. `name` is a range's text, or a family ('step #'; also 'step 3' when no range is
-    named so: every 'step N')."""
-    rows = acts.rows.select("row", "task_index")
-    fams = _range_families(acts)
-    ids = fams.filter(pl.col("name") == name)
-    if ids.height == 0:
-        folded = _DIGITS_RE.sub(lambda m: m.group(1) + "#", name)
-        ids = fams.filter(pl.col("family") == folded)
-    types = acts.domains.filter(pl.col("domain").is_null() if domain is None
-                                else pl.col("domain") == domain)["type"].to_list()
-    return (acts.ranges.filter(pl.col("name").is_in(ids["id"].to_list())
-                               & pl.col("type").is_in(types))
-            .join(rows, on="row")
-            .sort("task_index", "start", "row")
-            .with_columns(pl.int_range(pl.len()).over("task_index").alias("instance"))
-            .select(pl.col("task_index").cast(pl.Int64), pl.col("instance").cast(pl.Int64),
-                    "start", (pl.col("start") + pl.col("dur")).alias("end")))
+STEP_CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy", "memset")
+# the bound of a step's GPU idle time: the idle causes (idle.py) as an analyst groups them
+IDLE_GROUPS = (("launching", ("cuda_launch",)), ("host compute", ("host_compute",)),
+               ("synchronisation", ("cuda_sync",)),
+               ("waiting for data", ("wait", "io", "sleep")),
+               ("copy calls", ("cuda_memcpy",)))
 
 
-def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
-    """Per instance k of the range (`instance_windows`; step k of a job spans from the
-    earliest start to the latest end over its processes): start, end, duration and the
-    category times of the activities that start inside it (ns, summed over devices)."""
-    r = instance_windows(acts, name, domain)
-    steps = (r.group_by("instance").agg(pl.col("start").min(), pl.col("end").max())
-             .sort("instance").with_columns((pl.col("end") - pl.col("start")).alias("duration")))
-    if steps.height == 0:
+def with_idle_groups(steps: pl.DataFrame) -> pl.DataFrame:
+    """A step table with one column per idle group ('idle: launching', ..., 'idle: other'),
+    the sums of its causes' columns, where the table has the causes."""
+    causes = [c for c in steps.columns if c.startswith("idle.")]
+    if not causes:
         return steps
-    # category codes (0 compute, 1 NCCL, 2 memcpy, 3 memset): no string per activity
-    memcat = acts.memop_names.select(
-        pl.col("id").alias("op"), pl.when(pl.col("name").str.starts_with("memcpy"))
-        .then(2).otherwise(3).cast(pl.Int8).alias("cat"))
-    starts = pl.concat([
-        acts.kernels.select("start", pl.col("nccl").cast(pl.Int8).alias("cat"), "dur"),
-        acts.memops.join(memcat, on="op", how="left").select(
-            "start", pl.col("cat").fill_null(2), "dur")]).sort("start")
-    # each activity to the step it starts in (steps sorted, non-overlapping by instance)
-    tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
-                              on="start", strategy="backward")
-    tagged = (tagged.filter(pl.col("start") < pl.col("end"))
-              .group_by("instance", "cat").agg(pl.col("dur").sum())
-              .with_columns(pl.col("cat").replace_strict(
-                  {0: "compute kernels", 1: "NCCL kernels", 2: "memcpy", 3: "memset"},
-                  return_dtype=pl.Utf8).alias("category")))
-    per = tagged.pivot(on="category", index="instance", values="dur")
-    out = steps.join(per, on="instance", how="left")
-    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
-        if c not in out.columns:
-            out = out.with_columns(pl.lit(0, pl.Int64).alias(c))
-    return out.fill_null(0).select("instance", "start", "end", "duration", "compute kernels",
-                                   "NCCL kernels", "memcpy", "memset")
+    grouped = {c for _, keys in IDLE_GROUPS for c in (f"idle.{k}" for k in keys)}
+    cols = [pl.sum_horizontal([pl.col(f"idle.{k}") for k in keys if f"idle.{k}" in causes]
+                              or [pl.lit(0, pl.Int64)]).alias(f"idle: {g}")
+            for g, keys in IDLE_GROUPS]
+    rest = [pl.col(c) for c in causes if c not in grouped]
+    cols.append(pl.sum_horizontal(rest or [pl.lit(0, pl.Int64)]).alias("idle: other"))
+    return steps.with_columns(cols)
 
 
 def iteration_shifts(ib: pl.DataFrame, ia: pl.DataFrame) -> dict[str, Shift]:
+    """The step's duration, and inside it its categories, GPU idle time and idle groups:
+    one family of tests, Holm-corrected (`stats.holm`), so that nothing is named as moved
+    by chance among the dozen quantities looked at."""
     out = {"duration": compare_samples(ib["duration"].to_numpy(), ia["duration"].to_numpy())}
-    for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
+    family = {}
+    cols = [c for c in STEP_CATEGORIES if c in ib.columns and c in ia.columns]
+    if "gpu_idle" in ib.columns and "gpu_idle" in ia.columns:
+        cols.append("gpu_idle")
+    cols += [c for c in ib.columns if c.startswith("idle: ") and c in ia.columns]
+    for c in cols:
         if ib[c].sum() or ia[c].sum():
-            out[c] = compare_samples(ib[c].to_numpy(), ia[c].to_numpy())
+            family["GPU idle" if c == "gpu_idle" else c] = compare_samples(ib[c].to_numpy(),
+                                                                           ia[c].to_numpy())
+    out.update(holm(family))
     return out
+
+
+STEP_KERNELS = 12  # kernels tested per step: those whose median time per step moved most
+
+
+def step_kernel_table(b: Activities, a: Activities, kernels: pl.DataFrame,
+                      ib: pl.DataFrame, ia: pl.DataFrame) -> pl.DataFrame:
+    """Per kernel, its time and launches per step on each side (medians over the steps,
+    the activities that start in each), for the STEP_KERNELS kernels whose median moved
+    most, each with its verdict (Holm-corrected over them): kernel, label, n_before,
+    n_after (launches per step), median_before, median_after (ns per step), change, p,
+    lo, hi (the 95 % interval of the median change, ns), verdict."""
+    names = kernels.select("kernel", "names").explode("names").rename({"names": "text"})
+
+    def per_step(acts: Activities, steps: pl.DataFrame) -> pl.DataFrame:
+        keys = (acts.kernel_names.rename({"id": "full", "name": "text"})
+                .join(names, on="text").select(pl.col("full").cast(pl.Int32), "kernel"))
+        k = (acts.kernels.select("start", "dur", pl.col("full").cast(pl.Int32))
+             .join(keys, on="full").sort("start"))
+        tagged = (k.join_asof(steps.select("start", "end", "instance").sort("start"),
+                              on="start", strategy="backward")
+                  .filter(pl.col("start") < pl.col("end")))
+        sums = tagged.group_by("instance", "kernel").agg(pl.col("dur").sum().alias("time"),
+                                                         pl.len().cast(pl.Int64).alias("n"))
+        grid = steps.select("instance").join(kernels.select("kernel"), how="cross")
+        return (grid.join(sums, on=["instance", "kernel"], how="left")
+                .with_columns(pl.col("time").fill_null(0), pl.col("n").fill_null(0))
+                .sort("kernel", "instance"))
+
+    schema = {"kernel": pl.Utf8, "label": pl.Utf8, "n_before": pl.Float64,
+              "n_after": pl.Float64, "median_before": pl.Float64,
+              "median_after": pl.Float64, "change": pl.Float64, "p": pl.Float64,
+              "lo": pl.Float64, "hi": pl.Float64, "verdict": pl.Utf8}
+    if kernels.height == 0 or ib.height == 0 or ia.height == 0:
+        return pl.DataFrame(schema=schema)
+    sb, sa = per_step(b, ib), per_step(a, ia)
+    med = (sb.group_by("kernel").agg(pl.col("time").median().alias("mb"))
+           .join(sa.group_by("kernel").agg(pl.col("time").median().alias("ma")), on="kernel")
+           .with_columns((pl.col("ma") - pl.col("mb")).abs().alias("moved"))
+           .sort("moved", "kernel", descending=[True, False]).head(STEP_KERNELS))
+    tested = med["kernel"].to_list()
+    xb = dict(sb.filter(pl.col("kernel").is_in(tested)).group_by("kernel")
+              .agg(pl.col("time"), pl.col("n").median()).select(
+                  "kernel", pl.struct("time", "n")).iter_rows())
+    xa = dict(sa.filter(pl.col("kernel").is_in(tested)).group_by("kernel")
+              .agg(pl.col("time"), pl.col("n").median()).select(
+                  "kernel", pl.struct("time", "n")).iter_rows())
+    shifts = holm({k: compare_samples(np.array(xb[k]["time"]), np.array(xa[k]["time"]))
+                   for k in tested})
+    label = dict(kernels.select("kernel", "label").iter_rows())
+    rows = []
+    for k in tested:
+        sh = shifts[k]
+        lo, hi = sh.interval if sh.interval is not None else (None, None)
+        rows.append({"kernel": k, "label": label.get(k, k), "n_before": xb[k]["n"],
+                     "n_after": xa[k]["n"], "median_before": sh.median_before,
+                     "median_after": sh.median_after, "change": sh.change, "p": sh.p,
+                     "lo": lo, "hi": hi, "verdict": sh.verdict})
+    return pl.DataFrame(rows, schema=schema)
 
 
 # -------------------------------------------------------------------- paragraph --
@@ -546,88 +595,6 @@ def rates_table(kernels: pl.DataFrame, before, after) -> pl.DataFrame | None:
                                              "delta"))
 
 
-def _rate_sentence(c: Comparison) -> str | None:
-    """The largest rate change among the kernels that moved most: 'Rates: GEMM -25 %:
-    Tensor Active 31.0 % -> 58.0 %'."""
-    if c.rates is None or c.rates.height == 0:
-        return None
-    moved = c.kernels.filter((pl.col("delta") != 0) & (pl.col("total_before") > 0)
-                             & (pl.col("total_after") > 0)).head(5)
-    r = c.rates.filter(pl.col("kernel").is_in(moved["kernel"].implode())
-                       & pl.col("delta").is_not_null())
-    if r.height == 0:
-        return None
-    top = r.sort(pl.col("delta").abs(), descending=True).row(0, named=True)
-    if abs(top["delta"]) < 1.0:
-        return "The kernels that moved most kept their GPU metric rates (within 1 point)."
-    k = moved.filter(pl.col("kernel") == top["kernel"]).row(0, named=True)
-    short = k["short"] or k["kernel"]
-    return (f"Largest rate change among them: {short} {_pct(k['ratio'] - 1)}: "
-            f"{top['metric']} {top['before']:.1f} % -> {top['after']:.1f} %.")
-
-
-def explain(c: Comparison) -> str:
-    """One paragraph from the numbers: the verdict, then the categories and kernels that
-    moved most, and the idle cause that moved most."""
-    v = c.verdict
-    what = (f"'{c.iterations.name}' median" if c.iterations is not None else "elapsed time")
-    if v.p is None:
-        head = f"{what} {_pct(v.change)} ({_p(v)})."
-    else:
-        head = f"{what} {_pct(v.change)} ({_p(v)}): {v.verdict}."
-    return " ".join([head, *explain_changes(c)])
-
-
-def explain_changes(c: Comparison) -> list[str]:
-    """The sentences of the paragraph after the verdict: the categories and kernels that
-    moved most, the idle cause that moved most, the warnings."""
-    parts: list[str] = []
-    cat = c.categories.group_by("category").agg(pl.col("total_before").sum(),
-                                                 pl.col("total_after").sum())
-    moves = []
-    for row in cat.sort((pl.col("total_after") - pl.col("total_before")).abs(),
-                        descending=True).iter_rows(named=True):
-        b, a = row["total_before"], row["total_after"]
-        if b == a:
-            continue
-        moves.append(f"{row['category']} {_pct(a / b - 1) if b else 'new'}")
-    if moves:
-        parts.append("Time by category: " + ", ".join(moves[:4]) + ".")
-    k = c.kernels.filter(pl.col("delta") != 0).head(3)
-    if k.height:
-        ks = []
-        for row in k.iter_rows(named=True):
-            short = row["short"] or row["kernel"]
-            if row["total_before"] == 0:
-                ks.append(f"{short} added ({row['total_after'] / 1e6:.3f} ms)")
-            elif row["total_after"] == 0:
-                ks.append(f"{short} removed ({row['total_before'] / 1e6:.3f} ms)")
-            elif row["count_before"] != row["count_after"]:
-                # a different number of launches (a capture of fixed length holds more or
-                # less work): the time per launch says whether the kernel itself changed
-                mean = row["mean_after"] / row["mean_before"] - 1 if row["mean_before"] \
-                    else None
-                ks.append(f"{short} {_pct(row['ratio'] - 1)} ({row['delta'] / 1e6:+.3f} ms; "
-                          f"{row['count_before']} -> {row['count_after']} launches, "
-                          f"{_pct(mean)} per launch)")
-            else:
-                ks.append(f"{short} {_pct(row['ratio'] - 1)} "
-                          f"({row['delta'] / 1e6:+.3f} ms)")
-        parts.append("Kernels that moved most: " + "; ".join(ks) + ".")
-        rate = _rate_sentence(c)
-        if rate:
-            parts.append(rate)
-    idle = c.models.filter(pl.col("metric").str.starts_with("idle.")
-                           & (pl.col("delta") != 0))
-    if idle.height:
-        top = idle.sort(pl.col("delta").abs(), descending=True).row(0, named=True)
-        parts.append(f"GPU idle cause that moved most: {top['metric'][5:]} "
-                     f"{top['delta'] / 1e6:+.3f} ms.")
-    if c.warnings:
-        parts.append("Note: " + " ".join(c.warnings))
-    return parts
-
-
 # ---------------------------------------------------------------------- compare --
 
 def compare_sides(before: Side, after: Side, iterations: str | None = None,
@@ -647,12 +614,21 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     if nb != na:
         warnings.append(f"the runs have different GPU counts ({nb} and {na}): no per-device "
                         f"comparison.")
-    its = None
+    its = found = None
     if iterations is not None or auto_iterations:
         picked = iterations is None
-        spec = (iterations, domain) if iterations is not None else pick_range(b, a)
+        spec = (iterations, domain)
+        if picked:
+            cb = before.candidates if before.candidates is not None else candidates(b)
+            ca = after.candidates if after.candidates is not None else candidates(a)
+            found = choose(cb, ca, gpu=b.kernels.height + b.memops.height > 0)
+            spec = None if found is None or found.name is None else (found.name, found.domain)
         if spec is not None:
-            ib, ia = instances(b, *spec), instances(a, *spec)
+            # with each side's idle causes per step where it summed them for this range
+            use = before.idle_steps is not None and after.idle_steps is not None and \
+                before.step == tuple(spec) and after.step == tuple(spec)
+            ib = step_rows(b, *spec, before.idle_steps if use else None)
+            ia = step_rows(a, *spec, after.idle_steps if use else None)
             if iterations is not None:
                 for side, i in ((before, ib), (after, ia)):
                     if i.height == 0:
@@ -661,7 +637,9 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                                          f"'{iterations}" + (f"@{domain}" if domain else "")
                                          + "'")
             if ib.height and ia.height:
-                its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia))
+                ib, ia = with_idle_groups(ib), with_idle_groups(ia)
+                its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia),
+                                 found, step_kernel_table(b, a, kernels, ib, ia))
     if its is not None:
         verdict = its.shifts["duration"]
     else:
@@ -670,9 +648,18 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                       category_table(b, a, before.analysis, after.analysis), devices,
                       model_table(before.analysis, after.analysis),
                       rules_table(before.rules, after.rules), its, verdict, "", warnings,
-                      rates_table(kernels, before.kernel_metrics, after.kernel_metrics))
+                      rates_table(kernels, before.kernel_metrics, after.kernel_metrics),
+                      found if its is None else None, _range_tree(b, a))
     comp.paragraph = explain(comp)
     return comp
+
+
+def _range_tree(b: Activities, a: Activities) -> pl.DataFrame:
+    """The parent of each range family (`steps.range_parents`): before's, and after's for
+    the families before lacks."""
+    tb, ta = range_parents(b), range_parents(a)
+    return pl.concat([tb, ta.join(tb, on=["family", "domain"], how="anti",
+                                  nulls_equal=True)])
 
 
 def gate(c: Comparison, pct: float) -> tuple[bool, str]:
@@ -731,13 +718,17 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
 def read_side(inputs: list[str], label: str, workdir: Path, window=None,
               models: bool = True, rules: bool = True, jobs: int = 1,
               on_report=None, idle: bool = True, isolate: bool = False,
-              attributes: bool = False) -> Side:
+              attributes: bool = False,
+              iterations: tuple[str, str | None] | None = None) -> Side:
     """One side: its trace (the reports' translation read as it is merged, never written:
     `api.translate_stream` into `workdir`; or the trace given, cut to `window`), its
     activities, its models and, for exports, the rows nsys' rules find. Errors name the
     side. `isolate` prepares the reports in a process of its own, so that the peak of the
     preparation and that of the analysis do not add up in one process. `attributes` keeps
-    the activities' attributes in the partials (what a trace merged from them needs)."""
+    the activities' attributes in the partials (what a trace merged from them needs).
+    With the idle causes, they are also summed per instance of the side's step (the range
+    `iterations` names, else the one `steps.pick` finds on this side: the comparison's
+    step whenever both sides find the same), on a second pass over what the first kept."""
     from ..errors import InputError, UsageError
     from ..report.inputs import expand_inputs
 
@@ -782,7 +773,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             exports = paths
             partials, facts = out.partials, out.facts
         collector = samples = None
-        analysis = None
+        analysis = step = idle_steps = None
         if models:  # one pass for the model, the activities, the idle causes, the samples
             from .activities import ActivityCollector
             from .kernel_metrics import SampleCollector
@@ -791,7 +782,29 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             collector = ActivityCollector(out)
             samples = SampleCollector(out)
             observers = [collector] + ([samples] if samples.types else [])
-            analysis = analyze_path(out, idle, 10, observers=observers, detail=False)
+            state: dict = {}
+
+            def steps() -> pl.DataFrame | None:
+                # the side's own step (the range named, else the one this side alone
+                # gives): its idle causes summed per instance on the causes' pass
+                state["acts"] = acts = collector.result()
+                state["candidates"] = cand = candidates(acts)
+                spec = iterations
+                if spec is None:
+                    found = choose(cand, gpu=acts.kernels.height + acts.memops.height > 0)
+                    spec = None if found is None or found.name is None else \
+                        (found.name, found.domain)
+                state["step"] = spec
+                return None if spec is None else \
+                    instances(acts, *spec).select("instance", "start", "end")
+
+            analysis = analyze_path(out, idle, 10, observers=observers, detail=False,
+                                    steps=steps if idle else None)
+            if "acts" in state:
+                acts = state["acts"]
+                step = state.get("step")
+                if step is not None and analysis.idle is not None:
+                    idle_steps = analysis.idle.instances
         else:
             acts = read_activities(out)
         removed = None
@@ -803,18 +816,23 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             partials = []
         km = None
         if collector is not None:
-            acts = collector.result()
+            if "acts" not in state:
+                acts = collector.result()
             if samples is not None and samples.types:
                 from .kernel_metrics import kernel_metrics
 
                 km = kernel_metrics(acts, samples)
+        cand = state.get("candidates") if collector is not None else None
+        if cand is None:
+            cand = candidates(acts)
         if not isolate and rules and exports:
             found = _rules(exports)
         if removed is not None:
             removed.join()
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
-    return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km)
+    return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
+                step, idle_steps, cand)
 
 
 PARALLEL_BYTES = 32 << 20
@@ -906,7 +924,8 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
             # the partials keep the activities' attributes only for the trace of both runs
             args.append(dict(inputs=[str(i) for i in inputs], label=label, workdir=Path(tmp),
                              window=window, models=models, rules=rules, jobs=jobs, idle=idle,
-                             attributes=trace is not None))
+                             attributes=trace is not None,
+                             iterations=(name, domain) if name else None))
         if parallel is None:
             parallel = min(_size(a["inputs"]) for a in args) > PARALLEL_BYTES
         if parallel:

@@ -128,43 +128,56 @@ def _gap_frame(keys: np.ndarray, found: np.ndarray) -> pl.DataFrame:
 
 class IntervalStream:
     """Last Evt Val intervals of a set of types, completed across windows: `add` returns the
-    intervals (row, start, end, value) that ended in the window; those still open are
-    carried. `finish(end)` closes them at the trace end."""
+    intervals (row, start, end, value[, tag]) that ended in the window; those still open are
+    carried. `finish(end)` closes them at the trace end. With `tag`, each interval also
+    carries the value of that event type at its start on its row (a kernel's full name:
+    its short name alone merges the instantiations of a template), or 0."""
 
-    def __init__(self, types: Iterable[int]) -> None:
+    def __init__(self, types: Iterable[int], tag: int | None = None) -> None:
         self.types = list(types)
-        self._open = _empty({"row": pl.Int32, "start": pl.Int64, "value": pl.Int64})
+        self.tag = tag
+        self._cols = ["row", "start", "value"] + (["tag"] if tag is not None else [])
+        self._open = _empty({"row": pl.Int32, "start": pl.Int64, "value": pl.Int64,
+                             **({"tag": pl.Int64} if tag is not None else {})})
 
     def add(self, window: Trace) -> pl.DataFrame:
-        ev = (window.events.slice(window.carried).filter(pl.col("type").is_in(self.types))
-              .select("row", "time", "value"))
+        own = window.events.slice(window.carried)
+        ev = own.filter(pl.col("type").is_in(self.types)).select("row", "time", "value")
+        if self.tag is not None:  # the tag event sits at the same (row, time)
+            tags = (own.filter(pl.col("type") == self.tag)
+                    .select("row", "time", pl.col("value").alias("tag")).unique(["row", "time"]))
+            ev = (ev.join(tags, on=["row", "time"], how="left")
+                  .with_columns(pl.col("tag").fill_null(0).cast(pl.Int64)))
         ev = ev.with_columns(pl.col("time").shift(-1).over("row").alias("next"))
         first = ev.group_by("row").agg(pl.col("time").min().alias("end"))
         ended = self._open.join(first, on="row", how="inner")
         still = self._open.join(first, on="row", how="anti")
         live = ev.filter(pl.col("value") != 0)
+        extra = ["tag"] if self.tag is not None else []
         done = live.filter(pl.col("next").is_not_null()).select(
-            "row", pl.col("time").alias("start"), pl.col("next").alias("end"), "value")
+            "row", pl.col("time").alias("start"), pl.col("next").alias("end"), "value", *extra)
         opened = live.filter(pl.col("next").is_null()).select(
-            "row", pl.col("time").alias("start"), "value")
-        self._open = pl.concat([still, opened])
-        out = pl.concat([ended.select("row", "start", "end", "value"), done])
+            "row", pl.col("time").alias("start"), "value", *extra)
+        self._open = pl.concat([still, opened.cast(self._open.schema)])
+        out = pl.concat([ended.select("row", "start", "end", "value", *extra),
+                         done.cast(ended.select("row", "start", "end", "value", *extra).schema)])
         return out.filter(pl.col("end") > pl.col("start"))
 
     def finish(self, end: int) -> pl.DataFrame:
+        extra = ["tag"] if self.tag is not None else []
         out = self._open.with_columns(pl.lit(end, pl.Int64).alias("end")).select(
-            "row", "start", "end", "value")
+            "row", "start", "end", "value", *extra)
         self._open = self._open.clear()
         return out.filter(pl.col("end") > pl.col("start"))
 
 
 @dataclass
 class KernelLaunches:
-    """HTA's launch statistics of one kernel name (times in ns): launch delay = kernel start
-    - end of the CUDA call that launched it; a short kernel runs for less time than its
-    launch call took."""
+    """HTA's launch statistics of one kernel (its demangled name; times in ns): launch
+    delay = kernel start - end of the CUDA call that launched it; a short kernel runs for
+    less time than its launch call took."""
 
-    name: str
+    name: str  # the short name
     count: int
     call_time: int  # summed duration of the launch calls
     kernel_time: int
@@ -172,6 +185,8 @@ class KernelLaunches:
     delay_max: int
     short: int  # kernels shorter than their launch call
     short_time: int
+    full: str = ""  # the demangled name (the short one where the trace has none)
+    label: str = ""  # tells it apart from kernels of the same short name (labels.py)
 
 
 class LaunchStats:
@@ -181,10 +196,10 @@ class LaunchStats:
 
     def __init__(self) -> None:
         self.calls = IntervalStream([cuda.CUDA_CALL])
-        self.kernels = IntervalStream(KERNEL_TYPES)
+        self.kernels = IntervalStream(KERNEL_TYPES, tag=cuda.KERNEL_FULL_NAME)
         self._pending = _empty({"send_row": pl.Int32, "send": pl.Int64, "recv_row": pl.Int32,
                                 "recv": pl.Int64, "call_end": pl.Int64, "kernel_end": pl.Int64,
-                                "kernel": pl.Int64})
+                                "kernel": pl.Int64, "full": pl.Int64})
         self._parts: list[pl.DataFrame] = []
 
     def add(self, window: Trace) -> None:
@@ -192,7 +207,7 @@ class LaunchStats:
             arrows = window.comms.filter(pl.col("tag").is_in(KERNEL_TAGS)).select(
                 "send_row", "send", "recv_row", "recv",
                 *(pl.lit(None, pl.Int64).alias(c) for c in ("call_end", "kernel_end",
-                                                             "kernel")))
+                                                             "kernel", "full")))
             self._pending = pl.concat([self._pending, arrows])
         self._match(self.calls.add(window), self.kernels.add(window))
 
@@ -207,11 +222,13 @@ class LaunchStats:
         if kernels.height:
             p = (p.join(kernels.select(pl.col("row").alias("recv_row"),
                                        pl.col("start").alias("recv"),
-                                       pl.col("end").alias("_ke"), pl.col("value").alias("_kv")),
+                                       pl.col("end").alias("_ke"), pl.col("value").alias("_kv"),
+                                       pl.col("tag").alias("_kf")),
                         on=["recv_row", "recv"], how="left")
                  .with_columns(pl.coalesce("kernel_end", "_ke").alias("kernel_end"),
-                               pl.coalesce("kernel", "_kv").alias("kernel"))
-                 .drop("_ke", "_kv"))
+                               pl.coalesce("kernel", "_kv").alias("kernel"),
+                               pl.coalesce("full", "_kf").alias("full"))
+                 .drop("_ke", "_kv", "_kf"))
         done = pl.col("call_end").is_not_null() & pl.col("kernel_end").is_not_null()
         finished = p.filter(done)
         if finished.height:
@@ -219,26 +236,36 @@ class LaunchStats:
             dur = pl.col("kernel_end") - pl.col("recv")
             delay = pl.col("recv") - pl.col("call_end")
             short = dur < call
-            self._parts.append(finished.group_by("kernel").agg(
+            self._parts.append(finished.group_by("kernel", "full").agg(
                 pl.len().cast(pl.Int64).alias("count"), call.sum().alias("call_time"),
                 dur.sum().alias("kernel_time"), delay.sum().alias("delay_sum"),
                 delay.max().alias("delay_max"), short.sum().cast(pl.Int64).alias("short"),
                 dur.filter(short).sum().alias("short_time")))
         self._pending = p.filter(~done)
 
-    def result(self, end: int, names: dict[int, str]) -> list[KernelLaunches]:
+    def result(self, end: int, names: dict[int, str],
+               full_names: dict[int, str] | None = None) -> list[KernelLaunches]:
+        """Per kernel (demangled name, `full_names`; the short name, `names`, where a trace
+        has none), largest kernel time first, each with a label that tells it apart from
+        the kernels of its short name."""
+        from .labels import distinct_labels
+
         self._match(self.calls.finish(end), self.kernels.finish(end))
         if not self._parts:
             return []
-        per = (pl.concat(self._parts).group_by("kernel").agg(
+        per = (pl.concat(self._parts).group_by("kernel", "full").agg(
             pl.col("count", "call_time", "kernel_time", "delay_sum", "short",
                    "short_time").sum(), pl.col("delay_max").max())
-               .sort("kernel_time", "kernel", descending=[True, False]))
-        return [KernelLaunches(names.get(r["kernel"], str(r["kernel"])), r["count"],
-                               r["call_time"], r["kernel_time"],
+               .sort("kernel_time", "kernel", "full", descending=[True, False, False]))
+        full_names = full_names or {}
+        rows = list(per.iter_rows(named=True))
+        short = [names.get(r["kernel"], str(r["kernel"])) for r in rows]
+        full = [full_names.get(r["full"] or 0) or s for r, s in zip(rows, short)]
+        labels = distinct_labels(full, short)
+        return [KernelLaunches(s, r["count"], r["call_time"], r["kernel_time"],
                                r["delay_sum"] / r["count"], r["delay_max"], r["short"],
-                               r["short_time"] or 0)
-                for r in per.iter_rows(named=True)]
+                               r["short_time"] or 0, f, labels[f])
+                for r, s, f in zip(rows, short, full)]
 
 
 # ----------------------------------------------------------- pass 2: the host's causes --
@@ -800,7 +827,12 @@ def explain(finder: GapFinder, launches: LaunchStats | None,
         values = parse_pcf(text)[0]
         type_labels = pcf_type_labels(text)
     kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
-    launch_list = launches.result(end, kernel_names) if launches is not None else []
+    launch_list = []
+    if launches is not None:  # demangled names hold spaces: read whole (`_names`)
+        from .activities import _names
+
+        full = _names(pcf).get(cuda.KERNEL_FULL_NAME) if pcf is not None else None
+        launch_list = launches.result(end, kernel_names, full)
     if fold is None:
         sums = CauseSums(finder.gaps(), top, buckets, nvtx)
         types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)

@@ -31,9 +31,8 @@ import polars as pl
 from ..errors import InputError
 from ..paraver.read import Source
 from .activities import Activities, ActivityCollector
-from .diff import (Comparison, Side, _split_range, compare_sides, explain_changes,
-                   instance_windows, instances, pick_range)
-from .idle import CAUSE_KEYS, UNKNOWN_HOST
+from .diff import Comparison, Side, _split_range, compare_sides, explain_changes
+from .steps import StepPick, instances, pick, step_rows
 from .model import Analysis, analyze_path
 
 CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy", "memset")
@@ -47,7 +46,7 @@ class IterationReport:
 
     name: str
     domain: str | None
-    picked: bool  # chosen by the tool (most repeated top-level range)
+    picked: bool  # chosen by the tool (`steps.pick`)
     # instance, start, end, duration, the CATEGORIES, gpu_busy, gpu_idle, device_time,
     # busy_share, gap_idle, one column per idle cause ('idle.<cause>'), outlier
     steps: pl.DataFrame
@@ -58,68 +57,18 @@ class IterationReport:
     comparison: Comparison | None  # the slowest step against the median one
     paragraph: str
     notes: list[str] = field(default_factory=list)
+    pick: StepPick | None = None  # why the range was picked, and the runners-up
 
     def to_dict(self) -> dict:
         c = self.comparison
         return {"range": self.name, "domain": self.domain, "picked": self.picked,
+                "why": None if self.pick is None else self.pick.why,
+                "candidates": None if self.pick is None else self.pick.candidates.to_dicts(),
                 "steps": self.steps.to_dicts(), "spread": self.spread.to_dicts(),
                 "outliers": self.outliers, "slowest": self.slowest, "median": self.median,
                 "paragraph": self.paragraph, "notes": self.notes,
                 "slowest_against_median": None if c is None else {
                     k: v.to_dicts() for k, v in c.tables().items()}}
-
-
-# ------------------------------------------------------------------------- GPU busy --
-
-def _busy_blocks(acts: Activities) -> pl.DataFrame:
-    """(task_index, device, s, e, before): the union of every device's activities as
-    disjoint blocks in time order, with the busy time of the device before each block."""
-    gpu = acts.rows.filter(pl.col("kind") == "gpu").select(
-        "row", pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64))
-    act = (pl.concat([acts.kernels.select("row", "start", "dur"),
-                      acts.memops.select("row", "start", "dur")])
-           .join(gpu, on="row")
-           .select("task_index", "device", pl.col("start").alias("s"),
-                   (pl.col("start") + pl.col("dur")).alias("e"))
-           .sort("task_index", "device", "s"))
-    key = ["task_index", "device"]
-    reach = pl.col("e").cum_max().shift(1).over(key)  # how far the earlier ones reach
-    blocks = (act.with_columns((reach.is_null() | (pl.col("s") > reach)).cast(pl.Int64)
-                               .cum_sum().over(key).alias("block"))
-              .group_by(*key, "block").agg(pl.col("s").min(), pl.col("e").max())
-              .sort(*key, "s"))
-    return blocks.with_columns((pl.col("e") - pl.col("s")).cum_sum().shift(1, fill_value=0)
-                               .over(key).alias("before")).drop("block")
-
-
-def _busy_at(blocks: pl.DataFrame, queries: pl.DataFrame, t: str) -> pl.Series:
-    """The busy time of each query's device up to its time `t` (blocks' prefix sums)."""
-    q = queries.with_row_index("_q").sort(t)
-    hit = q.join_asof(blocks.sort("s"), left_on=t, right_on="s", by=["task_index", "device"],
-                      strategy="backward", check_sortedness=False)  # both sorted by time
-    busy = (pl.col("before") + (pl.col(t) - pl.col("s")).clip(0, None)
-            .clip(None, pl.col("e") - pl.col("s"))).fill_null(0)
-    return hit.select("_q", busy.alias("b")).sort("_q")["b"]
-
-
-def device_busy(acts: Activities, windows: pl.DataFrame) -> pl.DataFrame:
-    """Per instance: busy (ns of device time with some activity inside its process's
-    instance, summed over devices), device_time (the instances' lengths summed over the
-    devices of their processes). `windows`: (task_index, instance, start, end)."""
-    devices = (acts.rows.filter(pl.col("kind") == "gpu")
-               .select(pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64))
-               .unique())
-    q = windows.join(devices, on="task_index")
-    schema = {"instance": pl.Int64, "busy": pl.Int64, "device_time": pl.Int64}
-    if q.height == 0:
-        return pl.DataFrame(schema=schema)
-    blocks = _busy_blocks(acts)
-    q = q.with_columns((_busy_at(blocks, q, "end") - _busy_at(blocks, q, "start"))
-                       .alias("busy"))
-    return (q.group_by("instance").agg(pl.col("busy").sum(),
-                                       (pl.col("end") - pl.col("start")).sum()
-                                       .alias("device_time"))
-            .cast(schema).sort("instance"))
 
 
 # --------------------------------------------------------------------------- steps --
@@ -135,33 +84,12 @@ def tukey_outliers(values: np.ndarray) -> np.ndarray:
     return (v < q1 - 1.5 * iqr) | (v > q3 + 1.5 * iqr)
 
 
-def _cause_columns(idle_steps: list[dict]) -> pl.DataFrame:
-    """instance, gap_idle, idle.<cause> (ns) from the idle analysis' per-step sums."""
-    keys = [*CAUSE_KEYS, UNKNOWN_HOST]
-    schema = {"instance": pl.Int64, "gap_idle": pl.Int64,
-              **{f"idle.{k}": pl.Int64 for k in keys}}
-    return pl.DataFrame([{"instance": d["instance"], "gap_idle": d["idle"],
-                          **{f"idle.{k}": d["causes"].get(k, 0) for k in keys}}
-                         for d in idle_steps], schema=schema)
-
-
 def step_table(acts: Activities, name: str, domain: str | None,
                idle_steps: list[dict] | None) -> pl.DataFrame:
-    """Every step of the range (see the module's docstring for the columns)."""
-    st = instances(acts, name, domain)
-    if st.height == 0:
-        return st
-    busy = device_busy(acts, instance_windows(acts, name, domain))
-    out = (st.join(busy.rename({"busy": "gpu_busy"}), on="instance", how="left")
-           .with_columns(pl.col("gpu_busy").fill_null(0), pl.col("device_time").fill_null(0))
-           .with_columns((pl.col("device_time") - pl.col("gpu_busy")).alias("gpu_idle"),
-                         pl.when(pl.col("device_time") > 0)
-                         .then(pl.col("gpu_busy") / pl.col("device_time"))
-                         .otherwise(None).alias("busy_share")))
-    if idle_steps is not None:
-        causes = _cause_columns(idle_steps)
-        out = out.join(causes, on="instance", how="left").with_columns(
-            pl.col(c).fill_null(0) for c in causes.columns if c != "instance")
+    """Every step of the range (`steps.step_rows`) and whether it is an outlier."""
+    out = step_rows(acts, name, domain, idle_steps)
+    if out.height == 0:
+        return out
     return out.with_columns(pl.Series("outlier", tukey_outliers(out["duration"].to_numpy())))
 
 
@@ -208,16 +136,18 @@ def compare_steps(acts: Activities, steps: pl.DataFrame, slow: int, mid: int
     return comp, comp.paragraph
 
 
-def resolve_range(acts: Activities, spec: str | None) -> tuple[str, str | None]:
-    """(range, domain) of `spec` ("RANGE[@DOMAIN]"; None: the most repeated top-level range
-    that covers the run, `diff.pick_range`)."""
+def resolve_range(acts: Activities, spec: str | None
+                  ) -> tuple[str, str | None, StepPick | None]:
+    """(range, domain, how it was picked) of `spec` ("RANGE[@DOMAIN]"; None: the step
+    `steps.pick` finds, the same detector as the comparison's)."""
     if spec is not None:
-        return _split_range(spec)
-    found = pick_range(acts)
-    if found is None:
-        raise NoLoop("no repeated top-level NVTX range covers a tenth of the run: name the "
-                     "step's range with --iterations RANGE[@DOMAIN]")
-    return found
+        return (*_split_range(spec), None)
+    found = pick(acts)
+    if found is None or found.name is None:
+        why = "the trace has no NVTX ranges" if found is None else found.why
+        raise NoLoop(f"{why}: name the step's range with --iterations RANGE[@DOMAIN]",
+                     found)
+    return found.name, found.domain, found
 
 
 def iteration_report(acts: Activities, name: str, domain: str | None, picked: bool = False,
@@ -250,7 +180,11 @@ def iteration_report(acts: Activities, name: str, domain: str | None, picked: bo
 
 
 class NoLoop(InputError):
-    """No range to pick: the run repeats no top-level NVTX range that covers it."""
+    """No range to pick: no NVTX range of the run is a step (`steps.pick`)."""
+
+    def __init__(self, message: str, search: StepPick | None = None) -> None:
+        super().__init__(message)
+        self.search = search  # the candidates and why each is not the step
 
 
 def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
@@ -270,7 +204,7 @@ def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
         except NoLoop as e:
             state["range"] = str(e)
             return None
-        return instances(acts, *state["range"]).select("instance", "start", "end")
+        return instances(acts, *state["range"][:2]).select("instance", "start", "end")
 
     analysis = analyze_path(path, explain, top, observers=[collector, *observers],
                             steps=steps)
@@ -280,6 +214,8 @@ def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
     if isinstance(state["range"], str):
         return analysis, acts, state["range"]
     idle_steps = analysis.idle.instances if analysis.idle is not None else None
-    report = iteration_report(acts, *state["range"], picked=iterations is None,
+    name, domain, found = state["range"]
+    report = iteration_report(acts, name, domain, picked=iterations is None,
                               idle_steps=idle_steps)
+    report.pick = found
     return analysis, acts, report

@@ -156,3 +156,62 @@ def distinct_labels(full: list[str], short: list[str]) -> dict[str, str]:
             label = {n: f"{s} #{i + 1}" for i, n in enumerate(names)}
         out.update(label)
     return out
+
+
+def label_frame(full: list[str], short: list[str]) -> "pl.DataFrame":
+    """`distinct_labels` as a frame (full, label) to join on a table's demangled names:
+    one row per full name given."""
+    import polars as pl
+
+    labels = distinct_labels(full, short)
+    return pl.DataFrame({"full": list(labels), "label": list(labels.values())},
+                        schema={"full": pl.Utf8, "label": pl.Utf8})
+
+
+def kernel_label_ids(acts) -> "pl.DataFrame":
+    """(full, label) by the full-name id of every kernel of an `activities.Activities`,
+    labelled together: a kernel keeps its label in every table of one run."""
+    import polars as pl
+
+    pairs = acts.kernels.select("full", "name").unique()
+    names = acts.kernel_names
+    text = (pairs.join(names.rename({"id": "full", "name": "text"}).with_columns(
+                pl.col("full").cast(pairs["full"].dtype)), on="full", how="left")
+            .join(names.rename({"id": "name", "name": "short"}).with_columns(
+                pl.col("name").cast(pairs["name"].dtype)), on="name", how="left")
+            .with_columns(pl.col("short").fill_null(""),
+                          pl.col("text").fill_null(pl.col("short")))
+            .sort("full"))
+    labels = distinct_labels(text["text"].to_list(), text["short"].to_list())
+    return text.select("full", pl.col("text").replace_strict(labels, default=None,
+                                                              return_dtype=pl.Utf8)
+                       .alias("label")).unique("full", keep="first")
+
+
+def fit_labels(labels: list[str], width: int) -> dict[str, str]:
+    """Each label in at most `width` characters, still told apart from the others given (a
+    column of a text table): cut at the end where that keeps them apart, else the head up
+    to the first '<' or '(' and the tail ('Kernel<cutlass_80…32x3_nt_align4>'), else the
+    head and the part around the first character in which it differs from the others."""
+    uniq = list(dict.fromkeys(labels))
+    out = {s: s if len(s) <= width else s[: width - 1] + "…" for s in uniq}
+    for _ in range(2):
+        seen: dict[str, list[str]] = {}
+        for s in uniq:
+            seen.setdefault(out[s], []).append(s)
+        clash = [s for group in seen.values() if len(group) > 1 for s in group]
+        if not clash:
+            return out
+        for s in clash:
+            cut = min((i for i in (s.find("<"), s.find("(")) if i >= 0), default=width // 3)
+            head = s[: min(cut + 1, width // 2)]
+            if _ == 0:
+                out[s] = head + "…" + s[len(s) - (width - len(head) - 1):]
+            else:  # around where it differs from the nearest other label
+                others = [o for o in uniq if o != s]
+                at = max(next((i for i, (x, y) in enumerate(zip(s, o)) if x != y),
+                              min(len(s), len(o))) for o in others)
+                room = width - len(head) - 2
+                lo = max(len(head), min(at - room // 2, len(s) - room))
+                out[s] = head + "…" + s[lo: lo + room] + ("…" if lo + room < len(s) else "")
+    return out

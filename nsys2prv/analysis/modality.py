@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from .activities import Activities
+from .labels import kernel_label_ids
 
 MIN_LAUNCHES = 50
 MIN_MODE_SHARE = 0.05
@@ -222,16 +223,19 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
                    .filter(pl.col("verdict") != "").with_columns(tenth.alias("tenth")), acts)
     text = names.rename({"id": "full", "name": "kernel"})
     short = names.rename({"id": "name", "name": "short"})
+    labels = kernel_label_ids(acts).with_columns(pl.col("full").cast(pl.Int32))
     return (summary.join(where, on="full", how="left")
             .join(text.with_columns(pl.col("full").cast(pl.Int32)), on="full", how="left")
             .join(short.with_columns(pl.col("name").cast(pl.Int32)), on="name", how="left")
+            .join(labels, on="full", how="left")
             .with_columns(pl.col("kernel").fill_null(pl.col("short")),
                           pl.when(pl.col("two")).then(pl.col("d")).otherwise(None)
                           .alias("separation"))
+            .with_columns(pl.col("label").fill_null(pl.col("short")))
             .sort(pl.col("verdict") == "", -pl.col("slow_time"), "kernel")
-            .select("kernel", "short", "nccl", "count", "median", "verdict", "fast_median",
-                    "slow_median", "slow_share", "slow_time_share", "separation",
-                    "by_process", "in_run"))
+            .select("kernel", "label", "short", "nccl", "count", "median", "verdict",
+                    "fast_median", "slow_median", "slow_share", "slow_time_share",
+                    "separation", "by_process", "in_run"))
 
 
 def _where(slow: pl.DataFrame, acts: Activities) -> pl.DataFrame:
@@ -277,7 +281,8 @@ def _where(slow: pl.DataFrame, acts: Activities) -> pl.DataFrame:
 
 def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={
-        "kernel": pl.Utf8, "short": pl.Utf8, "nccl": pl.Boolean, "count": pl.UInt32,
+        "kernel": pl.Utf8, "label": pl.Utf8, "short": pl.Utf8, "nccl": pl.Boolean,
+        "count": pl.UInt32,
         "median": pl.Float64, "verdict": pl.Utf8, "fast_median": pl.Float64,
         "slow_median": pl.Float64, "slow_share": pl.Float64, "slow_time_share": pl.Float64,
         "separation": pl.Float64, "by_process": pl.Utf8, "in_run": pl.Utf8})

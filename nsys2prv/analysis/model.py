@@ -331,14 +331,20 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     called between the passes (when the observers have seen the trace), gives the steps
     (instance, start, end) whose idle causes the second pass sums too. Without `detail`,
     only what a comparison of two runs reads is computed (devices, hosts, the idle causes):
-    no per-process groups, launch statistics or NVTX range of each gap."""
+    no per-process groups, launch statistics or NVTX range of each gap; there the causes
+    are found on the first pass whatever `steps`, and only where `steps` gives some (the
+    run has a step: a comparison's side) does a second pass read `source` again for their
+    sums (a run without a step pays nothing for it)."""
     model = ModelSums(processes=detail)
     finder = launches = causes = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
+    if explain and detail:  # the launch statistics are per demangled name
+        types = types | {cuda.KERNEL_FULL_NAME}
     cause_types = idle.CAUSE_TYPES if detail else idle.CAUSE_TYPES - frozenset(idle.PUSHPOP)
     # without the NVTX range of each gap or the steps' sums, the causes are found on this
     # pass (`idle.OnePassCauses`); else on a second one, over what this one kept
-    one_pass = explain and not detail and steps is None
+    one_pass = explain and not detail
+    late_steps = one_pass and steps is not None  # a second pass only if there are steps
     kept = None
     if explain and spill and not one_pass:
         try:
@@ -361,7 +367,8 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
             runs = model.add(window)  # the sweeps ignore the types they do not read
             if explain:
                 if finder is None:
-                    finder = idle.GapFinder(model.devices, window.rows, keep=not one_pass)
+                    finder = idle.GapFinder(model.devices, window.rows,
+                                            keep=not one_pass or late_steps)
                     launches = idle.LaunchStats() if detail else None
                     if one_pass:
                         causes = idle.OnePassCauses(finder, window.rows, top)
@@ -375,10 +382,13 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
             rows = model._first.rows if model._first is not None else None
             again = source if kept is None else \
                 (lambda types, state_rows: kept.windows(types, state_rows))
+            buckets = steps() if steps is not None else None
+            fold = causes.result() if causes is not None else None
+            if late_steps and buckets is not None and buckets.height:
+                fold = None  # the causes again, on a second pass, with the steps' sums
             result.idle = idle.explain(finder, launches, again, result.end, rows,
-                                       device_keys(rows), pcf, top,
-                                       steps() if steps is not None else None, nvtx=detail,
-                                       fold=causes.result() if causes is not None else None)
+                                       device_keys(rows), pcf, top, buckets, nvtx=detail,
+                                       fold=fold)
     finally:
         if kept is not None:
             kept.close()

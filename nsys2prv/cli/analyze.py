@@ -20,6 +20,7 @@ from ..errors import InputError, UsageError
 from ..report.inputs import expand_inputs
 from ..supervise import register_temp, stderr_is_terminal
 from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
+from ..analysis.labels import fit_labels
 from ..analysis.model import Analysis, Efficiency, GroupResult, analyze_path
 from .common import Parser, Progress, add_window_arguments, window_of
 
@@ -66,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="per instance of a repeated NVTX range (a training step): duration, "
                         "GPU busy/idle, compute/communication time, idle causes, the spread "
                         "and outliers, and the slowest step against the median one (no "
-                        "RANGE: the most repeated top-level range)")
+                        "RANGE: the step is found, at any depth: a range repeated one after "
+                        "the other on one thread that launches most of the GPU work)")
     p.add_argument("--critical-path", action="store_true",
                    help="what bounds the run: the critical path through the job's "
                         "dependencies (launches, stream waits, synchronisations, NCCL and MPI), "
@@ -408,8 +410,9 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
                    f"({r.short_kernel_share:.1%} of kernel time)")
         out.append(f"###     {'kernel (top 5 by time)':<40} {'count':>7} {'kernel':>10} "
                    f"{'launch':>10} {'delay':>10} {'max delay':>10} {'short':>6}")
+        fit = fit_labels([k.label or k.name for k in r.launches], 40)
         for k in r.launches[:5]:
-            out.append(f"###     {k.name[:40]:<40} {k.count:7d} "
+            out.append(f"###     {fit[k.label or k.name]:<40} {k.count:7d} "
                        f"{k.kernel_time / k.count / 1e3:8.1f}us "
                        f"{k.call_time / k.count / 1e3:8.1f}us {k.delay_mean / 1e3:8.1f}us "
                        f"{k.delay_max / 1e3:8.1f}us {k.short:6d}")
@@ -419,12 +422,17 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
 def format_iterations(r, list_all: bool = False) -> str:
     """The steps of a run: one line each (the slowest SHOWN and the outliers of a long
     run), the spread, the outliers and the slowest step against the median one."""
+    from .diff import format_runners_up
+
     st = r.steps
-    how = "picked: the most repeated top-level range" if r.picked else "--iterations"
+    how = "--iterations" if not r.picked or r.pick is None else f"picked: {r.pick.why}"
     out = ["", f"### Steps: NVTX range '{r.name}'" + (f"@{r.domain}" if r.domain else "")
-           + f" ({how}), {st.height} instances",
-           f"###   {'step':>6} {'start ms':>11} {'duration':>11} {'GPU busy':>9} "
-           f"{'GPU idle':>11} {'compute':>11} {'NCCL':>11} {'memcpy':>11}  main idle causes"]
+           + f" ({how}), {st.height} instances"]
+    if r.picked and r.pick is not None:
+        out += format_runners_up(r.pick, 3, "###   ").rstrip("\n").splitlines()
+    out.append(f"###   {'step':>6} {'start ms':>11} {'duration':>11} {'GPU busy':>9} "
+               f"{'GPU idle':>11} {'compute':>11} {'NCCL':>11} {'memcpy':>11}  "
+               "main idle causes")
     shown = st
     if not list_all and st.height > MANY:
         shown = (st.sort("duration", descending=True).head(SHOWN)
@@ -474,8 +482,9 @@ def format_modality(m, list_all: bool = False, km=None) -> str:
     out = ["", f"### Kernel duration modality ({m.height} kernels of {MIN_LAUNCHES} launches "
                f"or more judged; {flagged.height} with two modes or a heavy tail; "
                "docs/cfgs.md says how)"]
+    fit = fit_labels([r or "" for r in m["label"].to_list()], 60)
     for row in (m if list_all else flagged).iter_rows(named=True):
-        name = (row["short"] or row["kernel"])[:60]
+        name = fit[row["label"] or ""] or row["kernel"][:60]
         if row["verdict"] == "two modes":
             what = (f"two modes: {100 * (1 - row['slow_share']):.0f} % at "
                     f"{_us(row['fast_median'])}, {100 * row['slow_share']:.0f} % at "
@@ -518,9 +527,10 @@ def format_critical_path(cp, top: int = 10) -> str:
     kernels = cp.by_detail.filter(cp.by_detail["category"].is_in(["kernels", "NCCL"]))
     if kernels.height:
         out.append("###   kernels on the path:")
+        fit = fit_labels(kernels["detail"].to_list(), 70)
         for r in kernels.head(top).iter_rows(named=True):
             out.append(f"###     {100 * r['share']:6.1f} %  {_ms(r['time']):>13}  "
-                       f"{r['detail'][:70]}")
+                       f"{fit[r['detail']]}")
     if cp.by_process.height > 1:
         out.append("###   per process (GPU / host work on the path):")
         for r in cp.by_process.head(top).iter_rows(named=True):

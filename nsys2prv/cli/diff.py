@@ -16,6 +16,7 @@ import sys
 
 import polars as pl
 
+from ..analysis.labels import fit_labels
 from ..errors import UsageError
 from .common import Parser, add_window_arguments, window_of
 
@@ -31,8 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("after", metavar="AFTER", help="the same for the other run")
     p.add_argument("--iterations", metavar="RANGE[@DOMAIN]",
                    help="the repeated NVTX range (a training step) whose instances the "
-                        "verdict compares (default: the most repeated top-level range among "
-                        "those that cover the run)")
+                        "verdict compares (default: the step is found, at any depth: a range "
+                        "repeated one after the other on one thread that launches most of "
+                        "the GPU work, in both runs; docs/diff.md)")
     p.add_argument("--fail-if-slower", type=float, metavar="PCT",
                    help="exit 1 when the iteration median (else the elapsed time) got slower "
                         "by more than PCT %% and, where noise can be judged, beyond noise")
@@ -66,6 +68,16 @@ def _ratio(r) -> str:
     return f"{r:.3f}" if abs(r) < 100 else f"{r:.1f}" if abs(r) < 10_000 else f"{r:.3g}"
 
 
+def _p3(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def _count_delta(r: dict) -> str:
+    """The change in launches (instances) of a row: '+12', '0'."""
+    d = r["count_after"] - r["count_before"]
+    return f"{d:+d}" if d else "0"
+
+
 def _rate(v) -> str:
     return "-" if v is None or v != v else f"{v:.1f}"
 
@@ -83,34 +95,53 @@ def format_text(c, top: int = 15) -> str:
     for note in c.warnings:
         w(f"warning: {note}\n")
     it = c.iterations
+    if it is None and c.step_search is not None:
+        w(f"\nno step: {c.step_search.why}; the verdict compares the elapsed times\n")
+        w(format_runners_up(c.step_search, 3, "  "))
     if it is not None:
-        how = "picked: the most repeated top-level range" if it.picked else "--iterations"
+        how = "--iterations" if not it.picked or it.pick is None else f"picked: {it.pick.why}"
         w(f"\niterations: '{it.name}'" + (f"@{it.domain}" if it.domain else "")
           + f" ({how}), {it.before.height} / {it.after.height} instances\n")
+        if it.picked and it.pick is not None:
+            w(format_runners_up(it.pick, 3, "  "))
         w(f"  {'':<18}{'median before':>15}{'median after':>15}{'change':>10}  verdict\n")
         for key, s in it.shifts.items():
             ch = "-" if s.change is None else f"{100 * s.change:+.1f}%"
-            p = "" if s.p is None else f" (p = {s.p:.3g})"
             w(f"  {key:<18}{s.median_before / 1e6:>12.3f} ms{s.median_after / 1e6:>12.3f} ms"
-              f"{ch:>10}  {s.verdict}{p}\n")
+              f"{ch:>10}  {s.reading()}\n")
+        sk = it.kernels
+        if sk is not None and sk.height:
+            w(f"\n  kernels per step (the {sk.height} whose median time per step moved most; "
+              "launches and ms per step, medians; verdicts Holm-corrected)\n")
+            fit = fit_labels(c.kernels["label"].to_list(), 43)
+            for r in sk.iter_rows(named=True):
+                ch = "-" if r["change"] is None else f"{100 * r['change']:+.1f}%"
+                verdict = r["verdict"] if r["p"] is None else f"{r['verdict']} ({_p3(r['p'])})"
+                w(f"  {fit.get(r['label'], r['label']):<44}{r['n_before']:>6g}{r['n_after']:>6g}"
+                  f"{r['median_before'] / 1e6:>11.3f}{r['median_after'] / 1e6:>11.3f}"
+                  f"{ch:>9}  {verdict}\n")
     w(f"\n{c.paragraph}\n")
-    w(f"\n{'category':<32}{'before ms':>14}{'after ms':>14}{'delta ms':>14}{'ratio':>8}\n")
+    w(f"\n{'category':<36}{'n before':>9}{'n after':>9}{'before ms':>14}{'after ms':>14}"
+      f"{'delta ms':>14}{'ratio':>8}\n")
     for r in c.categories.iter_rows(named=True):
         name = r["category"] + (f" {r['detail']}" if r["detail"] else "")
-        w(f"{_short(name, 31):<32}{_ms(r['total_before']):>14}{_ms(r['total_after']):>14}"
-          f"{_ms(r['delta']):>14} {_ratio(r['ratio']):>7}\n")
+        counted = r["category"] not in ("GPU idle", "CUDA synchronisation")  # time only
+        nb, na = (r["count_before"], r["count_after"]) if counted else ("", "")
+        w(f"{_short(name, 35):<36}{nb:>9}{na:>9}{_ms(r['total_before']):>14}"
+          f"{_ms(r['total_after']):>14}{_ms(r['delta']):>14} {_ratio(r['ratio']):>7}\n")
     k = c.kernels
     w(f"\nkernels ({k.height}; {top} largest changes; totals in ms)\n")
-    w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'before':>13}{'after':>13}{'delta':>13}"
-      f"{'ratio':>8}  match\n")
+    w(f"{'kernel':<44}{'n before':>9}{'n after':>9}{'n delta':>8}{'before':>13}{'after':>13}"
+      f"{'delta':>13}{'ratio':>8}  match\n")
+    fit = fit_labels(k["label"].to_list(), 43)  # cut, but still told apart
     for r in k.head(top).iter_rows(named=True):
-        name = r["short"] if r["matched_by"] != "normalised" else r["kernel"]
-        w(f"{_short(name or r['kernel'], 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
-          f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
-          f" {_ratio(r['ratio']):>7}  {r['matched_by']}\n")
+        w(f"{fit[r['label']]:<44}{r['count_before']:>9}{r['count_after']:>9}"
+          f"{_count_delta(r):>8}{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}"
+          f"{_ms(r['delta']):>13} {_ratio(r['ratio']):>7}  {r['matched_by']}\n")
     tb, ta = int(k["total_before"].sum()), int(k["total_after"].sum())
-    w(f"{'all kernels':<44}{int(k['count_before'].sum()):>9}{int(k['count_after'].sum()):>9}"
-      f"{_ms(tb):>13}{_ms(ta):>13}{_ms(ta - tb):>13}\n")
+    cb, ca = int(k["count_before"].sum()), int(k["count_after"].sum())
+    w(f"{'all kernels':<44}{cb:>9}{ca:>9}{ca - cb:>+8}{_ms(tb):>13}{_ms(ta):>13}"
+      f"{_ms(ta - tb):>13}\n")
     norm = k.filter(pl.col("matched_by") == "normalised")
     for r in norm.iter_rows(named=True):
         w(f"  matched by normalised name: {_short(r['kernel'], 60)} <- "
@@ -123,19 +154,18 @@ def format_text(c, top: int = 15) -> str:
             w(f"\nkernel GPU metric rates (%, before -> after; sample-mixing model, "
               f"docs/kernel_metrics.md)\n")
             for (kern,), part in r.group_by("kernel", maintain_order=True):
-                row = k.filter(pl.col("kernel") == kern).row(0, named=True)
-                name = row["short"] if row["matched_by"] != "normalised" else kern
+                name = k.filter(pl.col("kernel") == kern)["label"][0]
                 cells = ", ".join(f"{m['metric']} {_rate(m['before'])} -> {_rate(m['after'])}"
                                   for m in part.iter_rows(named=True))
-                w(f"  {_short(name or kern, 43):<44}{cells}\n")
+                w(f"  {fit[name]:<44}{cells}\n")
     n = c.nvtx
     if n.height:
         w(f"\nNVTX ranges ({n.height}; digits folded to #; {top} largest changes; ms)\n")
         for r in n.head(top).iter_rows(named=True):
             name = r["range"] + (f" @{r['domain']}" if r["domain"] else "")
             w(f"{_short(name, 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
-              f"{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}{_ms(r['delta']):>13}"
-              f" {_ratio(r['ratio']):>7}\n")
+              f"{_count_delta(r):>8}{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}"
+              f"{_ms(r['delta']):>13} {_ratio(r['ratio']):>7}\n")
     if c.devices is not None:
         _devices(w, c.devices, top)
     if c.models.height and c.before.analysis is not None:
@@ -152,6 +182,21 @@ def format_text(c, top: int = 15) -> str:
             w(f"  {r['rule']:<28}{'-' if r['before'] is None else r['before']:>16}"
               f"{'-' if r['after'] is None else r['after']:>16}\n")
     return out.getvalue()
+
+
+def format_runners_up(found, k: int, indent: str) -> str:
+    """The `k` best candidates that are not the step (`steps.StepPick`), one line each
+    with why: what an analyst checks before trusting a picked range."""
+    rows = found.runners_up(k)
+    if rows.height == 0:
+        return ""
+    lines = [f"{indent}{'runners-up' if found.name else 'closest candidates'}:"]
+    for r in rows.iter_rows(named=True):
+        name = r["family"] + (f"@{r['domain']}" if r["domain"] else "")
+        lines.append(f"{indent}  '{_short(name, 50)}' ({r['n']} instance"
+                     f"{'' if r['n'] == 1 else 's'}, "
+                     f"{100 * r['gpu_share']:.0f} % of the GPU time): {r['note']}")
+    return "\n".join(lines) + "\n"
 
 
 def _devices(w, devices: pl.DataFrame, top: int) -> None:

@@ -29,7 +29,9 @@ from ..sources import base, nvtx
 from .tiling import tile
 from .window import attribute_types
 
-_ATTRIBUTES = frozenset(attribute_types())
+# what a partial that is only analysed leaves out: the attributes, but the memory kinds of
+# copies (the comparison splits copies by them: pageable or pinned host memory)
+_ATTRIBUTES = frozenset(attribute_types()) - {reg.MEMORY_SRC_KIND, reg.MEMORY_DST_KIND}
 
 PARTIAL_FORMAT = 2  # 2: engine run files (1: Arrow IPC runs)
 META_FILE = "partial.json"
@@ -51,8 +53,9 @@ class PrepareOptions:
     window: tuple[int, int] | None = None
     present: list[str] | None = None  # the kinds the report has, when already known
     # the attributes of activities (launch geometry, correlation ids, bytes, return values:
-    # numbers the trace's views show and no analysis reads); False leaves them out of a
-    # partial that is only analysed (`api.translate_stream`), never of one written as a trace
+    # numbers the trace's views show and no analysis reads; not the memory kinds of copies,
+    # which the comparison reads); False leaves them out of a partial that is only analysed
+    # (`api.translate_stream`), never of one written as a trace
     attributes: bool = True
 
 
