@@ -18,9 +18,8 @@ from conftest import ROOT, corpus_cases, corpus_files, translate_case
 from prvtools import pertalde_view, ptd, read_prv, sql, tables, validate, without_detail
 
 from nsys2prv.analysis import scaling
-from nsys2prv.analysis.model import (CUDA_CALL, CUDA_STATES, TYPES, _main_rows, analyze_path,
-                                     analyze_trace, analyze_windows, host)
-from nsys2prv.analysis.idle import CAUSE_TYPES
+from nsys2prv.analysis.model import (CUDA_CALL, CUDA_STATES, EXPLAIN_TYPES, TYPES, _main_rows,
+                                     analyze_path, analyze_trace, analyze_windows, host)
 from nsys2prv.paraver import read as read_module
 from nsys2prv.paraver.read import read_trace, windows
 from nsys2prv.paraver import registry as reg
@@ -184,7 +183,7 @@ def test_analysis_in_windows_equals_the_whole_trace(translated, monkeypatch):
     _, _, out = translated
     whole = analyze_trace(read_trace(out, TYPES))
     assert analyze_windows(windows(out, TYPES, block=1 << 16)).to_dict() == whole.to_dict()
-    explained = analyze_trace(read_trace(out, TYPES | CAUSE_TYPES, comms=True), explain=True)
+    explained = analyze_trace(read_trace(out, EXPLAIN_TYPES, comms=True), explain=True)
     monkeypatch.setattr(read_module, "BLOCK", 1 << 16)
     full = analyze_path(out).to_dict()
     assert full == {**explained.to_dict(), "trace": str(out)}

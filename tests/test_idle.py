@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from prvtools import without_detail
 
 from nsys2prv.analysis import idle
-from nsys2prv.analysis.model import TYPES, analyze_path, analyze_trace
+from nsys2prv.analysis.model import EXPLAIN_TYPES, analyze_path, analyze_trace
 from nsys2prv.cli.analyze import main as analyze_main
 from nsys2prv.paraver import read
 from nsys2prv.paraver.read import Trace, read_trace
@@ -75,7 +75,7 @@ def test_launch_statistics(traces):
 @pytest.mark.parametrize("cause", ["memcpy", "io"])
 def test_windows_of_any_size_give_the_whole_trace_report(traces, cause, monkeypatch):
     # (the kernels' demangled names too: the launch statistics are per demangled name)
-    types = TYPES | idle.CAUSE_TYPES | {idle.cuda.KERNEL_FULL_NAME}
+    types = EXPLAIN_TYPES
     whole = analyze_trace(read_trace(traces[cause], types, comms=True), explain=True).idle
     monkeypatch.setattr(read, "BLOCK", 997)  # a few lines per window
     windowed = analyze_path(traces[cause]).idle

@@ -99,6 +99,13 @@ CASES = [("translate", "start", signal.SIGKILL), ("translate", "preparing", sign
          ("diff", "workers", signal.SIGKILL), ("diff", "writing", signal.SIGHUP)]
 
 
+def _hangup_default() -> None:
+    """The run as started from a terminal: SIGHUP at its default, even where the tests run
+    under `nohup` (whose ignored SIGHUP a child inherits, and nsys2prv then keeps ignoring,
+    as a run under `nohup` should)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("kind,point,sig", CASES,
                          ids=[f"{k}-{p}-{signal.Signals(s).name}" for k, p, s in CASES])
 def test_killed_run_stops_and_leaves_the_old_trace(kind, point, sig, big, tmp_path):
@@ -112,7 +119,8 @@ def test_killed_run_stops_and_leaves_the_old_trace(kind, point, sig, big, tmp_pa
     env = {**os.environ, TAG: tag, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
     env.pop("NSYS2PRV_NO_SUPERVISOR", None)
     proc = subprocess.Popen([sys.executable, "-m", "nsys2prv", *_command(kind, big, out)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_hangup_default)
     run = {"t0": time.monotonic(), "out": out, "tag": tag}
     try:
         while not POINTS[point](run):

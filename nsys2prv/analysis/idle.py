@@ -260,7 +260,10 @@ class LaunchStats:
         full_names = full_names or {}
         rows = list(per.iter_rows(named=True))
         short = [names.get(r["kernel"], str(r["kernel"])) for r in rows]
-        full = [full_names.get(r["full"] or 0) or s for r, s in zip(rows, short)]
+        # 0: no full-name event at the kernel's start (a trace read without that type, or
+        # written without it): the short name, never the label of value 0 ('End')
+        full = [(full_names.get(r["full"]) if r["full"] else None) or s
+                for r, s in zip(rows, short)]
         labels = distinct_labels(full, short)
         return [KernelLaunches(s, r["count"], r["call_time"], r["kernel_time"],
                                r["delay_sum"] / r["count"], r["delay_max"], r["short"],

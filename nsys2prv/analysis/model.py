@@ -40,6 +40,9 @@ MEMOP = cuda.MEMORY_OPERATION
 CUDA_CALL = cuda.CUDA_CALL
 MPI_CALLS = tuple(mpi_reg.CALL_TYPES)
 TYPES = frozenset({KERNEL, NCCL_KERNEL, MEMOP, CUDA_CALL, *MPI_CALLS})
+# what a trace read whole needs for `analyze_trace(explain=True)`: the causes' calls and the
+# kernels' full names beside the model's types
+EXPLAIN_TYPES = TYPES | idle.CAUSE_TYPES | {cuda.KERNEL_FULL_NAME}
 CAP = 3
 # CPU-thread states inside CUDA calls (registry core: sync, others, memory, alloc, free, launch)
 CUDA_STATES = (5, 15, 17, 30, 31, 32)
@@ -404,7 +407,8 @@ def analyze_windows(windows: Iterable[Trace]) -> Analysis:
 
 def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysis:
     """The analysis of a trace read whole; `explain` (why the GPUs wait) needs it read with
-    `comms=True` and the types of `idle.CAUSE_TYPES` too."""
+    `comms=True` and the types of `idle.CAUSE_TYPES` and the kernels' full names too
+    (`EXPLAIN_TYPES`: the launch statistics are per demangled name)."""
     return _analyze(lambda **_: [trace], explain and trace.comms is not None, top,
                     companion(trace.path, ".pcf"))
 
