@@ -131,8 +131,16 @@ KERNEL_METRICS = ("SM Active", "SM Issue", "Tensor Active", "Tensor Active / FP1
                   "DRAM Read Bandwidth", "DRAM Write Bandwidth", "Compute Warps in Flight",
                   "Unallocated Warps in Active SMs")
 
-SAMPLES = TypeRange(
-    "gpu_metrics", GPU_METRICS_BASE, 1000, "GPU metric: {key}", "GPU metrics",
+
+def _per_metric(name: str, base: int, label: str, doc: str) -> TypeRange:
+    """One type per metric from `base`, at the same offsets in every range of this family
+    (samples, rates, predictions): a metric's types differ by their base alone."""
+    return TypeRange(name, base, 1000, label, "GPU metrics", doc, precision=PRECISION,
+                     kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
+
+
+SAMPLES = _per_metric(
+    "gpu_metrics", GPU_METRICS_BASE, "GPU metric: {key}",
     "Device-wide metric sample on the GPU's metrics row, one multi-event per sample at its "
     "timestamp (the start of the sampling period: view with Last Evt Val); value x 100, "
     "PRECISION 2, in percent for throughput metrics and MHz for clocks. Known metrics have "
@@ -140,11 +148,9 @@ SAMPLES = TypeRange(
     "FP16 Active 3, DRAM Read 4, DRAM Write 5, GR Active 6, PCIe RX 7, PCIe TX 8, NVLink RX "
     "9, NVLink TX 10, GPC clock 11, SYS clock 12, Compute warps in flight 13, Unallocated "
     "warps in active SMs 14, Sync copy engine 15, Async copy engine 16); others from offset "
-    "100 in name order.",
-    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
-RATE = TypeRange(
-    "gpu_metrics_kernel_rate", GPU_METRICS_RATE_BASE, 1000,
-    "GPU metric rate of kernel: {key}", "GPU metrics",
+    "100 in name order.")
+RATE = _per_metric(
+    "gpu_metrics_kernel_rate", GPU_METRICS_RATE_BASE, "GPU metric rate of kernel: {key}",
     "On the GPU stream row of every kernel of a sampled GPU, for the metrics a kernel drives "
     "(SM Active, SM Issue, Tensor Active, Tensor Active / FP16 Active, DRAM read and write "
     "bandwidth, compute warps in flight, unallocated warps in active SMs): the kernel's rate "
@@ -155,15 +161,12 @@ RATE = TypeRange(
     "GPU. With Last Evt Val, a histogram with control = kernel name (63000006), data = this "
     "type and statistic 'Average value' gives each kernel name's rate; outside kernels the "
     "value means nothing (multiply by a kernel-running window to draw it). Same offsets as "
-    "the samples.",
-    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
-PREDICTED = TypeRange(
-    "gpu_metrics_predicted", GPU_METRICS_PREDICTED_BASE, 1000,
-    "GPU metric predicted: {key}", "GPU metrics",
+    "the samples.")
+PREDICTED = _per_metric(
+    "gpu_metrics_predicted", GPU_METRICS_PREDICTED_BASE, "GPU metric predicted: {key}",
     "On the GPU's metrics row at each sample's time, for the metrics a kernel drives: the "
     "value the sample-mixing model predicts for that sampling period from the rates of what "
-    "ran in it (view it beside the measured samples, same offsets, Last Evt Val).",
-    precision=PRECISION, kinds=frozenset(KINDS), fixed=_FIXED, first_free=FIRST_FREE_OFFSET)
+    "ran in it (view it beside the measured samples, same offsets, Last Evt Val).")
 
 METHOD_DIRECT, METHOD_MODEL, METHOD_GROUP = 1, 2, 3
 METHODS = {"direct": METHOD_DIRECT, "model": METHOD_MODEL, "group": METHOD_GROUP}
