@@ -111,13 +111,21 @@ def _fit(text: str, width: int, numeric: bool) -> str:
     return text.rjust(width) if numeric else text.ljust(width)
 
 
-def table(result: RuleResult, raw: bool = False) -> str:
-    """The rows as text columns: numbers right-aligned, text left-aligned, headers centred."""
+def _layout(result: RuleResult, raw: bool
+            ) -> tuple[list[str], list[list[str]], list[int], list[bool]]:
+    """What both table formats lay out: headers, cells, column widths (the widest of the
+    header and the first WIDTH_SAMPLE cells, at most MAX_COLUMN) and which columns are
+    numbers (right-aligned)."""
     heads = [header(c, raw) for c in result.columns]
     rows = _cells(result, raw)
     widths = [min(MAX_COLUMN, max([len(h)] + [len(r[i]) for r in rows[:WIDTH_SAMPLE]]))
               for i, h in enumerate(heads)]
-    numeric = [c.dtype != pl.Utf8 for c in result.columns]
+    return heads, rows, widths, [c.dtype != pl.Utf8 for c in result.columns]
+
+
+def table(result: RuleResult, raw: bool = False) -> str:
+    """The rows as text columns: numbers right-aligned, text left-aligned, headers centred."""
+    heads, rows, widths, numeric = _layout(result, raw)
     lines = [" " + "  ".join(_center(h, w) for h, w in
                              zip(heads, widths)),
              " " + "  ".join("-" * w for w in widths)]
@@ -128,11 +136,7 @@ def table(result: RuleResult, raw: bool = False) -> str:
 
 def boxed(result: RuleResult, raw: bool = False) -> str:
     """The rows as a boxed table (nsys' `table` format): cells as in `table`."""
-    heads = [header(c, raw) for c in result.columns]
-    rows = _cells(result, raw)
-    widths = [min(MAX_COLUMN, max([len(h)] + [len(r[i]) for r in rows[:WIDTH_SAMPLE]]))
-              for i, h in enumerate(heads)]
-    numeric = [c.dtype != pl.Utf8 for c in result.columns]
+    heads, rows, widths, numeric = _layout(result, raw)
     rule = "+-" + "-+-".join("-" * w for w in widths) + "-+"
     lines = [rule, "| " + " | ".join(_center(h, w)
                                      for h, w in zip(heads, widths)) + " |", rule]
