@@ -42,6 +42,14 @@ def need_corpus() -> None:
         pytest.skip(f"real-export corpus not found at {CORPUS} (set NSYS2PRV_CORPUS)")
 
 
+def need_exports(*paths: Path) -> None:
+    """Skip, naming it, when one of these corpus exports is absent."""
+    for p in paths:
+        if not p.exists():
+            pytest.skip(f"corpus export {p.name} not found under {CORPUS} "
+                        f"(set NSYS2PRV_CORPUS)")
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     need_corpus()

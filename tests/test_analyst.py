@@ -15,17 +15,11 @@ import nsys2prv
 from nsys2prv.analysis import diff as D
 from nsys2prv.analysis.labels import distinct_labels, fit_labels
 
-from conftest import CORPUS
+from conftest import CORPUS, need_exports
 
 AIPROF = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
 BEFORE = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
 AFTER = CORPUS / "sqlite" / "nsysai_mfu2gpu_after.sqlite"
-
-
-def _need(*paths: Path) -> None:
-    for p in paths:
-        if not p.exists():
-            pytest.skip(f"corpus export {p.name} not found under {CORPUS}")
 
 
 def _sql(db: Path, query: str) -> list[tuple]:
@@ -40,7 +34,7 @@ def _sql(db: Path, query: str) -> list[tuple]:
 def aiprof(tmp_path_factory):
     """aiprof_opt2 translated once, analysed as `analyze --iterations --critical-path
     --modality` does (the step picked)."""
-    _need(AIPROF)
+    need_exports(AIPROF)
     from nsys2prv.cli.analyze import analyze
 
     out = tmp_path_factory.mktemp("aiprof") / "a.prv"
@@ -51,7 +45,7 @@ def aiprof(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    _need(BEFORE, AFTER)
+    need_exports(BEFORE, AFTER)
     return D.compare(str(BEFORE), str(AFTER), workdir=tmp_path_factory.mktemp("pair"))
 
 

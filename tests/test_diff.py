@@ -24,23 +24,16 @@ from nsys2prv.analysis import diff as D
 from nsys2prv.analysis.activities import read_activities
 from nsys2prv.analysis.stats import bootstrap_median_difference, compare_samples, mann_whitney
 
-from conftest import CORPUS, ROOT
+from conftest import CORPUS, ROOT, need_exports
 
 SAMPLE = ROOT / "examples" / "sample.sqlite"
 BEFORE = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
 AFTER = CORPUS / "sqlite" / "nsysai_mfu2gpu_after.sqlite"
 
 
-def _need(*paths: Path) -> None:
-    for p in paths:
-        if not p.exists():
-            pytest.skip(f"corpus export {p.name} not found under {CORPUS} "
-                        f"(set NSYS2PRV_CORPUS)")
-
-
 @pytest.fixture(scope="module")
 def real_pair(tmp_path_factory):
-    _need(BEFORE, AFTER)
+    need_exports(BEFORE, AFTER)
     return D.compare(str(BEFORE), str(AFTER), workdir=tmp_path_factory.mktemp("diff"))
 
 
