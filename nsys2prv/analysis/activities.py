@@ -46,9 +46,10 @@ class Activities:
     the `*_names` tables give their text.
 
     kernels: row, start, dur, name (short name id), full (demangled name id), nccl (bool),
-        launch (start of the CUDA call that launched it, from the launch line; null: none)
+        launch (start of the CUDA call that launched it, from the launch line; null: none),
+        launch_row (the host row of that call)
     memops: row, start, dur, op (id: 'memcpy Host-to-Device', 'memset', ...), launch,
-        src_kind, dst_kind (memory kind ids: 'Pageable', 'Pinned', ...; null: unknown)
+        launch_row, src_kind, dst_kind (memory kind ids: 'Pageable', 'Pinned', ...; null: unknown)
     ranges: row, start, dur, name (text id), type (event type: its domain or lane), level
         (nesting depth in its domain), top (inside no other range of its thread)
     sync: row, dur (time in the Synchronization state of CPU threads, one line per row)
@@ -209,7 +210,7 @@ class ActivityCollector:
         # the launch lines (receiving row, time, sending time: 20 bytes a line) and the
         # copies' memory kinds, matched to the activities once, at the end (a sort and a
         # search in numpy: per window, the activities still open made it quadratic)
-        self._lines: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._lines: list[tuple[np.ndarray, ...]] = []
         self._kinds: list[pl.DataFrame] = []
 
     comms = True  # an observer of `model.analyze_path` that needs the launch lines
@@ -227,7 +228,8 @@ class ActivityCollector:
             if keep.any():
                 self._lines.append((c["recv_row"].to_numpy()[keep].astype(np.int32),
                                     c["recv"].to_numpy()[keep].astype(np.int64),
-                                    c["send"].to_numpy()[keep].astype(np.int64)))
+                                    c["send"].to_numpy()[keep].astype(np.int64),
+                                    c["send_row"].to_numpy()[keep].astype(np.int32)))
         flat, stacked = self._spans.add(own)
         if len(flat):  # kept compact: a few bytes an activity
             kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
@@ -268,11 +270,11 @@ class ActivityCollector:
             stack_spans = stack_spans.filter(inside)
             kernels = kernels.filter(inside)
         kernels = kernels.sort("start", "row")
-        kernels = kernels.with_columns(lines.launch(kernels))
+        kernels = kernels.with_columns(*lines.launch(kernels))
         memops = (flat_spans.filter(pl.col("type") == MEMOP)
                   .select("row", "start", "dur", pl.col("value").alias("op"))
                   .sort("start", "row"))
-        memops = (memops.with_columns(lines.launch(memops))
+        memops = (memops.with_columns(*lines.launch(memops))
                   .join(kinds, on=["row", "start"], how="left"))
         del lines
         nvtx_names: dict[int, str] = {}
@@ -339,22 +341,22 @@ class _Lines:
     the same way (start, row): 4.7M lines and as many activities in ~1 s and ~150 MB,
     where a join of frames took 2 GB."""
 
-    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    def __init__(self, parts: list[tuple[np.ndarray, ...]]) -> None:
         if parts:
-            row = np.concatenate([p[0] for p in parts])
-            recv = np.concatenate([p[1] for p in parts])
-            send = np.concatenate([p[2] for p in parts])
+            row, recv, send, send_row = (np.concatenate([p[k] for p in parts])
+                                         for k in range(4))
         else:
             row, recv, send = np.zeros(0, np.int32), np.zeros(0, np.int64), \
                 np.zeros(0, np.int64)
+            send_row = np.zeros(0, np.int32)
         parts.clear()  # the windows' arrays go as soon as they are joined
         self.lo = int(recv.min()) if recv.size else 0
         self.wide = bool(recv.size) and (int(recv.max()) - self.lo >= 1 << 43
                                          or int(row.max()) >= 1 << 20)
         if self.wide:  # a span of more than 2.4 h: matched with a join instead
-            self.frame = pl.DataFrame({"row": row, "start": recv,
-                                       "launch": send}).unique(["row", "start"],
-                                                               keep="first")
+            self.frame = pl.DataFrame({"row": row, "start": recv, "launch": send,
+                                       "launch_row": send_row}).unique(["row", "start"],
+                                                                       keep="first")
             return
         key = recv  # in place: (time - lo) << 20 | row, one array of 8 bytes a line
         key -= self.lo
@@ -365,14 +367,18 @@ class _Lines:
         self.key = key[order]
         del key
         self.send = send[order]
+        self.send_row = send_row[order]
 
-    def launch(self, acts: pl.DataFrame) -> pl.Series:
+    def launch(self, acts: pl.DataFrame) -> list[pl.Series]:
         """The start of the call that launched each of `acts` (row, start, sorted by start
-        then row: the search walks the keys once; null: none)."""
+        then row: the search walks the keys once) and the host row it was made on (nulls:
+        none)."""
         if self.wide:
-            return acts.select("row", "start").join(self.frame, on=["row", "start"],
-                                                    how="left")["launch"]
+            found = acts.select("row", "start").join(self.frame, on=["row", "start"],
+                                                     how="left")
+            return [found["launch"], found["launch_row"]]
         out = np.zeros(acts.height, dtype=np.int64)
+        out_row = np.zeros(acts.height, dtype=np.int32)
         found = np.zeros(acts.height, dtype=bool)
         if self.key.size and acts.height:
             start = acts["start"].to_numpy()
@@ -383,7 +389,10 @@ class _Lines:
             i = np.where(ok, i, 0)
             found = ok & (self.key[i] == q)
             out = np.where(found, self.send[i], 0)
-        return pl.Series("launch", out).set(pl.Series(~found), None)
+            out_row = np.where(found, self.send_row[i], 0).astype(np.int32)
+        missing = pl.Series(~found)
+        return [pl.Series("launch", out).set(missing, None),
+                pl.Series("launch_row", out_row).set(missing, None)]
 
 
 def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:

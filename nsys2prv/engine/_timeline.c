@@ -24,6 +24,10 @@
  *               NVTX start/end lanes; a kernel takes the full-name event at its start), or
  *               a push and its pop (NVTX push/pop types nest).
  *
+ * enclosing     the nesting of ranges on their rows as Nsight Systems nests NVTX ranges
+ *               (the shortest range that contains each): the levels of the ranges projected
+ *               onto the GPU (analysis/projection.py).
+ *
  * last_events   the last event of each (row, type) of a window: what is carried into the
  *               next one.
  *
@@ -773,6 +777,82 @@ static PyTypeObject SpansType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ================================================================ enclosing ========= */
+
+/* enclosing(row, start, end, parent, level): the nesting of ranges on their rows, as Nsight
+ * Systems nests NVTX ranges: sorted by (row, start ascending, end descending), the parent of
+ * a range is the shortest other range of its row that contains it, both ends inclusive (the
+ * one started last among equals); ranges with equal start and end are each other's parent,
+ * a cycle that leaves them and everything below them without a level (-1). One pass in
+ * order, with the ranges still open at each start (a handful: the nesting depth). Writes
+ * `parent` (int64: the index, -1 at a root) and `level` (int32: 0 at a root). */
+static PyObject *enclosing(PyObject *self, PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    View b[5];
+    static const char *names[5] = {"row", "start", "end", "parent", "level"};
+    static const Py_ssize_t sizes[5] = {4, 8, 8, 8, 4};
+    for (int k = 0; k < 5; k++) {
+        if (view_get(o[k], &b[k], sizes[k], k >= 3, names[k]) < 0) {
+            views_release(b, k + 1);
+            return NULL;
+        }
+    }
+    Py_ssize_t n = view_len(&b[0]);
+    for (int k = 1; k < 5; k++) {
+        if (view_len(&b[k]) != n) {
+            views_release(b, 5);
+            PyErr_SetString(PyExc_ValueError, "enclosing: column lengths differ");
+            return NULL;
+        }
+    }
+    const int32_t *row = b[0].view.buf;
+    const int64_t *start = b[1].view.buf, *end = b[2].view.buf;
+    int64_t *parent = b[3].view.buf;
+    int32_t *level = b[4].view.buf;
+    Py_ssize_t cap = 64, nopen = 0;
+    Py_ssize_t *open = malloc((size_t)cap * sizeof *open);
+    int failed = open == NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        if (i > 0 && row[i] != row[i - 1]) nopen = 0;
+        Py_ssize_t keep = 0, best = -1;
+        int64_t best_len = INT64_MAX;
+        for (Py_ssize_t k = 0; k < nopen; k++) {
+            Py_ssize_t a = open[k];
+            if (end[a] < start[i]) continue; /* over: it contains no later range either */
+            open[keep++] = a;
+            if (end[a] >= end[i] && end[a] - start[a] <= best_len) {
+                best_len = end[a] - start[a];
+                best = a;
+            }
+        }
+        nopen = keep;
+        parent[i] = best;
+        if (best >= 0 && start[best] == start[i] && end[best] == end[i])
+            parent[best] = i; /* twins: each the other's parent */
+        if (nopen == cap) {
+            Py_ssize_t *grown = realloc(open, (size_t)(cap * 2) * sizeof *open);
+            if (grown == NULL) { failed = 1; break; }
+            open = grown;
+            cap *= 2;
+        }
+        open[nopen++] = i;
+    }
+    /* levels in order: a parent comes before its child, but in a cycle */
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        int64_t p = parent[i];
+        if (p < 0) level[i] = 0;
+        else if (p > i || level[p] < 0) level[i] = -1;
+        else level[i] = level[p] + 1;
+    }
+    Py_END_ALLOW_THREADS
+    free(open);
+    views_release(b, 5);
+    if (failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* ================================================================ last_events ======= */
 
 /* last_events(ev_row, ev_type) -> bytes of int64: the index of the last event of every
@@ -1072,6 +1152,9 @@ static PyMethodDef timeline_methods[] = {
      "row_timeline(st_row, st_begin, st_end, st_state, ev_row, ev_time, ev_type, ev_value, "
      "slot_of_row, nst, set_types, set_bits, nsets, end, row_bins, opens, q_row, q_a, q_b, "
      "bin_col, q_out): time per (state, open sets) of rows, and per query: see _timeline.c"},
+    {"enclosing", enclosing, METH_VARARGS,
+     "enclosing(row, start, end, parent, level): the nesting of ranges sorted by (row, start, "
+     "-end), as nsys nests NVTX ranges: see _timeline.c"},
     {"last_events", last_events, METH_VARARGS,
      "last_events(ev_row, ev_type) -> bytes of int64: the index of the last event of every "
      "(row, type), ascending"},

@@ -1,0 +1,547 @@
+"""Layers on the GPU: every NVTX range projected onto the GPU, and the level a person reads
+as the model's layers, found by itself.
+
+A layer, an operator or a solver phase is an NVTX range on a CPU thread; the GPU runs its
+work later. `projection.py` projects every range onto the GPU as nsys does (equal to
+`nsys recipe nvtx_gpu_proj_trace`/`nvtx_gpu_proj_sum`); here, from a trace's activities:
+
+* `instances`: every projected range — rank, thread row, name, domain, nsys' level and
+  parent, its CPU start and duration, its projected start and duration, the launching calls
+  with GPU work (`ops`), and beyond nsys: the GPU's busy time inside it (the union of its
+  work), that time per category (compute kernels, NCCL kernels, copies by direction,
+  memset), and the idle time inside its span;
+* `names`: per range name (per rank, and for the job: rank null) the count, mean, sample
+  standard deviation, min, quartiles (linear), median, max and sum of the projected
+  durations (nsys' `nvtx_gpu_proj_sum`: ranges whose projection lasts 0 ns left out);
+* the GPU work launched outside every range (nsys' unnamed row) and the ranges that
+  launched nothing, counted.
+
+The layer level (`pick_layers`), like the step (`steps.py`), is chosen among candidates with
+why and the runners-up: a family of numbered ranges under one parent (`layer_3`,
+`TransformerBlock[3]`, `encoder.layers.3`: each number a layer); else the ranges that repeat
+as the step's children (`Forward pass`, `Backward pass`, ...); else PyTorch's operator
+ranges (`aten::*`, `autograd::engine::evaluate_function: *Backward0`, the outermost of
+them). `--layers NAME|DEPTH` names it instead. Per layer: its GPU time and share of the
+step's (or the run's), the split by category, the idle time inside it, its top kernels, per
+step; and the outliers: an instance much slower than its numbered siblings, than the same
+layer on the other ranks, or than itself in the other steps.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from . import projection as P
+from .activities import Activities
+from .steps import CONTAINER_NAMES, STEP_NAMES, StepPick, fold, instance_windows
+from .iterations import MIN_FOR_OUTLIERS as MIN_STEPS_FOR_OUTLIERS
+
+# what the GPU work is, by category (the columns of the tables, in this order)
+CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
+              "memcpy peer", "memcpy other", "memset")
+_MEMCPY_DIRECTION = (("Host-to-Device", 2), ("Device-to-Host", 3), ("Device-to-Device", 4),
+                     ("Peer-to-Peer", 5))
+MEMSET_CATEGORY = 7
+OTHER_COPY = 6
+
+# PyTorch's operator ranges (autograd's NVTX: `emit_nvtx`, `record_function`)
+OPERATOR = re.compile(r"^(?:aten::|autograd::|torch::|c10d::|cudnn::|cublas::)|"
+                      r"Backward\d*(?:,|$)|, seq = \d+$")
+COVER_FLOOR = 0.25  # a layer level holds this share of the step's GPU time at least
+TOLERANCE = 0.8  # and this fraction of what the level that holds most holds
+SIBLING_SHARE = 0.5  # a child of the step is a layer when it is in this share of the steps
+OUTLIER_RATIO = 1.5  # an instance this many times its peers' median GPU time
+OUTLIER_FLOOR = 0.01  # and longer by this share of the step's (or the run's) GPU time
+TOP_KERNELS = 3
+
+
+def categories_of(acts: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """The category code (index in CATEGORIES) of each kernel and each memory operation."""
+    kern = np.where(acts.kernels["nccl"].to_numpy(), 1, 0).astype(np.int8) \
+        if acts.kernels.height else np.zeros(0, np.int8)
+    names = acts.memop_names
+    code = {}
+    for op, name in zip(names["id"].to_list(), names["name"].to_list()):
+        if name == "memset":
+            code[op] = MEMSET_CATEGORY
+        elif name.startswith("memcpy"):
+            code[op] = next((c for d, c in _MEMCPY_DIRECTION if name.endswith(d)), OTHER_COPY)
+    mem = acts.memops["op"].replace_strict(code, default=OTHER_COPY, return_dtype=pl.Int8) \
+        .to_numpy() if acts.memops.height else np.zeros(0, np.int8)
+    return kern, mem
+
+
+def work_of(acts: Activities, range_times: list[np.ndarray] = ()) -> P.Work:
+    """The GPU work of a trace with its launching calls: kernels, then memory operations
+    (`Work.item` indexes them in that order)."""
+    k, m = acts.kernels, acts.memops
+    kk, mk = categories_of(acts)
+
+    def col(name: str, fill: int) -> np.ndarray:
+        parts = [f[name].fill_null(fill).to_numpy() if name in f.columns
+                 else np.full(f.height, fill) for f in (k, m)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    start = col("start", 0)
+    return P.Work.of(col("launch_row", -1), col("launch", 0), col("row", 0), start,
+                     start + col("dur", 0), np.concatenate([kk, mk]), range_times)
+
+
+_INSTANCE_SCHEMA = {
+    "id": pl.Int64, "rank": pl.Int64, "row": pl.Int32, "name": pl.Utf8, "domain": pl.Utf8,
+    "level": pl.Int32, "parent": pl.Int64, "cpu_start": pl.Int64, "cpu_dur": pl.Int64,
+    "start": pl.Int64, "dur": pl.Int64, "ops": pl.Int64, "busy": pl.Int64, "idle": pl.Int64,
+    **{c: pl.Int64 for c in CATEGORIES}}
+
+
+@dataclass
+class Projected:
+    """Every NVTX range of a trace projected onto the GPU (times in the trace's ns; `rank`
+    is the task index, `row` the thread's trace row, `id` the range's index, `parent` the
+    id of nsys' parent range; level -1: a range nsys cannot nest, the twin of another)."""
+
+    instances: pl.DataFrame  # _INSTANCE_SCHEMA, the projected ranges, by start
+    ranges: int = 0  # NVTX ranges of the trace
+    not_projected: int = 0  # ranges whose calls launched nothing on the GPU
+    unassigned: dict = field(default_factory=dict)  # work launched in no range
+    # the work and each projected instance's slice of it (for layer tables)
+    work: P.Work | None = None
+    slices: tuple[np.ndarray, np.ndarray] | None = None
+
+    def names(self) -> pl.DataFrame:
+        """Per range name, per rank and for the job (rank null): the statistics of
+        `name_stats`."""
+        per = name_stats(self.instances, ["name", "rank"])
+        job = name_stats(self.instances, ["name"]).with_columns(
+            pl.lit(None, pl.Int64).alias("rank"))
+        return pl.concat([job.select(per.columns), per]).sort(
+            "rank", "sum", "name", descending=[False, True, False], nulls_last=False)
+
+    def to_dict(self) -> dict:
+        return {"ranges": self.ranges, "projected": self.instances.height,
+                "not_projected": self.not_projected, "unassigned": self.unassigned,
+                "instances": self.instances.to_dicts(), "names": self.names().to_dicts()}
+
+
+def name_stats(instances: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Count, mean, std (sample; null for one range), min, q1, median, q3 (linear
+    interpolation), max and sum of the projected durations per `by`, as nsys'
+    `nvtx_gpu_proj_sum` gives them (ranges projected to 0 ns left out), with the GPU's busy
+    time beside (sum)."""
+    d = pl.col("dur")
+    return (instances.filter(d > 0).group_by(by)
+            .agg(pl.len().cast(pl.Int64).alias("count"), d.mean().alias("mean"),
+                 d.std().alias("std"), d.min().alias("min"),
+                 d.quantile(0.25, "linear").alias("q1"), d.median().alias("median"),
+                 d.quantile(0.75, "linear").alias("q3"), d.max().alias("max"),
+                 d.sum().alias("sum"), pl.col("busy").sum().alias("busy")))
+
+
+def project_ranges(acts: Activities, busy: bool = True) -> Projected:
+    """Every range of `acts` projected onto the GPU (module docstring)."""
+    r = acts.ranges
+    if r.height == 0:
+        return Projected(pl.DataFrame(schema=_INSTANCE_SCHEMA))
+    row = r["row"].to_numpy()
+    s = r["start"].to_numpy()
+    e = s + r["dur"].to_numpy()
+    work = work_of(acts, [s, e])
+    parent, level = P.nesting(row, s, e)
+    proj = P.project(work, row, s, e, busy=busy, kinds=len(CATEGORIES))
+    tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64).alias("rank"))
+    names = acts.range_names.rename({"id": "name_id", "name": "name"})
+    time = {c: proj.time[:, k] for k, c in enumerate(CATEGORIES)}
+    inst = (pl.DataFrame({
+        "id": np.arange(r.height, dtype=np.int64), "row": row.astype(np.int32),
+        "name_id": r["name"], "type": r["type"], "level": level,
+        "parent": pl.Series(parent).set(pl.Series(parent < 0), None),
+        "cpu_start": s, "cpu_dur": r["dur"], "start": proj.start,
+        "dur": proj.end - proj.start, "ops": proj.ops, "busy": proj.busy,
+        "lo": proj.lo, "hi": proj.hi, **time})
+        .filter(pl.col("ops") > 0)
+        .join(tasks, on="row", how="left")
+        .join(names, on="name_id", how="left")
+        .join(acts.domains, on="type", how="left")
+        .with_columns((pl.col("dur") - pl.col("busy")).alias("idle"),
+                      pl.col("level").replace(-1, None))
+        .sort("start", "id"))
+    slices = (inst["lo"].to_numpy(), inst["hi"].to_numpy())
+    # the work launched in no range: calls outside every range of their thread
+    depth = np.zeros(work.size + 1, dtype=np.int64)
+    np.add.at(depth, proj.lo, 1)
+    np.add.at(depth, proj.hi, -1)
+    outside = np.cumsum(depth)[:-1] == 0
+    first = np.ones(work.size, dtype=bool)
+    first[1:] = work.key[1:] != work.key[:-1]
+    unassigned = {"ops": int(np.count_nonzero(outside & first)),
+                  "activities": int(np.count_nonzero(outside)),
+                  "gpu_time": int((work.end - work.start)[outside].sum())}
+    return Projected(inst.select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA), r.height,
+                     r.height - inst.height, unassigned, work, slices)
+
+
+# ---------------------------------------------------------------- the layer level --
+
+@dataclass
+class LayerPick:
+    """The layer level: `kind` ('numbered', 'children of the step', 'operators', 'named',
+    'depth'; None: none found), the families it holds (digit runs folded to '#'; 'depth':
+    the level), why, and the candidates with why each lost."""
+
+    kind: str | None
+    families: list[str]
+    why: str
+    candidates: pl.DataFrame = field(default_factory=pl.DataFrame)
+    numbered: bool = False  # each number a layer of its own ('layer_3')
+    depth: int | None = None  # 'depth': nsys' level
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "families": self.families, "why": self.why,
+                "numbered": self.numbered, "depth": self.depth,
+                "candidates": self.candidates.to_dicts()}
+
+
+def _ancestor_flag(parent: np.ndarray, level: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Per range (arrays indexed by range id; parent -1 at a root; level -1: unknown): has
+    an ancestor with `flag`. One vectorised step per nesting level."""
+    out = np.zeros(flag.size, dtype=bool)
+    for lv in range(1, int(level.max(initial=0)) + 1):
+        at = np.flatnonzero(level == lv)
+        p = parent[at]
+        ok = p >= 0
+        out[at[ok]] = flag[p[ok]] | out[p[ok]]
+    return out
+
+
+@dataclass
+class _Tree:
+    """The projected instances with their family, step, operator flag and whether an
+    ancestor is an operator, plus the parent/level arrays by range id."""
+
+    inst: pl.DataFrame
+    parent: np.ndarray
+    level: np.ndarray
+
+    @classmethod
+    def of(cls, proj: Projected, acts: Activities, step: StepPick | None) -> "_Tree":
+        inst = proj.instances
+        if proj.slices is not None:
+            inst = inst.with_columns(pl.Series("lo", proj.slices[0]),
+                                     pl.Series("hi", proj.slices[1]))
+        n = proj.ranges
+        parent = np.full(n, -1, np.int64)
+        level = np.full(n, -1, np.int32)
+        ids = inst["id"].to_numpy()
+        parent[ids] = inst["parent"].fill_null(-1).to_numpy()
+        level[ids] = inst["level"].fill_null(-1).to_numpy()
+        fams = (inst.select("name").unique()
+                .with_columns(pl.col("name").map_elements(fold, return_dtype=pl.Utf8)
+                              .alias("family"),
+                              pl.col("name").str.contains(OPERATOR.pattern)
+                              .fill_null(False).alias("operator")))
+        inst = inst.join(fams, on="name", how="left").join(
+            step_of(proj, acts, step), on="id", how="left")
+        op = np.zeros(n, dtype=bool)
+        op[ids] = inst["operator"].to_numpy()
+        inst = inst.with_columns(pl.Series("under_operator",
+                                           _ancestor_flag(parent, level, op)[ids]))
+        return cls(inst, parent, level)
+
+    def outermost(self, member: pl.Expr) -> pl.DataFrame:
+        """The instances selected by `member` that have no selected ancestor."""
+        ids = self.inst.filter(member)["id"].to_numpy()
+        flag = np.zeros(self.parent.size, dtype=bool)
+        flag[ids] = True
+        inner = _ancestor_flag(self.parent, self.level, flag)
+        return self.inst.filter(pl.col("id").is_in(ids[~inner[ids]]))
+
+
+def step_of(proj: Projected, acts: Activities, step: StepPick | None) -> pl.DataFrame:
+    """(id, step): the step instance each projected range's CPU start lies in, on its own
+    process (`steps.instance_windows`); null outside every step or without a step."""
+    ids = proj.instances.select("id", "rank", "cpu_start")
+    if step is None or step.name is None:
+        return ids.select("id", pl.lit(None, pl.Int64).alias("step"))
+    win = _step_windows(acts, step)
+    hit = (ids.sort("cpu_start").join_asof(win.sort("s_start"), left_on="cpu_start",
+                                           right_on="s_start", by="rank",
+                                           strategy="backward", check_sortedness=False)
+           .with_columns(pl.when(pl.col("cpu_start") < pl.col("s_end")).then(pl.col("step"))
+                         .otherwise(None).alias("step")))
+    return hit.select("id", "step")
+
+
+def _step_windows(acts: Activities, step: StepPick) -> pl.DataFrame:
+    """(rank, step, s_start, s_end) of the step's instances on each process."""
+    return instance_windows(acts, step.name, step.domain).rename(
+        {"task_index": "rank", "instance": "step", "start": "s_start", "end": "s_end"})
+
+
+def _is_step_range(tree: _Tree, step: StepPick | None) -> pl.Expr:
+    if step is None or step.name is None:
+        return pl.lit(False)
+    return (pl.col("family") == fold(step.name)) | (pl.col("name") == step.name)
+
+
+def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
+                spec: str | None = None, tree: _Tree | None = None) -> LayerPick:
+    """The layer level of a run (module docstring); `spec` ('NAME' or a depth) names it."""
+    tree = tree or _Tree.of(proj, acts, step)
+    inst = tree.inst.with_columns(pl.sum_horizontal(*CATEGORIES).alias("gpu"))
+    if inst.height == 0:
+        return LayerPick(None, [], "no NVTX range launched GPU work")
+    in_step = pl.col("step").is_not_null()
+    has_step = step is not None and step.name is not None
+    total = float(_total_gpu(proj, acts, step)) or 1.0
+    if spec is not None:
+        spec = spec.strip()
+        if spec.isdigit():
+            fams = inst.filter(pl.col("level") == int(spec))["family"].unique().sort()
+            if fams.len() == 0:
+                raise LayersNotFound(f"no projected range at depth {spec} (depths: 0-"
+                                     f"{int(inst['level'].max() or 0)})")
+            return LayerPick("depth", fams.to_list(), f"depth {spec} named with --layers",
+                             depth=int(spec))
+        hit = inst.filter((pl.col("name") == spec) | (pl.col("family") == fold(spec)))
+        if hit.height == 0:
+            raise LayersNotFound(f"no projected NVTX range named '{spec}'")
+        fam = hit["family"][0]
+        numbered = "#" in fam and hit["name"].n_unique() > 1
+        return LayerPick("named", [fam], f"'{spec}' named with --layers", numbered=numbered)
+    rows = []
+    base = inst.filter(~pl.col("operator") & ~pl.col("under_operator")
+                       & ~_is_step_range(tree, step)
+                       & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+                       & ~pl.col("family").str.contains(STEP_NAMES.pattern))
+    if has_step:
+        base = base.filter(in_step)
+    # 1. numbered families: several numbers under one parent range
+    num = (base.filter(pl.col("family").str.contains("#"))
+           .group_by("family", "parent").agg(pl.col("name").n_unique().alias("k"))
+           .group_by("family").agg(pl.col("k").median().alias("per_parent")))
+    for fam, per in num.filter(pl.col("per_parent") >= 2).iter_rows():
+        out = tree.outermost(pl.col("family") == fam)
+        rows.append(("numbered", [fam], float(out.select(pl.sum_horizontal(*CATEGORIES))
+                                              .sum().item() or 0),
+                     float(out["level"].mean() or 0),
+                     f"{int(per)} numbered ranges under each parent"))
+    # 2. the children of the step (descending through single wrappers)
+    if has_step:
+        parents = set(inst.filter(_is_step_range(tree, step))["id"].to_list())
+        nsteps = max(inst["step"].n_unique(), 1)
+        for _ in range(6):
+            kids = inst.filter(pl.col("parent").is_in(list(parents)))
+            per = (kids.filter(~pl.col("operator")).group_by("family")
+                   .agg(pl.col("step").n_unique().alias("steps"), pl.col("gpu").sum()))
+            common = per.filter(pl.col("steps") >= SIBLING_SHARE * nsteps)
+            if common.height == 0:
+                break
+            if common.height == 1:  # a wrapper ('forward' alone): its children
+                parents = set(kids.filter(pl.col("family") == common["family"][0])["id"]
+                              .to_list())
+                continue
+            fams = common.sort("gpu", descending=True)["family"].to_list()
+            out = tree.outermost(pl.col("family").is_in(fams) & in_step)
+            rows.append(("children of the step", fams,
+                         float(out.select(pl.sum_horizontal(*CATEGORIES)).sum().item() or 0),
+                         float(out["level"].mean() or 0),
+                         f"{len(fams)} ranges repeated in the steps"))
+            break
+    # 3. PyTorch's operators: the outermost operator ranges
+    ops = tree.outermost(pl.col("operator") & (in_step if has_step else pl.lit(True)))
+    if ops.height:
+        rows.append(("operators", sorted(ops["family"].unique().to_list()),
+                     float(ops.select(pl.sum_horizontal(*CATEGORIES)).sum().item() or 0),
+                     float(ops["level"].mean() or 0),
+                     f"{ops['family'].n_unique()} operator ranges (aten::, autograd)"))
+    order = {"numbered": 0, "children of the step": 1, "operators": 2}
+    cand = pl.DataFrame(
+        [(k, f, g, g / total, d, note) for k, f, g, d, note in rows],
+        schema={"kind": pl.Utf8, "families": pl.List(pl.Utf8), "gpu": pl.Float64,
+                "share": pl.Float64, "depth": pl.Float64, "note": pl.Utf8}, orient="row")
+    if cand.height == 0:
+        return LayerPick(None, [], "no numbered, repeated or operator ranges",
+                         cand)
+    best_share = float(cand["share"].max())
+    cand = (cand.with_columns(pl.col("kind").replace_strict(order).alias("rank"),
+                              ((pl.col("share") >= COVER_FLOOR)
+                               & (pl.col("share") >= TOLERANCE * best_share)).alias("eligible"))
+            .sort(~pl.col("eligible"), "rank", pl.col("gpu"), descending=[False, False, True])
+            .drop("rank"))
+    best = cand.row(0, named=True)
+    where = f"of the {'step' if has_step else 'run'}'s GPU time"
+    if not best["eligible"]:
+        return LayerPick(None, [], f"no level holds {100 * COVER_FLOOR:.0f} % {where} "
+                         f"(best: {best['kind']}, {100 * best['share']:.1f} %)", cand)
+    fams = best["families"]
+    shown = ", ".join(fams[:4]) + (f" and {len(fams) - 4} more" if len(fams) > 4 else "")
+    why = f"{best['kind']}: {shown} ({best['note']}; {100 * best['share']:.1f} % {where})"
+    return LayerPick(best["kind"], fams, why, cand, numbered=best["kind"] == "numbered")
+
+
+class LayersNotFound(ValueError):
+    """`--layers` names a range or depth the trace does not have."""
+
+
+# ---------------------------------------------------------------- the layer tables --
+
+@dataclass
+class LayerReport:
+    """The layers of a run: `pick`, and tables (times in ns)
+
+    layers: per layer (a numbered range's name, else its family): instances, ranks, gpu
+        (GPU time of its work, summed), busy (the union), span (projected durations
+        summed), idle (inside the spans), share (of the step's GPU time, or the run's),
+        the CATEGORIES, top_kernels (names and times);
+    per_step: per layer, step and rank: instances, gpu, busy, span;
+    outliers: kind ('siblings', 'ranks', 'steps'), layer, rank, step, gpu, median (of
+        its peers), ratio.
+    """
+
+    pick: LayerPick
+    layers: pl.DataFrame = field(default_factory=pl.DataFrame)
+    per_step: pl.DataFrame = field(default_factory=pl.DataFrame)
+    outliers: pl.DataFrame = field(default_factory=pl.DataFrame)
+    total: int = 0  # the GPU time the shares are of
+
+    def to_dict(self) -> dict:
+        return {"pick": self.pick.to_dict(), "total": self.total,
+                "layers": self.layers.to_dicts(), "per_step": self.per_step.to_dicts(),
+                "outliers": self.outliers.to_dicts()}
+
+
+def layer_report(proj: Projected, acts: Activities, step: StepPick | None = None,
+                 spec: str | None = None) -> LayerReport:
+    """The layer level (`pick_layers`) and its tables (`LayerReport`)."""
+    tree = _Tree.of(proj, acts, step)
+    pick = pick_layers(proj, acts, step, spec, tree)
+    if pick.kind is None:
+        return LayerReport(pick)
+    member = (pl.col("level") == pick.depth) if pick.kind == "depth" \
+        else pl.col("family").is_in(pick.families)
+    has_step = step is not None and step.name is not None
+    if has_step and pick.kind != "named":
+        member = member & pl.col("step").is_not_null()
+    members = tree.outermost(member).with_columns(
+        (pl.col("name") if pick.numbered else pl.col("family")).alias("layer"),
+        pl.sum_horizontal(*CATEGORIES).alias("gpu"))
+    total = _total_gpu(proj, acts, step)
+    kernels = _top_kernels(proj, acts, members)
+    layers = (members.group_by("layer")
+              .agg(pl.len().cast(pl.Int64).alias("instances"),
+                   pl.col("rank").n_unique().cast(pl.Int64).alias("ranks"),
+                   pl.col("gpu").sum(), pl.col("busy").sum(), pl.col("dur").sum().alias("span"),
+                   pl.col("idle").sum(), *(pl.col(c).sum() for c in CATEGORIES),
+                   pl.col("start").min().alias("first"))
+              .with_columns((pl.col("gpu") / max(total, 1)).alias("share"))
+              .join(kernels, on="layer", how="left")
+              .sort("gpu", "layer", descending=[True, False]))
+    per_step = (members.group_by("layer", "step", "rank")
+                .agg(pl.len().cast(pl.Int64).alias("instances"), pl.col("gpu").sum(),
+                     pl.col("busy").sum(), pl.col("dur").sum().alias("span"))
+                .sort("step", "rank", "layer", nulls_last=True))
+    return LayerReport(pick, layers, per_step,
+                       _outliers(per_step, members, pick, total, has_step), total)
+
+
+def _total_gpu(proj: Projected, acts: Activities, step: StepPick | None) -> int:
+    """The GPU time the layers' shares are of: of the work launched (by any thread of its
+    process) inside the step's instances, or of all the work."""
+    w = proj.work
+    if w is None or w.size == 0:
+        return 0
+    dur = w.end - w.start
+    if step is None or step.name is None:
+        return int(dur.sum())
+    rank_of = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
+    table = np.full(int(acts.rows["row"].max()) + 1, -1, np.int64)
+    table[rank_of["row"].to_numpy()] = rank_of["task_index"].to_numpy()
+    launches = pl.DataFrame({"rank": table[w.launch_row], "t": w.launch, "d": dur})
+    win = _step_windows(acts, step)
+    hit = (launches.sort("t").join_asof(win.sort("s_start"), left_on="t", right_on="s_start",
+                                        by="rank", strategy="backward",
+                                        check_sortedness=False)
+           .filter(pl.col("t") < pl.col("s_end")))
+    return int(hit["d"].sum() or 0)
+
+
+def _top_kernels(proj: Projected, acts: Activities, members: pl.DataFrame) -> pl.DataFrame:
+    """(layer, top_kernels: [{kernel, time}]): the kernels of each layer with most time."""
+    w = proj.work
+    schema = {"layer": pl.Utf8, "top_kernels": pl.List(pl.Struct({"kernel": pl.Utf8,
+                                                                    "time": pl.Int64}))}
+    if w is None or w.size == 0 or members.height == 0:
+        return pl.DataFrame(schema=schema)
+    lo, hi = members["lo"].to_numpy(), members["hi"].to_numpy()
+    n = hi - lo
+    owner = np.repeat(np.arange(members.height), n)
+    item = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
+    item = w.item[item]
+    nk = acts.kernels.height
+    is_k = item < nk
+    owner, item = owner[is_k], item[is_k]
+    if item.size == 0:
+        return pl.DataFrame(schema=schema)
+    k = acts.kernels
+    names = acts.kernel_names.rename({"id": "name", "name": "kernel"})
+    df = (pl.DataFrame({"layer": members["layer"].to_numpy()[owner],
+                        "name": k["name"].to_numpy()[item], "time": k["dur"].to_numpy()[item]})
+          .group_by("layer", "name").agg(pl.col("time").sum())
+          .join(names, on="name", how="left")
+          .sort("time", "kernel", descending=[True, False])
+          .group_by("layer", maintain_order=True).head(TOP_KERNELS)
+          .group_by("layer", maintain_order=True)
+          .agg(pl.struct("kernel", "time").alias("top_kernels")))
+    return df.cast(schema)
+
+
+def _outliers(per_step: pl.DataFrame, members: pl.DataFrame, pick: LayerPick, total: int,
+              has_step: bool) -> pl.DataFrame:
+    """Instances much slower than their peers (OUTLIER_RATIO times their median, by
+    OUTLIER_FLOOR of the step's GPU time): numbered siblings in one step of one rank; the
+    same layer in one step on the other ranks; the same layer of one rank in the other steps
+    (Tukey's fences over 4 steps or more)."""
+    schema = {"kind": pl.Utf8, "layer": pl.Utf8, "rank": pl.Int64, "step": pl.Int64,
+              "gpu": pl.Int64, "median": pl.Float64, "ratio": pl.Float64}
+    if per_step.height == 0:
+        return pl.DataFrame(schema=schema)
+    nsteps = max(per_step["step"].n_unique(), 1) if has_step else 1
+    floor = OUTLIER_FLOOR * total / nsteps
+    found = []
+
+    def flag(kind: str, df: pl.DataFrame, by: list[str]) -> None:
+        peers = df.with_columns(pl.col("gpu").median().over(by).alias("median"),
+                                pl.len().over(by).alias("n"))
+        hit = peers.filter((pl.col("n") >= 3) & (pl.col("gpu") >= OUTLIER_RATIO * pl.col("median"))
+                           & (pl.col("gpu") - pl.col("median") >= floor))
+        if hit.height:
+            found.append(hit.select(pl.lit(kind).alias("kind"), "layer", "rank", "step",
+                                    "gpu", "median",
+                                    (pl.col("gpu") / pl.col("median")).alias("ratio")))
+
+    if pick.numbered:
+        fam = members.select("layer", "family").unique()
+        flag("siblings", per_step.join(fam, on="layer"), ["family", "step", "rank"])
+    if per_step["rank"].n_unique() > 1:
+        flag("ranks", per_step, ["layer", "step"])
+    if has_step:  # Tukey's fences per (layer, rank), as `iterations.tukey_outliers`
+        g = pl.col("gpu")
+        by = ["layer", "rank"]
+        steps = (per_step.filter(pl.col("step").is_not_null())
+                 .with_columns(g.quantile(0.25, "linear").over(by).alias("q1"),
+                               g.quantile(0.75, "linear").over(by).alias("q3"),
+                               g.median().over(by).alias("median"), pl.len().over(by).alias("n")))
+        hit = steps.filter((pl.col("n") >= MIN_STEPS_FOR_OUTLIERS)
+                           & (g > pl.col("q3") + 1.5 * (pl.col("q3") - pl.col("q1")))
+                           & (g - pl.col("median") >= floor))
+        if hit.height:
+            found.append(hit.select(pl.lit("steps").alias("kind"), "layer", "rank", "step",
+                                    "gpu", "median", (g / pl.col("median")).alias("ratio")))
+    if not found:
+        return pl.DataFrame(schema=schema)
+    return (pl.concat([f.cast(schema) for f in found])
+            .sort("ratio", descending=True))
