@@ -29,6 +29,7 @@ NCCL_KERNEL = cuda.NCCL_KERNEL
 FULL_NAME = 67_000_001  # demangled full kernel name, at the start of compute and NCCL kernels
 MEMOP = cuda.MEMORY_OPERATION
 MEMORY_KIND_TYPES = (cuda.MEMORY_SRC_KIND, cuda.MEMORY_DST_KIND)  # at a copy's start
+CUDA_CALL = cuda.CUDA_CALL
 SYNC_STATE = 5
 PUSHPOP = range(nvtx_reg.NVTX_PUSHPOP_BASE, nvtx_reg.NVTX_PUSHPOP_BASE + nvtx_reg.NVTX_DOMAIN_MAX)
 STARTEND = range(nvtx_reg.NVTX_STARTEND_BASE,
@@ -70,6 +71,9 @@ class Activities:
     range_names: pl.DataFrame
     domains: pl.DataFrame
     memory_kinds: pl.DataFrame = field(default_factory=lambda: _table({}))
+    # CUDA calls of one thread that share their start, or last 0 ns: row, start, calls (how
+    # many), zero (all of them 0 ns); read only where the trace has NVTX ranges
+    calls: pl.DataFrame = field(default_factory=lambda: _empty(_CALLS))
 
     def named_ranges(self) -> pl.DataFrame:
         """`ranges` with the text of their name and their domain (row, start, dur, name,
@@ -94,7 +98,8 @@ class Activities:
         return Activities(self.path, hi - lo, self.rows, cut(self.kernels), cut(self.memops),
                           self.ranges.filter(inside).with_columns(moved),
                           self.sync.clear(), self.kernel_names, self.memop_names,
-                          self.range_names, self.domains, self.memory_kinds)
+                          self.range_names, self.domains, self.memory_kinds,
+                          self.calls.filter(inside).with_columns(moved))
 
     def named_kernels(self) -> pl.DataFrame:
         """`kernels` with the text of their short and full names."""
@@ -195,8 +200,10 @@ class ActivityCollector:
         self.pushpop = [t for t in self.nvtx_types if t in PUSHPOP]
         self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
                                                      if t in STARTEND]
+        # CUDA calls only where NVTX ranges are projected (`calls`)
+        self.call_types = [CUDA_CALL] if self.nvtx_types and CUDA_CALL in self.labels else []
         self.types = frozenset(set(self.flat) | set(self.pushpop) | {FULL_NAME}
-                               | set(MEMORY_KIND_TYPES))
+                               | set(MEMORY_KIND_TYPES) | set(self.call_types))
         self._spans = Spans(self.flat, [KERNEL, NCCL_KERNEL], self.pushpop,
                             FULL_NAME if FULL_NAME in self.labels else None,
                             self.layout.rows.height)
@@ -212,6 +219,7 @@ class ActivityCollector:
         # search in numpy: per window, the activities still open made it quadratic)
         self._lines: list[tuple[np.ndarray, ...]] = []
         self._kinds: list[pl.DataFrame] = []
+        self._calls: list[pl.DataFrame] = []
 
     comms = True  # an observer of `model.analyze_path` that needs the launch lines
 
@@ -230,6 +238,10 @@ class ActivityCollector:
                                     c["recv"].to_numpy()[keep].astype(np.int64),
                                     c["send"].to_numpy()[keep].astype(np.int64),
                                     c["send_row"].to_numpy()[keep].astype(np.int32)))
+        if self.call_types:
+            groups = _call_groups(own.filter(pl.col("type") == CUDA_CALL))
+            if groups.height:
+                self._calls.append(groups)
         flat, stacked = self._spans.add(own)
         if len(flat):  # kept compact: a few bytes an activity
             kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
@@ -261,8 +273,9 @@ class ActivityCollector:
         kinds = (pl.concat(self._kinds).unique(["row", "start"], keep="first")
                  if self._kinds else _empty(_KINDS))
         lines = _Lines(self._lines)
+        calls = pl.concat(self._calls) if self._calls else _empty(_CALLS)
         self._flat, self._stacked, self._kernels, self._lines = [], [], [], []
-        self._kinds = []
+        self._kinds, self._calls = [], []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
@@ -307,13 +320,31 @@ class ActivityCollector:
         return Activities(self.path, self._end, self.layout.rows, kernels, memops, ranges,
                           sync_rows, _table(names.get(KERNEL, {})),
                           _table(names.get(MEMOP, {})), _table(nvtx_names), domains,
-                          _table(names.get(cuda.MEMORY_SRC_KIND, {})))
+                          _table(names.get(cuda.MEMORY_SRC_KIND, {})), calls)
 
 
 _NO_SPANS = np.empty((0, 6), dtype=np.int64)
 
 
 _KINDS = {"row": pl.Int32, "start": pl.Int64, "src_kind": pl.Int16, "dst_kind": pl.Int16}
+_CALLS = {"row": pl.Int32, "start": pl.Int64, "calls": pl.Int32, "zero": pl.Boolean}
+
+
+def _call_groups(ev: pl.DataFrame) -> pl.DataFrame:
+    """(row, start, calls, zero) of the CUDA calls of a window (their events, in file order)
+    that start at one instant of one thread with others, or last 0 ns: what the projection
+    of NVTX ranges needs where exports have clamped timestamps (several calls of one thread
+    at one ns, each with its correlation id; a call of 0 ns at a range's end is inside it).
+    At an instant, `calls` = the calls that start (value events); all of them last 0 ns
+    when the instant's last event ends a call (a call still open starts last). An
+    instant's events are all in one window."""
+    if ev.height == 0:
+        return _empty(_CALLS)
+    return (ev.group_by("row", "time", maintain_order=True)
+            .agg((pl.col("value") != 0).sum().cast(pl.Int32).alias("calls"),
+                 (pl.col("value").last() == 0).alias("zero"))
+            .filter((pl.col("calls") > 1) | ((pl.col("calls") == 1) & pl.col("zero")))
+            .rename({"time": "start"}).cast(_CALLS))
 
 
 def _memory_kinds(ev: pl.DataFrame) -> pl.DataFrame:

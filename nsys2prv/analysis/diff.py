@@ -28,6 +28,7 @@ import polars as pl
 
 from .activities import Activities, read_activities
 from .labels import label_frame
+from .layers import CATEGORIES as LAYER_CATEGORIES  # the GPU time of a projected range
 from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
 from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
 from .steps import (StepPick, candidates, choose, instance_windows,  # noqa: F401 - API
@@ -77,6 +78,7 @@ class Iterations:
     shifts: dict[str, Shift]  # 'duration', each category, GPU idle, idle groups -> shift
     pick: StepPick | None = None  # why it was picked, and the runners-up
     kernels: pl.DataFrame | None = None  # per kernel per step (`step_kernel_table`)
+    layers: pl.DataFrame | None = None  # per projected NVTX range per step (`step_layer_table`)
 
 
 @dataclass
@@ -97,6 +99,8 @@ class Comparison:
     step_search: StepPick | None = None  # the search for a step, where none was found
     # each range family's parent family (`steps.range_parents`, before's, else after's)
     range_tree: pl.DataFrame | None = None
+    # per NVTX range, its projection onto the GPU on each side (`layer_table`)
+    layers: pl.DataFrame | None = None
 
     @property
     def elapsed_change(self) -> float | None:
@@ -110,6 +114,8 @@ class Comparison:
                "models": self.models}
         if self.rates is not None:
             out["kernel_rates"] = self.rates
+        if self.layers is not None and self.layers.height:
+            out["layers"] = self.layers
         if self.devices is not None:
             out["devices"] = self.devices
         if self.rules is not None:
@@ -119,6 +125,8 @@ class Comparison:
             out["iterations_after"] = self.iterations.after
             if self.iterations.kernels is not None:
                 out["step_kernels"] = self.iterations.kernels
+            if self.iterations.layers is not None and self.iterations.layers.height:
+                out["step_layers"] = self.iterations.layers
         return out
 
     def to_dict(self) -> dict:
@@ -503,36 +511,121 @@ def step_kernel_table(b: Activities, a: Activities, kernels: pl.DataFrame,
                 .with_columns(pl.col("time").fill_null(0), pl.col("n").fill_null(0))
                 .sort("kernel", "instance"))
 
-    schema = {"kernel": pl.Utf8, "label": pl.Utf8, "n_before": pl.Float64,
+    if kernels.height == 0 or ib.height == 0 or ia.height == 0:
+        return _step_verdicts(None, None, {}, "kernel")
+    label = dict(kernels.select("kernel", "label").iter_rows())
+    return _step_verdicts(per_step(b, ib), per_step(a, ia), label, "kernel")
+
+
+def _step_verdicts(sb: pl.DataFrame | None, sa: pl.DataFrame | None, label: dict,
+                   key: str) -> pl.DataFrame:
+    """From each side's time per (instance, `key`) (with `n`, the count per step), the
+    STEP_KERNELS keys whose median per step moved most, each with its verdict
+    (Holm-corrected over them): key, label, n_before, n_after (medians per step),
+    median_before, median_after (ns per step), change, p, lo, hi (the 95 % interval of the
+    median change, ns), verdict."""
+    schema = {key: pl.Utf8, "label": pl.Utf8, "n_before": pl.Float64,
               "n_after": pl.Float64, "median_before": pl.Float64,
               "median_after": pl.Float64, "change": pl.Float64, "p": pl.Float64,
               "lo": pl.Float64, "hi": pl.Float64, "verdict": pl.Utf8}
-    if kernels.height == 0 or ib.height == 0 or ia.height == 0:
+    if sb is None or sa is None or sb.height == 0 or sa.height == 0:
         return pl.DataFrame(schema=schema)
-    sb, sa = per_step(b, ib), per_step(a, ia)
-    med = (sb.group_by("kernel").agg(pl.col("time").median().alias("mb"))
-           .join(sa.group_by("kernel").agg(pl.col("time").median().alias("ma")), on="kernel")
+    med = (sb.group_by(key).agg(pl.col("time").median().alias("mb"))
+           .join(sa.group_by(key).agg(pl.col("time").median().alias("ma")), on=key)
            .with_columns((pl.col("ma") - pl.col("mb")).abs().alias("moved"))
-           .sort("moved", "kernel", descending=[True, False]).head(STEP_KERNELS))
-    tested = med["kernel"].to_list()
-    xb = dict(sb.filter(pl.col("kernel").is_in(tested)).group_by("kernel")
-              .agg(pl.col("time"), pl.col("n").median()).select(
-                  "kernel", pl.struct("time", "n")).iter_rows())
-    xa = dict(sa.filter(pl.col("kernel").is_in(tested)).group_by("kernel")
-              .agg(pl.col("time"), pl.col("n").median()).select(
-                  "kernel", pl.struct("time", "n")).iter_rows())
+           .sort("moved", key, descending=[True, False]).head(STEP_KERNELS))
+    tested = med[key].to_list()
+
+    def samples(df: pl.DataFrame) -> dict:
+        return dict(df.filter(pl.col(key).is_in(tested)).group_by(key)
+                    .agg(pl.col("time"), pl.col("n").median()).select(
+                        key, pl.struct("time", "n")).iter_rows())
+
+    xb, xa = samples(sb), samples(sa)
     shifts = holm({k: compare_samples(np.array(xb[k]["time"]), np.array(xa[k]["time"]))
                    for k in tested})
-    label = dict(kernels.select("kernel", "label").iter_rows())
     rows = []
     for k in tested:
         sh = shifts[k]
         lo, hi = sh.interval if sh.interval is not None else (None, None)
-        rows.append({"kernel": k, "label": label.get(k, k), "n_before": xb[k]["n"],
+        rows.append({key: k, "label": label.get(k, k), "n_before": xb[k]["n"],
                      "n_after": xa[k]["n"], "median_before": sh.median_before,
                      "median_after": sh.median_after, "change": sh.change, "p": sh.p,
                      "lo": lo, "hi": hi, "verdict": sh.verdict})
     return pl.DataFrame(rows, schema=schema)
+
+
+def layer_table(pb, pa) -> pl.DataFrame:
+    """Per NVTX range (name with digit runs folded to '#', domain), what its projection
+    onto the GPU holds on each side (`layers.project_ranges`): instances (count), gpu (the
+    GPU time of the work its calls launched), busy (its union), span (projected durations
+    summed), delta and ratio of gpu, and the whole names folded into it (`names`)."""
+    from .steps import fold
+
+    schema = {"range": pl.Utf8, "domain": pl.Utf8, "count": pl.Int64, "gpu": pl.Int64,
+              "busy": pl.Int64, "span": pl.Int64, "names": pl.List(pl.Utf8)}
+
+    def per(proj) -> pl.DataFrame:
+        if proj is None or proj.instances.height == 0:
+            return pl.DataFrame(schema=schema)
+        inst = proj.instances.with_columns(
+            pl.col("name").fill_null("").map_elements(fold, return_dtype=pl.Utf8)
+            .alias("range"), pl.col("domain").fill_null(""),
+            pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu"))
+        return inst.group_by("range", "domain").agg(
+            pl.len().cast(pl.Int64).alias("count"), pl.col("gpu").sum(),
+            pl.col("busy").sum(), pl.col("dur").sum().alias("span"),
+            pl.col("name").unique().sort().alias("names")).cast(schema)
+
+    b, a = per(pb), per(pa)
+    cols = ("count", "gpu", "busy", "span")
+    j = (b.rename({c: f"{c}_before" for c in (*cols, "names")})
+         .join(a.rename({c: f"{c}_after" for c in (*cols, "names")}),
+               on=["range", "domain"], how="full", coalesce=True)
+         .with_columns(*(pl.col(f"{c}_{x}").fill_null(0) for c in cols
+                         for x in ("before", "after"))))
+    return (j.with_columns((pl.col("gpu_after") - pl.col("gpu_before")).alias("delta"),
+                           pl.when(pl.col("gpu_before") > 0)
+                           .then(pl.col("gpu_after") / pl.col("gpu_before"))
+                           .otherwise(None).alias("ratio"),
+                           pl.concat_list(pl.col("names_before").fill_null([]),
+                                          pl.col("names_after").fill_null([]))
+                           .list.unique().list.sort().alias("names"))
+            .drop("names_before", "names_after")
+            .sort(pl.col("delta").abs(), "range", "domain",
+                  descending=[True, False, False]))
+
+
+def step_layer_table(pb, pa, ib: pl.DataFrame, ia: pl.DataFrame) -> pl.DataFrame:
+    """Per NVTX range family, its projected GPU time per step on each side (the ranges
+    whose CPU start lies in each step), for the STEP_KERNELS families whose median moved
+    most, each with its verdict (as `step_kernel_table`; column `range`)."""
+    from .steps import fold
+
+    def per_step(proj, steps: pl.DataFrame) -> pl.DataFrame | None:
+        if proj is None or proj.instances.height == 0:
+            return None
+        inst = (proj.instances.select(
+            pl.col("name").fill_null("").map_elements(fold, return_dtype=pl.Utf8)
+            .alias("range"), pl.col("cpu_start").alias("start"),
+            pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu")).sort("start"))
+        tagged = (inst.join_asof(steps.select("start", "end", "instance").sort("start"),
+                                 on="start", strategy="backward")
+                  .filter(pl.col("start") < pl.col("end")))
+        sums = tagged.group_by("instance", "range").agg(pl.col("gpu").sum().alias("time"),
+                                                        pl.len().cast(pl.Int64).alias("n"))
+        grid = steps.select("instance").join(sums.select("range").unique(), how="cross")
+        return (grid.join(sums, on=["instance", "range"], how="left")
+                .with_columns(pl.col("time").fill_null(0), pl.col("n").fill_null(0)))
+
+    sb, sa = per_step(pb, ib), per_step(pa, ia)
+    if sb is not None and sa is not None:  # both sides' families, zero where one lacks it
+        names = pl.concat([sb.select("range"), sa.select("range")]).unique()
+        sb = ib.select("instance").join(names, how="cross").join(
+            sb, on=["instance", "range"], how="left").fill_null(0)
+        sa = ia.select("instance").join(names, how="cross").join(
+            sa, on=["instance", "range"], how="left").fill_null(0)
+    return _step_verdicts(sb, sa, {}, "range")
 
 
 # -------------------------------------------------------------------- paragraph --
@@ -614,6 +707,10 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     if nb != na:
         warnings.append(f"the runs have different GPU counts ({nb} and {na}): no per-device "
                         f"comparison.")
+    from .layers import project_ranges
+
+    pb = project_ranges(b) if b.ranges.height else None
+    pa = project_ranges(a) if a.ranges.height else None
     its = found = None
     if iterations is not None or auto_iterations:
         picked = iterations is None
@@ -639,7 +736,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
             if ib.height and ia.height:
                 ib, ia = with_idle_groups(ib), with_idle_groups(ia)
                 its = Iterations(spec[0], spec[1], picked, ib, ia, iteration_shifts(ib, ia),
-                                 found, step_kernel_table(b, a, kernels, ib, ia))
+                                 found, step_kernel_table(b, a, kernels, ib, ia),
+                                 step_layer_table(pb, pa, ib, ia))
     if its is not None:
         verdict = its.shifts["duration"]
     else:
@@ -649,7 +747,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                       model_table(before.analysis, after.analysis),
                       rules_table(before.rules, after.rules), its, verdict, "", warnings,
                       rates_table(kernels, before.kernel_metrics, after.kernel_metrics),
-                      found if its is None else None, _range_tree(b, a))
+                      found if its is None else None, _range_tree(b, a),
+                      layer_table(pb, pa) if pb is not None or pa is not None else None)
     comp.paragraph = explain(comp)
     return comp
 

@@ -80,6 +80,20 @@ def _empty(schema: dict) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
+# buckets the idle time is also summed into: the steps of a run (instance, start, end), or
+# named sets of them ({"steps": ..., "layers": (instance, g, start, end)})
+Buckets = pl.DataFrame | dict[str, pl.DataFrame | None] | None
+
+
+def bucket_sets(buckets: Buckets) -> dict[str, pl.DataFrame]:
+    """The named non-empty bucket sets of `buckets` (a frame alone is the steps)."""
+    if buckets is None:
+        return {}
+    if isinstance(buckets, pl.DataFrame):
+        buckets = {"steps": buckets}
+    return {k: v for k, v in buckets.items() if v is not None and v.height}
+
+
 # ------------------------------------------------------------------ pass 1: the gaps --
 
 
@@ -393,17 +407,19 @@ class GapFold:
 
     COMPACT = 64  # partial sums kept before they are summed together
 
-    def __init__(self, top: int, buckets: pl.DataFrame | None = None) -> None:
+    def __init__(self, top: int, buckets: Buckets = None) -> None:
         self.top = top
         self._sums: list[pl.DataFrame] = []
         self._nvtx: list[pl.DataFrame] = []
         self._best: pl.DataFrame | None = None
-        # (instance, start, end) of the steps of a run: each gap also summed into the step
-        # its middle lies in (`instance_sums`)
-        self._buckets = None if buckets is None else buckets.select(
-            "instance", pl.col("start").alias("b_start"), pl.col("end").alias("b_end")
-        ).sort("b_start")
-        self._inst: list[pl.DataFrame] = []
+        # named sets of (instance, start, end[, g]) buckets: the steps of a run, the
+        # layers' instances on each device (g); each gap also summed into the bucket of
+        # each set its middle lies in (`instance_sums`)
+        self._buckets = {name: b.select(
+            "instance", *(["g"] if "g" in b.columns else []),
+            pl.col("start").alias("b_start"), pl.col("end").alias("b_end")).sort("b_start")
+            for name, b in bucket_sets(buckets).items()}
+        self._inst: dict[str, list[pl.DataFrame]] = {name: [] for name in self._buckets}
 
     def add(self, done: pl.DataFrame) -> None:
         """Completed gaps: (gid, g, start, end, host_row, *SUM_COLS, type, value)."""
@@ -418,20 +434,23 @@ class GapFold:
         best = done if self._best is None else pl.concat([self._best, done])
         # ties: the earlier, then the device first (the order of the gaps' ids)
         self._best = best.sort(dur, "start", "g", descending=[True, False, False]).head(self.top)
-        if self._buckets is not None:
+        if self._buckets:
             mid = ((pl.col("start") + pl.col("end")) // 2).alias("mid")
-            tagged = (done.with_columns(mid).sort("mid")
-                      .join_asof(self._buckets, left_on="mid", right_on="b_start",
-                                 strategy="backward")
-                      .filter(pl.col("mid") < pl.col("b_end")))
-            self._inst.append(tagged.group_by("instance").agg(
-                pl.len().cast(pl.Int64).alias("gaps"), dur.sum().alias("idle"),
-                *(pl.col(k).sum() for k in SUM_COLS)))
+            by_mid = done.with_columns(mid).sort("mid")
+            for name, b in self._buckets.items():
+                by = ["g"] if "g" in b.columns else None
+                tagged = (by_mid.join_asof(b, left_on="mid", right_on="b_start", by=by,
+                                           strategy="backward", check_sortedness=False)
+                          .filter(pl.col("mid") < pl.col("b_end")))
+                self._inst[name].append(tagged.group_by("instance").agg(
+                    pl.len().cast(pl.Int64).alias("gaps"), dur.sum().alias("idle"),
+                    *(pl.col(k).sum() for k in SUM_COLS)))
         if len(self._sums) > self.COMPACT:
             self._sums = [self.sums()]
             self._nvtx = [self.nvtx()]
-            if self._inst:
-                self._inst = [self.instance_sums()]
+            for name in self._inst:
+                if self._inst[name]:
+                    self._inst[name] = [self.instance_sums(name)]
 
     def sums(self) -> pl.DataFrame:
         """(g, gaps, idle, *SUM_COLS)."""
@@ -442,14 +461,15 @@ class GapFold:
             pl.col("gaps").sum(), pl.col("idle").sum(),
             *(pl.col(k).sum() for k in SUM_COLS))
 
-    def instance_sums(self) -> pl.DataFrame:
-        """(instance, gaps, idle, *SUM_COLS): the gaps whose middle lies in each step of
-        `buckets` (a gap that straddles two steps counts whole in one)."""
+    def instance_sums(self, name: str = "steps") -> pl.DataFrame:
+        """(instance, gaps, idle, *SUM_COLS): the gaps whose middle lies in each bucket of
+        the set `name` (a gap that straddles two buckets counts whole in one; with a device
+        column, in a bucket of its device)."""
         schema = {"instance": pl.Int64, "gaps": pl.Int64, "idle": pl.Int64,
                   **{k: pl.Int64 for k in SUM_COLS}}
-        if not self._inst:
+        if not self._inst.get(name):
             return _empty(schema)
-        return (pl.concat(self._inst).group_by("instance")
+        return (pl.concat(self._inst[name]).group_by("instance")
                 .agg(pl.col("gaps").sum(), pl.col("idle").sum(),
                      *(pl.col(k).sum() for k in SUM_COLS)).cast(schema).sort("instance"))
 
@@ -471,7 +491,7 @@ class CauseSums:
     carried), so that memory grows with a window, not with the number of gaps."""
 
     def __init__(self, gaps: pl.DataFrame, top: int = 10,
-                 buckets: pl.DataFrame | None = None, nvtx: bool = True) -> None:
+                 buckets: Buckets = None, nvtx: bool = True) -> None:
         self.nvtx = nvtx  # False: no NVTX range is looked up (the gaps' ranges stay null)
         self.all_gaps = gaps
         self.gaps = gaps.filter(pl.col("host_row").is_not_null())
@@ -739,6 +759,9 @@ class IdleReport:
     # with steps given (`explain(buckets=...)`): per step, the gaps whose middle lies in it:
     # {"instance", "gaps", "idle", "causes": {cause: ns}}
     instances: list[dict] = field(default_factory=list)
+    # with the layers' buckets (`explain(buckets={"layers": ...})`): the same per layer
+    # instance (the gaps of its devices whose middle lies in its projected span)
+    layer_instances: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -815,7 +838,7 @@ def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
 def explain(finder: GapFinder, launches: LaunchStats | None,
             source: Callable[..., Iterable[Trace]] | None, end: int, rows: pl.DataFrame,
             devices: pl.DataFrame, pcf: Path | None, top: int = 10,
-            buckets: pl.DataFrame | None = None, nvtx: bool = True,
+            buckets: Buckets = None, nvtx: bool = True,
             fold: GapFold | None = None) -> IdleReport:
     """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
     report; or, with the gaps already folded on the first pass (`OnePassCauses`), the
@@ -857,10 +880,12 @@ def explain(finder: GapFinder, launches: LaunchStats | None,
     report = build_report(fold, finder.spans(), devices, labels, gpu_rows_of, nvtx_label,
                           launch_list, top)
     report.notes = _notes(report, timed_launches=launches is not None)
-    if buckets is not None:
-        report.instances = [{"instance": r["instance"], "gaps": r["gaps"], "idle": r["idle"],
-                             "causes": _causes_of(r)}
-                            for r in fold.instance_sums().iter_rows(named=True)]
+    sets = bucket_sets(buckets)
+    for name, attr in (("steps", "instances"), ("layers", "layer_instances")):
+        if name in sets:
+            setattr(report, attr, [{"instance": r["instance"], "gaps": r["gaps"],
+                                    "idle": r["idle"], "causes": _causes_of(r)}
+                                   for r in fold.instance_sums(name).iter_rows(named=True)])
     return report
 
 

@@ -32,12 +32,11 @@ from ..errors import InputError
 from ..paraver.read import Source
 from .activities import Activities, ActivityCollector
 from .diff import Comparison, Side, _split_range, compare_sides, explain_changes
-from .steps import StepPick, instances, pick, step_rows
+from .steps import MIN_FOR_OUTLIERS, StepPick, instances, pick, step_rows
 from .model import Analysis, analyze_path
 
 CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy", "memset")
 SPREAD_COLUMNS = ("duration", "gpu_busy", "gpu_idle", *CATEGORIES)
-MIN_FOR_OUTLIERS = 4
 
 
 @dataclass

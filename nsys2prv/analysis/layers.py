@@ -37,8 +37,8 @@ import polars as pl
 
 from . import projection as P
 from .activities import Activities
-from .steps import CONTAINER_NAMES, STEP_NAMES, StepPick, fold, instance_windows
-from .iterations import MIN_FOR_OUTLIERS as MIN_STEPS_FOR_OUTLIERS
+from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, STEP_NAMES, StepPick, fold, \
+    instance_windows
 
 # what the GPU work is, by category (the columns of the tables, in this order)
 CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
@@ -57,6 +57,7 @@ SIBLING_SHARE = 0.5  # a child of the step is a layer when it is in this share o
 OUTLIER_RATIO = 1.5  # an instance this many times its peers' median GPU time
 OUTLIER_FLOOR = 0.01  # and longer by this share of the step's (or the run's) GPU time
 TOP_KERNELS = 3
+SLOW_SHARE = 0.1  # a layer explains a slow step when it has this share of its extra time
 
 
 def categories_of(acts: Activities) -> tuple[np.ndarray, np.ndarray]:
@@ -87,8 +88,15 @@ def work_of(acts: Activities, range_times: list[np.ndarray] = ()) -> P.Work:
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     start = col("start", 0)
-    return P.Work.of(col("launch_row", -1), col("launch", 0), col("row", 0), start,
-                     start + col("dur", 0), np.concatenate([kk, mk]), range_times)
+    launch_row, launch = col("launch_row", -1), col("launch", 0)
+    calls_at = zero = None
+    if acts.calls.height:  # instants of several calls, or of calls of 0 ns
+        at = pl.DataFrame({"row": launch_row.astype(np.int32), "start": launch}).join(
+            acts.calls, on=["row", "start"], how="left", maintain_order="left")
+        calls_at = at["calls"].fill_null(1).to_numpy()
+        zero = at["zero"].fill_null(False).to_numpy()
+    return P.Work.of(launch_row, launch, col("row", 0), start, start + col("dur", 0),
+                     np.concatenate([kk, mk]), range_times, calls_at, zero)
 
 
 _INSTANCE_SCHEMA = {
@@ -111,6 +119,7 @@ class Projected:
     # the work and each projected instance's slice of it (for layer tables)
     work: P.Work | None = None
     slices: tuple[np.ndarray, np.ndarray] | None = None
+    devices: pl.DataFrame | None = None  # row, g: each GPU row's device (idle's key)
 
     def names(self) -> pl.DataFrame:
         """Per range name, per rank and for the job (rank null): the statistics of
@@ -175,13 +184,13 @@ def project_ranges(acts: Activities, busy: bool = True) -> Projected:
     np.add.at(depth, proj.lo, 1)
     np.add.at(depth, proj.hi, -1)
     outside = np.cumsum(depth)[:-1] == 0
-    first = np.ones(work.size, dtype=bool)
-    first[1:] = work.key[1:] != work.key[:-1]
-    unassigned = {"ops": int(np.count_nonzero(outside & first)),
+    unassigned = {"ops": int(work.calls[outside].sum()),
                   "activities": int(np.count_nonzero(outside)),
                   "gpu_time": int((work.end - work.start)[outside].sum())}
+    devices = acts.rows.filter(pl.col("kind") == "gpu").select(
+        "row", (pl.col("task_index") * 1_000_000 + pl.col("device")).cast(pl.Int64).alias("g"))
     return Projected(inst.select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA), r.height,
-                     r.height - inst.height, unassigned, work, slices)
+                     r.height - inst.height, unassigned, work, slices, devices)
 
 
 # ---------------------------------------------------------------- the layer level --
@@ -354,7 +363,9 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     # 3. PyTorch's operators: the outermost operator ranges
     ops = tree.outermost(pl.col("operator") & (in_step if has_step else pl.lit(True)))
     if ops.height:
-        rows.append(("operators", sorted(ops["family"].unique().to_list()),
+        by_time = (ops.group_by("family").agg(pl.sum_horizontal(*CATEGORIES).sum().alias("t"))
+                   .sort("t", "family", descending=[True, False]))
+        rows.append(("operators", by_time["family"].to_list(),
                      float(ops.select(pl.sum_horizontal(*CATEGORIES)).sum().item() or 0),
                      float(ops["level"].mean() or 0),
                      f"{ops['family'].n_unique()} operator ranges (aten::, autograd)"))
@@ -378,7 +389,8 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
         return LayerPick(None, [], f"no level holds {100 * COVER_FLOOR:.0f} % {where} "
                          f"(best: {best['kind']}, {100 * best['share']:.1f} %)", cand)
     fams = best["families"]
-    shown = ", ".join(fams[:4]) + (f" and {len(fams) - 4} more" if len(fams) > 4 else "")
+    shown = ", ".join(layer_label(f) for f in fams[:4]) \
+        + (f" and {len(fams) - 4} more" if len(fams) > 4 else "")
     why = f"{best['kind']}: {shown} ({best['note']}; {100 * best['share']:.1f} % {where})"
     return LayerPick(best["kind"], fams, why, cand, numbered=best["kind"] == "numbered")
 
@@ -389,48 +401,175 @@ class LayersNotFound(ValueError):
 
 # ---------------------------------------------------------------- the layer tables --
 
+RATE_METRICS = ("SM Active", "SM Issue", "Tensor Active", "Tensor Active / FP16 Active",
+                "DRAM Read Bandwidth", "DRAM Write Bandwidth", "Compute Warps in Flight")
+
+
 @dataclass
-class LayerReport:
-    """The layers of a run: `pick`, and tables (times in ns)
+class Layers:
+    """The NVTX ranges of a run projected onto the GPU (`projected`), the layer level
+    (`pick`) and its tables (times in ns):
 
     layers: per layer (a numbered range's name, else its family): instances, ranks, gpu
-        (GPU time of its work, summed), busy (the union), span (projected durations
-        summed), idle (inside the spans), share (of the step's GPU time, or the run's),
-        the CATEGORIES, top_kernels (names and times);
+        (GPU time of its work, summed), busy (the union), span (projected durations summed),
+        idle (inside the spans), share (of the step's GPU time, or the run's), the
+        CATEGORIES, top_kernels (label, time); with the idle analysis, gap_idle and the idle
+        causes inside its spans (`idle.<cause>`) and the main one (`idle_cause`); with GPU
+        metrics, the time-weighted rates of its kernels (`rate.<metric>`) and `bound`;
     per_step: per layer, step and rank: instances, gpu, busy, span;
-    outliers: kind ('siblings', 'ranks', 'steps'), layer, rank, step, gpu, median (of
-        its peers), ratio.
+    outliers: kind ('siblings', 'ranks', 'steps'), layer, rank, step, gpu, median (of its
+        peers), ratio;
+    members: the layer instances (projected instances with their layer and step).
     """
 
+    projected: Projected
     pick: LayerPick
+    step: str | None = None
     layers: pl.DataFrame = field(default_factory=pl.DataFrame)
     per_step: pl.DataFrame = field(default_factory=pl.DataFrame)
     outliers: pl.DataFrame = field(default_factory=pl.DataFrame)
+    members: pl.DataFrame = field(default_factory=pl.DataFrame)
     total: int = 0  # the GPU time the shares are of
+    kernel_time: pl.DataFrame = field(default_factory=pl.DataFrame)  # layer, full, time
+    notes: list[str] = field(default_factory=list)
+    # with --iterations: per layer, its GPU time in the slowest and the median step
+    slow_step: pl.DataFrame | None = None
+
+    def buckets(self) -> pl.DataFrame | None:
+        """(instance, g, start, end): each layer instance's projected span on each device
+        it ran on (g: the idle analysis' device key), for the idle analysis to sum the
+        gaps inside them."""
+        w, m = self.projected.work, self.members
+        if w is None or m.height == 0:
+            return None
+        proj = P.Projection(m["lo"].to_numpy(), m["hi"].to_numpy(), *(None,) * 6)
+        idx, gpu_row, first, last = P.row_spans(w, proj, np.arange(m.height))
+        dev = self.projected.devices
+        if dev is None or idx.size == 0:
+            return None
+        return (pl.DataFrame({"k": idx, "row": gpu_row, "start": first, "end": last})
+                .join(dev, on="row", how="inner")
+                .with_columns(pl.Series("instance", m["id"].to_numpy()[idx]))
+                .group_by("instance", "g").agg(pl.col("start").min(), pl.col("end").max())
+                .sort("instance", "g"))
+
+    def add_idle(self, idle) -> None:
+        """The idle causes of each layer (`idle.IdleReport.layer_instances`)."""
+        if idle is None or self.layers.height == 0:
+            return
+        rows = [{"id": d["instance"], "gap_idle": d["idle"],
+                 **{f"idle.{k}": v for k, v in d["causes"].items()}}
+                for d in idle.layer_instances]
+        per = pl.DataFrame(rows).fill_null(0) if rows else \
+            pl.DataFrame(schema={"id": pl.Int64, "gap_idle": pl.Int64})
+        causes = [c for c in per.columns if c.startswith("idle.")]
+        sums = (self.members.select("id", "layer").join(per, on="id", how="inner")
+                .group_by("layer").agg(pl.col("gap_idle").sum(),
+                                       *(pl.col(c).sum() for c in causes)))
+        if not causes:
+            sums = sums.with_columns(pl.lit(None, pl.Utf8).alias("idle_cause"))
+        else:
+            main = pl.concat_list([pl.struct(pl.lit(c[5:]).alias("c"), pl.col(c).alias("t"))
+                                   for c in causes])
+            sums = sums.with_columns(
+                main.list.eval(pl.element().sort_by(pl.element().struct.field("t"),
+                                                    descending=True).first())
+                .list.first().struct.field("c").alias("idle_cause"))
+        self.layers = self.layers.join(sums, on="layer", how="left").with_columns(
+            pl.col("gap_idle", *causes).fill_null(0))
+
+    def add_rates(self, km) -> None:
+        """The time-weighted GPU metric rates of each layer's kernels (`kernel_metrics`:
+        the job's rate of each kernel), and a bound label from them."""
+        if km is None or getattr(km, "empty", True) or self.kernel_time.height == 0:
+            return
+        from .kernel_metrics import bound
+
+        per_gpu = km.rates.filter((pl.col("device") != "job")
+                                  & pl.col("metric").is_in(list(RATE_METRICS))
+                                  & pl.col("rate").is_not_null() & pl.col("rate").is_not_nan()
+                                  & (pl.col("time") > 0))
+        if per_gpu.height == 0:
+            return
+        # each kernel's rate over the GPUs, weighted by its sampled time on each
+        job = per_gpu.group_by("kernel", "metric").agg(
+            ((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum()).alias("rate"))
+        kt = self.kernel_time.join(job.select(pl.col("kernel").alias("full"), "metric",
+                                              "rate"), on="full", how="inner")
+        w = (kt.group_by("layer", "metric")
+             .agg(((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum())
+                  .alias("rate"))
+             .pivot(on="metric", index="layer", values="rate"))
+        w = w.rename({c: f"rate.{c}" for c in w.columns if c != "layer"})
+        bounds = {r["layer"]: bound({k[5:]: v for k, v in r.items() if k.startswith("rate.")})
+                  for r in w.iter_rows(named=True)}
+        w = w.with_columns(pl.col("layer").replace_strict(bounds, return_dtype=pl.Utf8)
+                           .alias("bound"))
+        self.layers = self.layers.join(w, on="layer", how="left")
+
+    def add_iterations(self, it) -> None:
+        """Per step, which layer makes the slowest step slow (against the median step)."""
+        if it is None or self.per_step.height == 0 or it.slowest is None:
+            return
+        per = self.per_step.group_by("layer", "step").agg(pl.col("gpu").sum())
+        slow = per.filter(pl.col("step") == it.slowest).rename({"gpu": "slow"})
+        mid = per.filter(pl.col("step") == it.median).rename({"gpu": "mid"})
+        d = (slow.drop("step").join(mid.drop("step"), on="layer", how="full", coalesce=True)
+             .fill_null(0).with_columns((pl.col("slow") - pl.col("mid")).alias("delta"))
+             .sort("delta", descending=True))
+        steps = dict(zip(it.steps["instance"].to_list(), it.steps["duration"].to_list()))
+        longer = steps.get(it.slowest, 0) - steps.get(it.median, 0)
+        if d.height and d["delta"][0] > 0 and d["delta"][0] >= SLOW_SHARE * longer:
+            r = d.row(0, named=True)
+            self.notes.append(
+                f"slowest step {it.slowest}: {layer_label(r['layer'])} has "
+                f"{(r['slow'] - r['mid']) / 1e6:+.3f} ms of GPU time against the median "
+                f"step {it.median} ({r['mid'] / 1e6:.3f} -> {r['slow'] / 1e6:.3f} ms; the "
+                f"step is {longer / 1e6:.3f} ms longer)")
+        elif d.height:
+            self.notes.append(
+                f"slowest step {it.slowest}: no layer's GPU time explains it (the largest "
+                f"change, {layer_label(d['layer'][0])}, {d['delta'][0] / 1e6:+.3f} ms, of "
+                f"{longer / 1e6:.3f} ms)")
+        self.slow_step = d
 
     def to_dict(self) -> dict:
-        return {"pick": self.pick.to_dict(), "total": self.total,
+        return {"projection": self.projected.to_dict(), "step": self.step,
+                "pick": self.pick.to_dict(), "total": self.total,
                 "layers": self.layers.to_dicts(), "per_step": self.per_step.to_dicts(),
-                "outliers": self.outliers.to_dicts()}
+                "outliers": self.outliers.to_dicts(), "notes": self.notes}
 
 
-def layer_report(proj: Projected, acts: Activities, step: StepPick | None = None,
-                 spec: str | None = None) -> LayerReport:
-    """The layer level (`pick_layers`) and its tables (`LayerReport`)."""
+def layer_label(layer: str) -> str:
+    """A layer's name as a table shows it: PyTorch's operator ranges without the autograd
+    prefix and the sequence number."""
+    out = re.sub(r"^autograd::engine::evaluate_function: ", "", layer)
+    return re.sub(r"(?:, (?:seq|op_id) = [#\d]+)+$", "", out)
+
+
+def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | None = None
+                   ) -> Layers:
+    """Every range of `acts` projected onto the GPU, the layer level (`spec` names it) and
+    its tables (`Layers`)."""
+    proj = project_ranges(acts)
+    if proj.instances.height == 0:
+        why = "no NVTX range" if proj.ranges == 0 else "no NVTX range launched GPU work"
+        return Layers(proj, LayerPick(None, [], why))
     tree = _Tree.of(proj, acts, step)
     pick = pick_layers(proj, acts, step, spec, tree)
+    step_name = step.name if step is not None else None
     if pick.kind is None:
-        return LayerReport(pick)
+        return Layers(proj, pick, step_name)
     member = (pl.col("level") == pick.depth) if pick.kind == "depth" \
         else pl.col("family").is_in(pick.families)
     has_step = step is not None and step.name is not None
-    if has_step and pick.kind != "named":
+    if has_step and pick.kind not in ("named", "depth"):
         member = member & pl.col("step").is_not_null()
     members = tree.outermost(member).with_columns(
         (pl.col("name") if pick.numbered else pl.col("family")).alias("layer"),
         pl.sum_horizontal(*CATEGORIES).alias("gpu"))
     total = _total_gpu(proj, acts, step)
-    kernels = _top_kernels(proj, acts, members)
+    kernel_time = _kernel_time(proj, acts, members)
     layers = (members.group_by("layer")
               .agg(pl.len().cast(pl.Int64).alias("instances"),
                    pl.col("rank").n_unique().cast(pl.Int64).alias("ranks"),
@@ -438,14 +577,15 @@ def layer_report(proj: Projected, acts: Activities, step: StepPick | None = None
                    pl.col("idle").sum(), *(pl.col(c).sum() for c in CATEGORIES),
                    pl.col("start").min().alias("first"))
               .with_columns((pl.col("gpu") / max(total, 1)).alias("share"))
-              .join(kernels, on="layer", how="left")
+              .join(_top_kernels(kernel_time, acts), on="layer", how="left")
               .sort("gpu", "layer", descending=[True, False]))
     per_step = (members.group_by("layer", "step", "rank")
                 .agg(pl.len().cast(pl.Int64).alias("instances"), pl.col("gpu").sum(),
                      pl.col("busy").sum(), pl.col("dur").sum().alias("span"))
                 .sort("step", "rank", "layer", nulls_last=True))
-    return LayerReport(pick, layers, per_step,
-                       _outliers(per_step, members, pick, total, has_step), total)
+    return Layers(proj, pick, step_name, layers, per_step,
+                  _outliers(per_step, members, pick, total, has_step), members, total,
+                  kernel_time)
 
 
 def _total_gpu(proj: Projected, acts: Activities, step: StepPick | None) -> int:
@@ -469,34 +609,50 @@ def _total_gpu(proj: Projected, acts: Activities, step: StepPick | None) -> int:
     return int(hit["d"].sum() or 0)
 
 
-def _top_kernels(proj: Projected, acts: Activities, members: pl.DataFrame) -> pl.DataFrame:
-    """(layer, top_kernels: [{kernel, time}]): the kernels of each layer with most time."""
+def _kernel_time(proj: Projected, acts: Activities, members: pl.DataFrame) -> pl.DataFrame:
+    """(layer, full, time): the time of each kernel (full name) in each layer (its
+    instances are outermost: their slices of the work do not overlap)."""
     w = proj.work
-    schema = {"layer": pl.Utf8, "top_kernels": pl.List(pl.Struct({"kernel": pl.Utf8,
-                                                                    "time": pl.Int64}))}
+    schema = {"layer": pl.Utf8, "full": pl.Utf8, "time": pl.Int64}
     if w is None or w.size == 0 or members.height == 0:
         return pl.DataFrame(schema=schema)
     lo, hi = members["lo"].to_numpy(), members["hi"].to_numpy()
     n = hi - lo
     owner = np.repeat(np.arange(members.height), n)
-    item = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
-    item = w.item[item]
-    nk = acts.kernels.height
-    is_k = item < nk
+    item = w.item[np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))]
+    is_k = item < acts.kernels.height
     owner, item = owner[is_k], item[is_k]
-    if item.size == 0:
-        return pl.DataFrame(schema=schema)
     k = acts.kernels
-    names = acts.kernel_names.rename({"id": "name", "name": "kernel"})
-    df = (pl.DataFrame({"layer": members["layer"].to_numpy()[owner],
-                        "name": k["name"].to_numpy()[item], "time": k["dur"].to_numpy()[item]})
-          .group_by("layer", "name").agg(pl.col("time").sum())
-          .join(names, on="name", how="left")
-          .sort("time", "kernel", descending=[True, False])
-          .group_by("layer", maintain_order=True).head(TOP_KERNELS)
-          .group_by("layer", maintain_order=True)
-          .agg(pl.struct("kernel", "time").alias("top_kernels")))
-    return df.cast(schema)
+    names = acts.kernel_names.rename({"id": "fid", "name": "full"})
+    return (pl.DataFrame({"layer": members["layer"].to_numpy()[owner],
+                          "fid": k["full"].to_numpy()[item], "time": k["dur"].to_numpy()[item]},
+                         schema_overrides={"layer": pl.Utf8})
+            .group_by("layer", "fid").agg(pl.col("time").sum())
+            .join(names, on="fid", how="left")
+            .select("layer", pl.col("full").fill_null("(unnamed)"), "time").cast(schema))
+
+
+def _top_kernels(kernel_time: pl.DataFrame, acts: Activities) -> pl.DataFrame:
+    """(layer, top_kernels: [{kernel, time}]): the TOP_KERNELS kernels of each layer with
+    most time, by label (`labels.distinct_labels`: a short name, or what tells apart the
+    kernels that share it)."""
+    from .labels import distinct_labels
+
+    schema = {"layer": pl.Utf8, "top_kernels": pl.List(pl.Struct({"kernel": pl.Utf8,
+                                                                    "time": pl.Int64}))}
+    if kernel_time.height == 0:
+        return pl.DataFrame(schema=schema)
+    names = acts.kernel_names
+    k = (acts.kernels.select("name", "full").unique()
+         .join(names.rename({"id": "full", "name": "f"}), on="full", how="left")
+         .join(names.rename({"id": "name", "name": "s"}), on="name", how="left"))
+    labels = distinct_labels(k["f"].fill_null("").to_list(), k["s"].fill_null("").to_list())
+    return (kernel_time.with_columns(pl.col("full").replace_strict(
+                labels, default=pl.col("full"), return_dtype=pl.Utf8).alias("kernel"))
+            .sort("time", "kernel", descending=[True, False])
+            .group_by("layer", maintain_order=True).head(TOP_KERNELS)
+            .group_by("layer", maintain_order=True)
+            .agg(pl.struct("kernel", "time").alias("top_kernels")).cast(schema))
 
 
 def _outliers(per_step: pl.DataFrame, members: pl.DataFrame, pick: LayerPick, total: int,
@@ -535,7 +691,7 @@ def _outliers(per_step: pl.DataFrame, members: pl.DataFrame, pick: LayerPick, to
                  .with_columns(g.quantile(0.25, "linear").over(by).alias("q1"),
                                g.quantile(0.75, "linear").over(by).alias("q3"),
                                g.median().over(by).alias("median"), pl.len().over(by).alias("n")))
-        hit = steps.filter((pl.col("n") >= MIN_STEPS_FOR_OUTLIERS)
+        hit = steps.filter((pl.col("n") >= MIN_FOR_OUTLIERS)
                            & (g > pl.col("q3") + 1.5 * (pl.col("q3") - pl.col("q1")))
                            & (g - pl.col("median") >= floor))
         if hit.height:

@@ -387,7 +387,7 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                 (lambda types, state_rows: kept.windows(types, state_rows))
             buckets = steps() if steps is not None else None
             fold = causes.result() if causes is not None else None
-            if late_steps and buckets is not None and buckets.height:
+            if late_steps and idle.bucket_sets(buckets):
                 fold = None  # the causes again, on a second pass, with the steps' sums
             result.idle = idle.explain(finder, launches, again, result.end, rows,
                                        device_keys(rows), pcf, top, buckets, nvtx=detail,
@@ -415,7 +415,7 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
 
 def analyze_path(path: Source, explain: bool = True, top: int = 10,
                  observers: Sequence = (),
-                 steps: Callable[[], pl.DataFrame | None] | None = None,
+                 steps: Callable[[], idle.Buckets] | None = None,
                  detail: bool = True) -> Analysis:
     """The analysis of a trace file, read window by window (memory of one window): the
     model, and with `explain` why the GPUs wait (a second pass, over what the first one

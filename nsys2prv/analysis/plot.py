@@ -24,9 +24,11 @@ def pyplot():
     return plt
 
 
-def plot_analysis(a: Analysis, path: str | Path) -> Path:
+def plot_analysis(a: Analysis, path: str | Path, layers=None) -> Path:
     """Stacked bars useful / communication / idle per device for the TALP-compatible and
-    NCCL-aware forms, and the time per number of kernels at once, as % of the trace."""
+    NCCL-aware forms, and the time per number of kernels at once, as % of the trace; with
+    `layers` (`layers.Layers` with a layer level), their picture beside (`plot_layers`,
+    PATH's stem + '_layers.png')."""
     plt = pyplot()
     T = a.end or 1
     names = [g.name for g in a.devices]
@@ -59,6 +61,86 @@ def plot_analysis(a: Analysis, path: str | Path) -> Path:
     ax.set_ylabel("% of trace time")
     ax.set_title("Overlap")
     ax.legend(fontsize="x-small")
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    if layers is not None and layers.layers.height:
+        plot_layers(layers, path.with_name(path.stem + "_layers" + path.suffix))
+    return path
+
+
+LAYER_COLOURS = {"compute kernels": "#1f4fd1", "NCCL kernels": "#ff8c1a",
+                 "memcpy HtoD": "#2ca02c", "memcpy DtoH": "#98df8a", "memcpy DtoD": "#17becf",
+                 "memcpy peer": "#9467bd", "memcpy other": "#c5b0d5", "memset": "#8c564b",
+                 "idle": "#d9d9d9"}
+LAYERS_SHOWN = 20
+
+
+def plot_layers(layers, path: str | Path) -> Path:
+    """The layers of the run (of its step): a stacked bar per layer of its GPU time by
+    category and the idle time inside it, in ms per step; and, with GPU metrics, each layer
+    on compute (max of SM Issue and Tensor Active) against DRAM bandwidth (read + write), in
+    % of peak, sized by its GPU time and coloured by its bound."""
+    from .layers import CATEGORIES, layer_label
+
+    plt = pyplot()
+    table = layers.layers.head(LAYERS_SHOWN)
+    steps = max(layers.per_step["step"].drop_nulls().n_unique(), 1) \
+        if layers.step and layers.per_step.height else 1
+    names = [layer_label(x)[:40] for x in table["layer"].to_list()]
+    rated = "rate.SM Issue" in table.columns or "rate.Tensor Active" in table.columns
+    fig, axes = plt.subplots(1, 2 if rated else 1, figsize=(15 if rated else 9,
+                                                           0.35 * max(len(names), 4) + 2),
+                             constrained_layout=True, squeeze=False)
+    ax = axes[0][0]
+    left = [0.0] * len(names)
+    for cat in (*CATEGORIES, "idle"):
+        vals = [v / 1e6 / steps for v in table[cat].to_list()]
+        if any(vals):
+            ax.barh(names, vals, left=left, color=LAYER_COLOURS[cat], label=cat)
+            left = [x + v for x, v in zip(left, vals)]
+    per = " per step" if steps > 1 else ""
+    ax.set_xlabel(f"ms{per} (GPU time by category; idle: inside the layer's span)")
+    ax.set_title(f"Layers on the GPU ({layers.pick.kind}"
+                 + (f", step '{layers.step}'" if layers.step else "") + ")")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize="small")
+    if rated:
+        ax = axes[0][1]
+        issue = table.get_column("rate.SM Issue") if "rate.SM Issue" in table.columns \
+            else None
+        tensor = table.get_column("rate.Tensor Active") if "rate.Tensor Active" in \
+            table.columns else None
+        dram = [sum(v or 0 for v in vs) for vs in zip(*[
+            table.get_column(c).fill_null(0).to_list() for c in
+            ("rate.DRAM Read Bandwidth", "rate.DRAM Write Bandwidth") if c in table.columns])] \
+            or [0.0] * len(names)
+        comp = [max(a or 0, b or 0) for a, b in zip(
+            issue.to_list() if issue is not None else [0] * len(names),
+            tensor.to_list() if tensor is not None else [0] * len(names))]
+        gpu = table["gpu"].to_list()
+        size = [600 * g / max(max(gpu), 1) + 20 for g in gpu]
+        bounds = table["bound"].fill_null("").to_list() if "bound" in table.columns \
+            else [""] * len(names)
+        palette = {"memory-bound": "#d62728", "tensor-bound": "#9467bd",
+                   "compute-bound": "#1f4fd1", "under-filled": "#7f7f7f",
+                   "latency-bound": "#ff8c1a", "mixed": "#2ca02c"}
+        has = [i for i in range(len(names)) if bounds[i]]  # layers without rates: not drawn
+        bounds = [bounds[i] if i in has else None for i in range(len(names))]
+        for b in sorted(set(x for x in bounds if x is not None)):
+            idx = [i for i, x in enumerate(bounds) if x == b]
+            ax.scatter([dram[i] for i in idx], [comp[i] for i in idx],
+                       s=[size[i] for i in idx], alpha=0.6,
+                       color=palette.get(b, "#bcbd22"), label=b)
+        for i, n in enumerate(names[:10]):
+            if bounds[i] is not None:
+                ax.annotate(n[:24], (dram[i], comp[i]), fontsize="x-small")
+        ax.set_xlim(0, 100)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("DRAM read + write bandwidth, % of peak")
+        ax.set_ylabel("compute: max(SM Issue, Tensor Active), % of peak")
+        ax.set_title("Layers: compute against memory (size: GPU time)")
+        ax.legend(fontsize="x-small", loc="upper right")
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -84,9 +84,10 @@ def nesting(row: np.ndarray, start: np.ndarray, end: np.ndarray
 class Work:
     """GPU activities with the CUDA call that launched them, sorted by (launching row, call
     start): `launch_row` (the host row of the call), `launch` (its start), `row` (the GPU
-    row the activity ran on), `start`, `end`, `kind` (KERNEL, NCCL, MEMCPY, MEMSET), `item`
-    (the activity's index in the caller's order, to carry its own columns along), `key`
-    (`keys(launch_row, launch)`), `call_first` (the first activity of its call)."""
+    row the activity ran on), `start`, `end`, `kind` (a category code), `item` (the
+    activity's index in the caller's order, to carry its own columns along), `key`
+    (`keys(launch_row, launch)`), `calls` (on the first activity of each launch instant,
+    the calls it stands for: nsys counts launching calls, not activities)."""
 
     launch_row: np.ndarray
     launch: np.ndarray
@@ -97,14 +98,19 @@ class Work:
     item: np.ndarray
     key: np.ndarray
     keys: PackedKeys
+    calls: np.ndarray  # per activity: the calls its first activity of a launch instant stands for
+    zero: np.ndarray | None = None  # its launch instant holds calls of 0 ns only
 
     @classmethod
     def of(cls, launch_row: np.ndarray, launch: np.ndarray, row: np.ndarray,
            start: np.ndarray, end: np.ndarray, kind: np.ndarray,
-           range_times: list[np.ndarray] = ()) -> "Work":
+           range_times: list[np.ndarray] = (), calls_at: np.ndarray | None = None,
+           zero: np.ndarray | None = None) -> "Work":
         """Activities without a launching call (launch_row < 0) are left out, as nsys leaves
         them out. `range_times`: the ranges' starts and ends, which the keys must order
-        too."""
+        too. Where clamped timestamps put several calls of a thread at one instant:
+        `calls_at` (per activity, the calls that start at its launch instant; default 1) and
+        `zero` (those calls all last 0 ns)."""
         keep = np.flatnonzero(np.asarray(launch_row) >= 0)
         lr = np.asarray(launch_row, np.int64)[keep]
         la = np.asarray(launch, np.int64)[keep]
@@ -113,9 +119,21 @@ class Work:
         key = keys(lr, la)
         order = np.argsort(key, kind="stable")
         item = keep[order]
+        key = key[order]
+        # the launching calls an instant stands for: one per activity at most (several calls
+        # of one instant each launched one), as many as started there at most
+        first = np.ones(key.size, dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        size = np.diff(np.append(starts, key.size))
+        at = np.ones(key.size, np.int64) if calls_at is None \
+            else np.maximum(np.asarray(calls_at, np.int64)[item], 1)
+        calls = np.zeros(key.size, dtype=np.int64)
+        calls[starts] = np.minimum(size, at[starts])
         return cls(lr[order].astype(np.int32), la[order], np.asarray(row, np.int32)[item],
                    np.asarray(start, np.int64)[item], np.asarray(end, np.int64)[item],
-                   np.asarray(kind, np.int8)[item], item, key[order], keys)
+                   np.asarray(kind, np.int8)[item], item, key, keys, calls,
+                   None if zero is None else np.asarray(zero, bool)[item])
 
     @property
     def size(self) -> int:
@@ -128,7 +146,12 @@ class Work:
         of its own thread ends inside it: the thread is in the call until it returns)."""
         row = np.asarray(row, np.int64)
         lo = np.searchsorted(self.key, self.keys(row, np.asarray(start, np.int64)), "left")
-        hi = np.searchsorted(self.key, self.keys(row, np.asarray(end, np.int64)), "left")
+        end_key = self.keys(row, np.asarray(end, np.int64))
+        hi = np.searchsorted(self.key, end_key, "left")
+        if self.zero is not None and self.size:  # calls of 0 ns at the end: inside (nsys)
+            right = np.searchsorted(self.key, end_key, "right")
+            at_end = (right > hi) & self.zero[np.minimum(hi, self.size - 1)]
+            hi = np.where(at_end, right, hi)
         return lo, np.maximum(hi, lo)
 
 
@@ -184,9 +207,7 @@ def project(work: Work, row: np.ndarray, start: np.ndarray, end: np.ndarray,
         z = np.zeros(n, dtype=np.int64)
         return Projection(lo, hi, z, z.copy(), z.copy(), np.zeros((n, kinds), np.int64),
                           z.copy(), np.zeros(n, bool))
-    first_call = np.ones(work.size, dtype=bool)
-    first_call[1:] = work.key[1:] != work.key[:-1]
-    calls = np.concatenate([[0], np.cumsum(first_call, dtype=np.int64)])
+    calls = np.concatenate([[0], np.cumsum(work.calls)])
     ops = calls[hi] - calls[lo]
     gstart = _reduce_slices(np.minimum, work.start, lo, hi)
     gend = _reduce_slices(np.maximum, work.end, lo, hi)

@@ -34,6 +34,7 @@ from .activities import Activities
 from .idle import CAUSE_KEYS, UNKNOWN_HOST
 
 MIN_STEPS = 3  # fewer: the verdict cannot judge noise anyway (3 a side: p >= 0.1)
+MIN_FOR_OUTLIERS = 4  # steps from which outliers are judged (Tukey's fences)
 COVER_FLOOR = 0.25  # share of the GPU work a step must hold at least
 TOLERANCE = 0.8  # a step holds this fraction of the largest share at least
 NAME_FLOOR = 0.5  # and launches this share of the kernel names at least

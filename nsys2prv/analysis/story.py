@@ -61,6 +61,9 @@ def explain_changes(c) -> list[str]:
         parts += _inside_step(c)
     else:
         parts += _whole_run(c)
+    layers = _layers(c)
+    if layers:
+        parts.append(layers)
     copies = _copies(c)
     if copies:
         parts.append(copies)
@@ -387,3 +390,53 @@ def rate_sentence(c, kernels: list[str]) -> str | None:
     ratio = "" if k["ratio"] is None else f" {_pct(k['ratio'] - 1)}"
     return (f"Largest rate change among them: {k['label']}{ratio}: "
             f"{top['metric']} {top['before']:.1f} % -> {top['after']:.1f} %.")
+
+
+# ------------------------------------------------------------------ layers on the GPU --
+
+def _layers(c, k: int = 3) -> str | None:
+    """The NVTX ranges whose GPU time (their projection onto the GPU) moved: per step beyond
+    noise where there is a step (`Iterations.layers`), else the run's largest moves by 1 %
+    of its GPU time at least; of ranges that nest with the same numbers (an operator and
+    its autograd wrapper) the first one only."""
+    from .layers import layer_label
+
+    it = c.iterations
+    items: list[str] = []
+    seen: set[tuple] = set()
+    if it is not None and it.layers is not None and it.layers.height:
+        moved = (it.layers.filter(pl.col("verdict").is_in(["faster", "slower"]))
+                 .with_columns((pl.col("median_after") - pl.col("median_before")).abs()
+                               .alias("_m")).filter(pl.col("_m") >= _material(c))
+                 .sort("_m", "range", descending=[True, False]))
+        for r in moved.iter_rows(named=True):
+            same = (round(r["median_before"]), round(r["median_after"]))
+            if same in seen:
+                continue
+            seen.add(same)
+            items.append(f"{layer_label(r['range'])} {_t(r['median_before'])} -> "
+                         f"{_t(r['median_after'])} ({_pct(r['change'])})")
+            if len(items) == k:
+                break
+        if not items:
+            return None
+        return "On the GPU, per step (NVTX ranges projected): " + "; ".join(items) + "."
+    t = c.layers
+    if t is None or t.height == 0:
+        return None
+    total = max(int(t["gpu_before"].max() or 0), int(t["gpu_after"].max() or 0))
+    floor = MATERIAL * total
+    for r in t.filter(pl.col("delta").abs() >= max(floor, 1)).iter_rows(named=True):
+        same = (r["gpu_before"], r["gpu_after"])
+        if same in seen:
+            continue
+        seen.add(same)
+        change = "" if not r["gpu_before"] else f" ({_pct(r['gpu_after'] / r['gpu_before'] - 1)})"
+        items.append(f"{layer_label(r['range'])} {_t(r['gpu_before'])} -> {_t(r['gpu_after'])}"
+                     + change)
+        if len(items) == k:
+            break
+    if not items:
+        return None
+    return "GPU time of the NVTX ranges (projected onto the GPU) that moved most: " \
+        + "; ".join(items) + "."

@@ -21,7 +21,8 @@ from ..report.inputs import expand_inputs
 from ..supervise import register_temp, stderr_is_terminal
 from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
 from ..analysis.labels import fit_labels
-from ..analysis.model import Analysis, Efficiency, GroupResult, analyze_path
+from ..analysis.model import Analysis, Efficiency, GroupResult
+from ..analysis.passes import AUTO, Extras, analyze_trace_all
 from .common import Parser, Progress, add_window_arguments, window_of
 
 
@@ -90,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-kernel-metrics", action="store_true",
                    help="skip 'Inside the kernels' (each kernel's GPU metrics from the samples, "
                         "printed by default when the trace has GPU metrics)")
+    p.add_argument("--layers", metavar="NAME|DEPTH",
+                   help="the layer level of 'Layers on the GPU' (NVTX ranges projected onto "
+                        "the GPU, printed by default when the trace has NVTX ranges): a "
+                        "range's name (digits as '#' for a family: 'layer_#') or a nesting "
+                        "depth (0 = outermost); default: found (numbered ranges, the step's "
+                        "repeated children, or PyTorch's operators)")
+    p.add_argument("--no-layers", action="store_true",
+                   help="skip 'Layers on the GPU'")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -135,82 +144,27 @@ def _cut(trace: str, tmp: Path, window, allow_empty: bool) -> Path:
     return out
 
 
-@dataclass
-class Extras:
-    """What `--iterations` and `--modality` add to the analysis (None: not asked)."""
-
-    # analysis.iterations.IterationReport, or why no range could be picked
-    iterations: object | None = None
-    modality: object | None = None  # polars DataFrame of analysis.modality
-    critical: object | None = None  # analysis.critical_path.CriticalPath
-    graph: object | None = None  # its analysis.critical_path.Graph
-    kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
-
-
 def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | None,
                  modality: bool, what_if: list | None = None,
-                 kernel_metrics: bool = True) -> tuple[Analysis, Extras]:
-    """The analysis of a trace and, on the same passes, the steps, the kernels' modality,
-    the critical path with its what-ifs (`what_if` not None) and what the kernels do with
-    the GPU (`kernel_metrics`, where the trace has GPU metrics) when asked (iterations '':
-    the range is picked)."""
-    extras = Extras()
-    observers = []
-    if what_if is not None:
-        from ..analysis.critical_path import GraphCollector
+                 kernel_metrics: bool = True, layers: str | None = AUTO
+                 ) -> tuple[Analysis, Extras]:
+    """`analysis.passes.analyze_trace_all`, with `--layers` naming a range that is not
+    there said in one line."""
+    from ..analysis.layers import LayersNotFound
 
-        graph = GraphCollector(path)
-        observers.append(graph)
-    samples = None
-    if kernel_metrics:
-        from ..analysis.kernel_metrics import SampleCollector
-
-        samples = SampleCollector(path)
-        if samples.types:
-            observers.append(samples)
-    acts = None
-    if iterations is not None:
-        from ..analysis.iterations import analyze_steps
-
-        result, acts, extras.iterations = analyze_steps(path, iterations or None, explain,
-                                                        top, observers)
-    elif modality or (samples is not None and samples.types):
-        from ..analysis.activities import ActivityCollector
-
-        collector = ActivityCollector(path)
-        result = analyze_path(path, explain, top, observers=[collector, *observers])
-        acts = collector.result()
-    else:
-        result = analyze_path(path, explain, top, observers=observers)
-    if modality:
-        from ..analysis.modality import kernel_modality
-
-        extras.modality = kernel_modality(acts)
-    if samples is not None:
-        from ..analysis.kernel_metrics import KernelMetrics, NO_METRICS, kernel_metrics as km
-
-        if acts is None:
-            extras.kernel_metrics = KernelMetrics(note=NO_METRICS)
-        else:
-            steps = None
-            if extras.iterations is not None and not isinstance(extras.iterations, str):
-                steps = extras.iterations.steps.select("instance", "start", "end")
-            extras.kernel_metrics = km(acts, samples, steps)
-    if what_if is not None:
-        from ..analysis.critical_path import critical_path, step_paths
-
-        extras.graph = g = graph.graph()
-        extras.critical = critical_path(g, what_if, top)
-        if extras.iterations is not None and not isinstance(extras.iterations, str):
-            extras.critical.steps = step_paths(g, extras.iterations.steps)
-    return result, extras
+    try:
+        return analyze_trace_all(path, explain, top, iterations, modality, what_if,
+                                 kernel_metrics, layers)
+    except LayersNotFound as e:
+        raise InputError(f"--layers: {e}") from None
 
 
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             keep_in: Path | None = None, window=None,
             allow_empty: bool = False, iterations: str | None = None,
             modality: bool = False, what_if: list | None = None,
-            kernel_metrics: bool = True) -> tuple[Analysis, Path | None, Extras]:
+            kernel_metrics: bool = True, layers: str | None = AUTO
+            ) -> tuple[Analysis, Path | None, Extras]:
     """Analyse one trace, or translate reports (into a temporary directory, or into
     `keep_in`) and analyse that trace; with `window`, that window of the run. Returns the
     analysis, the trace kept, if any, and what `iterations`/`modality`/`what_if` add."""
@@ -221,7 +175,7 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
         raise UsageError("give either one trace (.prv) or reports, not both")
     if single_trace and window is None:
         result, extras = _analysis_of(inputs[0], explain, top, iterations, modality,
-                                      what_if, kernel_metrics)
+                                      what_if, kernel_metrics, layers)
         return result, Path(inputs[0]), extras
     with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
         register_temp(tmp)
@@ -235,7 +189,7 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             out = _translate(inputs, out, window=window, allow_empty=allow_empty,
                              keep=keep_in is not None)
         result, extras = _analysis_of(out, explain, top, iterations, modality, what_if,
-                                      kernel_metrics)
+                                      kernel_metrics, layers)
     result.trace = " ".join(inputs) if len(inputs) <= 4 else \
         f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
     return result, out if keep_in is not None else None, extras
@@ -651,9 +605,13 @@ def main(argv: list[str]) -> int:
         from ..analysis.critical_path import parse_what_if
 
         what_if = [parse_what_if(w) for w in args.what_if]
+    if args.layers is not None and args.no_layers:
+        raise UsageError("--layers and --no-layers exclude each other")
+    layers = None if args.no_layers else (args.layers or AUTO)
     result, trace, extras = analyze(args.inputs, not args.no_idle, args.top, views,
                                     window_of(args), args.allow_empty, args.iterations,
-                                    args.modality, what_if, not args.no_kernel_metrics)
+                                    args.modality, what_if, not args.no_kernel_metrics,
+                                    layers)
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types
@@ -688,6 +646,8 @@ def main(argv: list[str]) -> int:
             out["critical_path"] = extras.critical.to_dict()
         if extras.kernel_metrics is not None:
             out["kernel_metrics"] = extras.kernel_metrics.to_dict()
+        if extras.layers is not None:
+            out["layers"] = extras.layers.to_dict()
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
@@ -706,13 +666,15 @@ def main(argv: list[str]) -> int:
         if extras.kernel_metrics is not None:
             sys.stdout.write(format_kernel_metrics(extras.kernel_metrics, args.list_all,
                                                    args.top))
+        if extras.layers is not None:
+            sys.stdout.write(format_layers(extras.layers, args.list_all, args.top))
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")
     if args.plot:
         from ..analysis.plot import plot_analysis
 
-        plot_analysis(result, args.plot)
+        plot_analysis(result, args.plot, layers=extras.layers)
     return 0
 
 
@@ -868,4 +830,87 @@ def format_kernel_metrics(km, list_all: bool = False, top: int = 10) -> str:
     for what, per in km.dropped.items():
         out.append(f"###   dropped: {what}: "
                    + ", ".join(f"{dev} {n}" for dev, n in per.items()))
+    return "\n".join(out) + "\n"
+
+
+def format_layers(lay, list_all: bool = False, top: int = 10) -> str:
+    """Layers on the GPU: what the NVTX ranges launched, the layer level picked and why, per
+    layer its GPU time, share, split, idle time and cause, top kernels and rates, the
+    outliers; then the projected ranges with most GPU time, per name."""
+    import polars as pl
+
+    from ..analysis.layers import CATEGORIES, layer_label
+
+    c = pl.col
+    p = lay.projected
+    out = ["", "### Layers on the GPU: NVTX ranges projected onto the GPU (each range's GPU "
+               "work: what its calls launched; docs/layers.md)"]
+    un = p.unassigned
+    out.append(f"###   {p.instances.height} of {p.ranges} NVTX ranges launched GPU work "
+               f"({p.not_projected} launched nothing)"
+               + (f"; {un.get('ops', 0)} calls launched {_ms(un.get('gpu_time', 0))} of GPU "
+                  "work outside every range" if un.get("ops") else ""))
+    pick = lay.pick
+    if pick.kind is None:
+        out.append(f"###   layers: none found: {pick.why} (name them with --layers "
+                   "NAME|DEPTH)")
+    else:
+        out.append(f"###   layers: {pick.why}")
+        lost = pick.candidates.filter(~c("families").list.eval(pl.element()).list.join("|")
+                                      .eq("|".join(pick.families))) \
+            if pick.candidates.height else pick.candidates
+        for r in lost.head(2).iter_rows(named=True):
+            fams = ", ".join(layer_label(f) for f in r["families"][:3])
+            out.append(f"###     runner-up: {r['kind']} ({fams}{'...' if len(r['families']) > 3 else ''}; "
+                       f"{100 * r['share']:.1f} %)")
+        table = lay.layers
+        shown = table if list_all else table.head(top)
+        scope = f"launched in the steps ('{lay.step}')" if lay.step else "of the run"
+        out.append(f"###   per layer (top {shown.height} of {table.height} by GPU time; "
+                   f"shares of the GPU time {scope}, {_ms(lay.total)}):")
+        rates = [m for m in ("SM Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth",
+                             "DRAM Write Bandwidth") if f"rate.{m}" in table.columns]
+        heads = " ".join(f"{_RATE_HEADS[m]:>6}" for m in rates)
+        out.append(f"###     {'layer':<36} {'n':>5} {'GPU time':>10} {'share':>6} "
+                   f"{'compute':>7} {'NCCL':>5} {'copy':>5} {'idle in':>10} "
+                   f"{'idle cause':<13} {heads}{'  bound' if rates else ''}  top kernels")
+        copy = [x for x in CATEGORIES if x.startswith("memcpy")]
+        for r in shown.iter_rows(named=True):
+            g = max(r["gpu"], 1)
+            cp = sum(r[x] for x in copy)
+            kern = ", ".join(k["kernel"] for k in (r.get("top_kernels") or [])[:2])
+            cause = r.get("idle_cause") or "-"
+            line = (f"###     {layer_label(r['layer'])[:36]:<36} {r['instances']:>5} "
+                    f"{_ms(r['gpu']):>10} {100 * r['share']:5.1f}% "
+                    f"{100 * r['compute kernels'] / g:6.0f}% {100 * r['NCCL kernels'] / g:4.0f}% "
+                    f"{100 * cp / g:4.0f}% {_ms(r['idle']):>10} {cause:<13} ")
+            if rates:
+                line += " ".join(f"{_rate(r.get('rate.' + m)):>6}" for m in rates)
+                line += f"  {r.get('bound') or '-':<13}"
+            out.append(line + f"  {kern[:60]}")
+        if table.height > shown.height:
+            out.append(f"###     ... {table.height - shown.height} more layers (all in --json, "
+                       "or --list-all)")
+        if lay.outliers.height:
+            out.append("###   outliers (GPU time against the median of its peers):")
+            for r in lay.outliers.head(top).iter_rows(named=True):
+                where = {"siblings": "its numbered siblings", "ranks": "the other ranks",
+                         "steps": "the other steps"}[r["kind"]]
+                at = (f"step {r['step']} " if r["step"] is not None else "") + \
+                    f"rank {r['rank']}"
+                out.append(f"###     {layer_label(r['layer'])} at {at}: {_ms(r['gpu'])}, "
+                           f"{r['ratio']:.2f}x {where} ({_ms(int(r['median']))})")
+        for note in lay.notes:
+            out.append(f"###   {note}")
+    names = p.names().filter(c("rank").is_null()).sort("sum", "name",
+                                                        descending=[True, False])
+    if names.height:
+        n = names.height if list_all else min(top, names.height)
+        out.append(f"###   projected ranges by GPU span (top {n} of {names.height} names; "
+                   "per name: count, total, mean, median, max of the projected durations, "
+                   "as nsys' nvtx_gpu_proj_sum):")
+        for r in names.head(n).iter_rows(named=True):
+            out.append(f"###     {(r['name'] or '')[:48]:<48} {r['count']:>6} "
+                       f"{_ms(r['sum']):>12} {_ms(r['mean']):>12} {_ms(r['median']):>12} "
+                       f"{_ms(r['max']):>12}")
     return "\n".join(out) + "\n"

@@ -166,6 +166,22 @@ def format_text(c, top: int = 15) -> str:
             w(f"{_short(name, 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
               f"{_count_delta(r):>8}{_ms(r['total_before']):>13}{_ms(r['total_after']):>13}"
               f"{_ms(r['delta']):>13} {_ratio(r['ratio']):>7}\n")
+    lay = c.layers
+    if lay is not None and lay.height:
+        w(f"\nNVTX ranges on the GPU ({lay.height}; each range's projection: the GPU time of "
+          f"the work its calls launched; digits folded to #; {top} largest changes; ms)\n")
+        for r in lay.head(top).iter_rows(named=True):
+            name = r["range"] + (f" @{r['domain']}" if r["domain"] else "")
+            w(f"{_short(name, 43):<44}{r['count_before']:>9}{r['count_after']:>9}"
+              f"{_count_delta(r):>8}{_ms(r['gpu_before']):>13}{_ms(r['gpu_after']):>13}"
+              f"{_ms(r['delta']):>13} {_ratio(r['ratio']):>7}\n")
+    st = c.iterations.layers if c.iterations is not None else None
+    if st is not None and st.height:
+        w("\nNVTX ranges on the GPU per step (medians over the steps; ms; verdicts "
+          "Holm-corrected)\n")
+        for r in st.iter_rows(named=True):
+            w(f"{_short(r['range'], 43):<44}{_ms(r['median_before']):>13}"
+              f"{_ms(r['median_after']):>13}  {r['verdict']}\n")
     if c.devices is not None:
         _devices(w, c.devices, top)
     if c.models.height and c.before.analysis is not None:

@@ -1,0 +1,153 @@
+"""Every analysis of one trace on the same passes over it.
+
+The efficiency model reads a trace window by window (`model.analyze_path`); the analyses
+that need every activity (the steps, the layers, the kernels' modality and GPU metric rates,
+the critical path) observe that same pass, and what the idle analysis' second pass sums per
+step or per layer instance is decided between the passes, once the activities are known.
+`analyze_trace_all` runs what is asked and returns the results, for the command line
+(`nsys2prv analyze`) and the library alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from ..paraver.read import Source
+from .model import Analysis, analyze_path
+
+AUTO = ""  # iterations / layers: found by the tool
+
+
+@dataclass
+class Extras:
+    """What the analyses beyond the model add (None: not asked)."""
+
+    # iterations.IterationReport, or why no range could be picked
+    iterations: object | None = None
+    modality: object | None = None  # polars DataFrame of analysis.modality
+    critical: object | None = None  # analysis.critical_path.CriticalPath
+    graph: object | None = None  # its analysis.critical_path.Graph
+    kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
+    layers: object | None = None  # analysis.layers.Layers
+
+
+def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
+                      iterations: str | None = None, modality: bool = False,
+                      what_if: list | None = None, kernel_metrics: bool = True,
+                      layers: str | None = AUTO) -> tuple[Analysis, Extras]:
+    """The analysis of a trace and, on the same passes, what is asked: the steps of
+    `iterations` ('RANGE[@DOMAIN]'; AUTO: picked; None: not asked), the kernels'
+    `modality`, the critical path with its what-ifs (`what_if` not None), what the kernels
+    do with the GPU (`kernel_metrics`, where the trace has GPU metrics) and the NVTX ranges
+    projected onto the GPU with the layer level (`layers`: a name or depth, AUTO: found;
+    None: not asked; only where the trace has NVTX ranges)."""
+    from .activities import ActivityCollector
+
+    extras = Extras()
+    observers = []
+    graph = None
+    if what_if is not None:
+        from .critical_path import GraphCollector
+
+        graph = GraphCollector(path)
+        observers.append(graph)
+    samples = None
+    if kernel_metrics:
+        from .kernel_metrics import SampleCollector
+
+        samples = SampleCollector(path)
+        if samples.types:
+            observers.append(samples)
+    collector = ActivityCollector(path)
+    if layers is not None and not collector.nvtx_types:
+        layers = None  # no NVTX range: nothing to project
+    need_acts = iterations is not None or modality or layers is not None \
+        or (samples is not None and bool(samples.types))
+    state: dict = {}
+
+    def between() -> dict | None:
+        """Between the passes: the activities, the step and the layers, and the buckets
+        the idle analysis' second pass sums (the steps, the layers' instances)."""
+        from .iterations import NoLoop, resolve_range
+        from .steps import instances, pick
+
+        state["acts"] = acts = collector.result()
+        buckets: dict = {}
+        step = None
+        if iterations is not None:
+            try:
+                state["range"] = resolve_range(acts, iterations or None)
+                name, domain, found = state["range"]
+                buckets["steps"] = instances(acts, name, domain).select("instance", "start",
+                                                                        "end")
+                step = found
+                if step is None:  # named: as a pick of that range
+                    from .steps import StepPick
+                    step = StepPick(name, domain, "named with --iterations")
+            except NoLoop as e:
+                state["range"] = str(e)
+        elif layers is not None:
+            step = pick(acts)
+        if layers is not None:
+            from .layers import analyze_layers
+
+            state["layers"] = found_layers = analyze_layers(acts, step, layers or None)
+            buckets["layers"] = found_layers.buckets()
+        return buckets or None
+
+    if need_acts:
+        result = analyze_path(path, explain, top, observers=[collector, *observers],
+                              steps=between)
+        if "acts" not in state:  # no second pass (no devices, or explain off)
+            between()
+        acts = state["acts"]
+    else:
+        result = analyze_path(path, explain, top, observers=observers)
+        acts = None
+    if iterations is not None:
+        from .iterations import iteration_report
+
+        if isinstance(state["range"], str):
+            extras.iterations = state["range"]
+        else:
+            name, domain, found = state["range"]
+            idle_steps = result.idle.instances if result.idle is not None else None
+            report = iteration_report(acts, name, domain, picked=not iterations,
+                                      idle_steps=idle_steps)
+            report.pick = found
+            extras.iterations = report
+    if modality:
+        from .modality import kernel_modality
+
+        extras.modality = kernel_modality(acts)
+    if samples is not None:
+        from .kernel_metrics import NO_METRICS, KernelMetrics
+        from .kernel_metrics import kernel_metrics as km
+
+        if acts is None or not samples.types:
+            extras.kernel_metrics = KernelMetrics(note=NO_METRICS)
+        else:
+            steps = None
+            if extras.iterations is not None and not isinstance(extras.iterations, str):
+                steps = extras.iterations.steps.select("instance", "start", "end")
+            extras.kernel_metrics = km(acts, samples, steps)
+    if layers is not None:
+        found_layers = state["layers"]
+        found_layers.add_idle(result.idle)
+        found_layers.add_rates(extras.kernel_metrics)
+        if extras.iterations is not None and not isinstance(extras.iterations, str):
+            found_layers.add_iterations(extras.iterations)
+        extras.layers = found_layers
+    if what_if is not None:
+        from .critical_path import critical_path, step_paths
+
+        extras.graph = g = graph.graph()
+        extras.critical = critical_path(g, what_if, top)
+        if extras.iterations is not None and not isinstance(extras.iterations, str):
+            extras.critical.steps = step_paths(g, extras.iterations.steps)
+    return result, extras
+
+
