@@ -362,3 +362,27 @@ def test_corpus_aiprof_operators_are_the_layers(tmp_path_factory):
         select count(*) from NVTX_EVENTS n left join StringIds s on s.id = n.textId
         where coalesce(s.value, n.text) =
               'autograd::engine::evaluate_function: ConvolutionBackward0'""").fetchone()[0]
+
+
+def test_diff_names_the_layer_whose_gpu_time_moved(tmp_path):
+    """One numbered layer made 2x slower on the GPU in every step: the comparison's table
+    keeps each layer's number, its per-step verdict says slower, and the paragraph names
+    that layer (not the step or 'forward' that only add it up) with the generator's
+    numbers."""
+    from nsys2prv.analysis.diff import compare
+
+    b = layers_run(tmp_path / "before", steps=8, layers=6)
+    a = layers_run(tmp_path / "after", steps=8, layers=6,
+                   slow={(0, k, 4): 2.0 for k in range(8)})
+    c = compare(str(b.path), str(a.path))
+    per_layer = 3 * LAYER_NS  # three kernels per layer
+    row = c.layers.filter(pl.col("range") == "layer_4").row(0, named=True)
+    assert (row["gpu_before"], row["gpu_after"]) == (8 * per_layer, 16 * per_layer)
+    assert row["parent"] == "forward"
+    assert c.layers.filter(pl.col("range") == "layer_3")["delta"].to_list() == [0]
+    st = c.iterations.layers.filter(pl.col("range") == "layer_4").row(0, named=True)
+    assert st["verdict"] == "slower"
+    assert (st["median_before"], st["median_after"]) == (per_layer, 2 * per_layer)
+    assert (f"On the GPU, per step (NVTX ranges projected): layer_4 {per_layer / 1e6:.3f} ms "
+            f"-> {2 * per_layer / 1e6:.3f} ms (+100.0 %).") in c.paragraph
+    assert "ProfilerStep" not in c.paragraph.split("On the GPU")[1]

@@ -29,6 +29,7 @@ import polars as pl
 from .activities import Activities, read_activities
 from .labels import label_frame
 from .layers import CATEGORIES as LAYER_CATEGORIES  # the GPU time of a projected range
+from .layers import range_keys
 from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
 from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
 from .steps import (StepPick, candidates, choose, instance_windows,  # noqa: F401 - API
@@ -556,31 +557,33 @@ def _step_verdicts(sb: pl.DataFrame | None, sa: pl.DataFrame | None, label: dict
 
 
 def layer_table(pb, pa) -> pl.DataFrame:
-    """Per NVTX range (name with digit runs folded to '#', domain), what its projection
+    """Per NVTX range (name with digit runs folded to '#', but numbered layers': `layers.range_keys`; domain), what its projection
     onto the GPU holds on each side (`layers.project_ranges`): instances (count), gpu (the
-    GPU time of the work its calls launched), busy (its union), span (projected durations
-    summed), delta and ratio of gpu, and the whole names folded into it (`names`)."""
-    from .steps import fold
-
+    GPU time of the work its calls launched), span (projected durations summed), delta and ratio of gpu, the whole names folded into it (`names`) and the range
+    it is most often directly inside (`parent`)."""
     schema = {"range": pl.Utf8, "domain": pl.Utf8, "count": pl.Int64, "gpu": pl.Int64,
-              "busy": pl.Int64, "span": pl.Int64, "names": pl.List(pl.Utf8)}
+              "span": pl.Int64, "names": pl.List(pl.Utf8),
+              "parents": pl.List(pl.Utf8)}
 
     def per(proj) -> pl.DataFrame:
         if proj is None or proj.instances.height == 0:
             return pl.DataFrame(schema=schema)
-        inst = proj.instances.with_columns(
-            pl.col("name").fill_null("").map_elements(fold, return_dtype=pl.Utf8)
-            .alias("range"), pl.col("domain").fill_null(""),
-            pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu"))
+        keys = range_keys(proj)
+        inst = (proj.instances.join(keys, on="id")
+                .join(keys.rename({"id": "parent", "range": "parent_range"}), on="parent",
+                      how="left")
+                .with_columns(pl.col("domain").fill_null(""),
+                              pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu")))
         return inst.group_by("range", "domain").agg(
             pl.len().cast(pl.Int64).alias("count"), pl.col("gpu").sum(),
-            pl.col("busy").sum(), pl.col("dur").sum().alias("span"),
-            pl.col("name").unique().sort().alias("names")).cast(schema)
+            pl.col("dur").sum().alias("span"),
+            pl.col("name").unique().sort().alias("names"),
+            pl.col("parent_range").drop_nulls().mode().sort().alias("parents")).cast(schema)
 
     b, a = per(pb), per(pa)
-    cols = ("count", "gpu", "busy", "span")
-    j = (b.rename({c: f"{c}_before" for c in (*cols, "names")})
-         .join(a.rename({c: f"{c}_after" for c in (*cols, "names")}),
+    cols = ("count", "gpu", "span")
+    j = (b.rename({c: f"{c}_before" for c in (*cols, "names", "parents")})
+         .join(a.rename({c: f"{c}_after" for c in (*cols, "names", "parents")}),
                on=["range", "domain"], how="full", coalesce=True)
          .with_columns(*(pl.col(f"{c}_{x}").fill_null(0) for c in cols
                          for x in ("before", "after"))))
@@ -590,8 +593,11 @@ def layer_table(pb, pa) -> pl.DataFrame:
                            .otherwise(None).alias("ratio"),
                            pl.concat_list(pl.col("names_before").fill_null([]),
                                           pl.col("names_after").fill_null([]))
-                           .list.unique().list.sort().alias("names"))
-            .drop("names_before", "names_after")
+                           .list.unique().list.sort().alias("names"),
+                           # the range it is most often directly inside (before's, else after's)
+                           pl.coalesce(pl.col("parents_before").list.first(),
+                                       pl.col("parents_after").list.first()).alias("parent"))
+            .drop("names_before", "names_after", "parents_before", "parents_after")
             .sort(pl.col("delta").abs(), "range", "domain",
                   descending=[True, False, False]))
 
@@ -600,14 +606,12 @@ def step_layer_table(pb, pa, ib: pl.DataFrame, ia: pl.DataFrame) -> pl.DataFrame
     """Per NVTX range family, its projected GPU time per step on each side (the ranges
     whose CPU start lies in each step), for the STEP_KERNELS families whose median moved
     most, each with its verdict (as `step_kernel_table`; column `range`)."""
-    from .steps import fold
 
     def per_step(proj, steps: pl.DataFrame) -> pl.DataFrame | None:
         if proj is None or proj.instances.height == 0:
             return None
-        inst = (proj.instances.select(
-            pl.col("name").fill_null("").map_elements(fold, return_dtype=pl.Utf8)
-            .alias("range"), pl.col("cpu_start").alias("start"),
+        inst = (proj.instances.join(range_keys(proj), on="id").select(
+            "range", pl.col("cpu_start").alias("start"),
             pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu")).sort("start"))
         tagged = (inst.join_asof(steps.select("start", "end", "instance").sort("start"),
                                  on="start", strategy="backward")

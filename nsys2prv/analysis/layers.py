@@ -37,7 +37,7 @@ import polars as pl
 
 from . import projection as P
 from .activities import Activities
-from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, STEP_NAMES, StepPick, fold, \
+from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, STEP_NAMES, StepPick, family, fold, \
     instance_windows
 
 # what the GPU work is, by category (the columns of the tables, in this order)
@@ -50,7 +50,7 @@ OTHER_COPY = 6
 
 # PyTorch's operator ranges (autograd's NVTX: `emit_nvtx`, `record_function`)
 OPERATOR = re.compile(r"^(?:aten::|autograd::|torch::|c10d::|cudnn::|cublas::)|"
-                      r"Backward\d*(?:,|$)|, seq = \d+$")
+                      r"Backward\d*(?:,|$)|, (?:seq|op_id) = \d+")
 COVER_FLOOR = 0.25  # a layer level holds this share of the step's GPU time at least
 TOLERANCE = 0.8  # and this fraction of what the level that holds most holds
 SIBLING_SHARE = 0.5  # a child of the step is a layer when it is in this share of the steps
@@ -121,6 +121,23 @@ class Projected:
     slices: tuple[np.ndarray, np.ndarray] | None = None
     devices: pl.DataFrame | None = None  # row, g: each GPU row's device (idle's key)
 
+    def fill_busy(self, ids: pl.Series) -> None:
+        """The busy time (the union of the work) and idle time of the instances `ids` that
+        lack it (their work ran on several rows): sorted per range, once."""
+        inst = self.instances
+        todo = inst.with_row_index("k").filter(pl.col("id").is_in(ids.implode())
+                                               & pl.col("busy").is_null())
+        if todo.height == 0 or self.work is None:
+            return
+        k = todo["k"].to_numpy()
+        lo, hi = self.slices[0][k], self.slices[1][k]
+        union = P.union_time(self.work, lo, hi, np.ones(k.size, dtype=bool))
+        busy = inst["busy"].to_numpy().copy() if inst["busy"].null_count() == 0 else \
+            inst["busy"].fill_null(-1).to_numpy().copy()
+        busy[k] = union
+        s = pl.Series("busy", busy).set(pl.Series(busy < 0), None)
+        self.instances = inst.with_columns(s, (pl.col("dur") - s).alias("idle"))
+
     def names(self) -> pl.DataFrame:
         """Per range name, per rank and for the job (rank null): the statistics of
         `name_stats`."""
@@ -147,11 +164,13 @@ def name_stats(instances: pl.DataFrame, by: list[str]) -> pl.DataFrame:
                  d.std().alias("std"), d.min().alias("min"),
                  d.quantile(0.25, "linear").alias("q1"), d.median().alias("median"),
                  d.quantile(0.75, "linear").alias("q3"), d.max().alias("max"),
-                 d.sum().alias("sum"), pl.col("busy").sum().alias("busy")))
+                 d.sum().alias("sum")))
 
 
-def project_ranges(acts: Activities, busy: bool = True) -> Projected:
-    """Every range of `acts` projected onto the GPU (module docstring)."""
+def project_ranges(acts: Activities, busy: bool = False) -> Projected:
+    """Every range of `acts` projected onto the GPU (module docstring). `busy`: the union of
+    the work of every range; else only of those whose work ran on one GPU row (a sum), the
+    others' null until `fill_busy` (the layers and the steps get theirs)."""
     r = acts.ranges
     if r.height == 0:
         return Projected(pl.DataFrame(schema=_INSTANCE_SCHEMA))
@@ -160,7 +179,13 @@ def project_ranges(acts: Activities, busy: bool = True) -> Projected:
     e = s + r["dur"].to_numpy()
     work = work_of(acts, [s, e])
     parent, level = P.nesting(row, s, e)
-    proj = P.project(work, row, s, e, busy=busy, kinds=len(CATEGORIES))
+    proj = P.project(work, row, s, e, busy=False, kinds=len(CATEGORIES))
+    # busy time: the summed durations where a range's work ran on one row; the union, which
+    # needs its work sorted, where asked (`busy`) or later for the layers and the steps
+    cheap = ~proj.multirow
+    proj.busy = np.where(cheap, proj.time.sum(axis=1), -1)
+    if busy:
+        proj.busy = P.union_time(work, proj.lo, proj.hi, proj.multirow)
     tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64).alias("rank"))
     names = acts.range_names.rename({"id": "name_id", "name": "name"})
     time = {c: proj.time[:, k] for k, c in enumerate(CATEGORIES)}
@@ -169,7 +194,8 @@ def project_ranges(acts: Activities, busy: bool = True) -> Projected:
         "name_id": r["name"], "type": r["type"], "level": level,
         "parent": pl.Series(parent).set(pl.Series(parent < 0), None),
         "cpu_start": s, "cpu_dur": r["dur"], "start": proj.start,
-        "dur": proj.end - proj.start, "ops": proj.ops, "busy": proj.busy,
+        "dur": proj.end - proj.start, "ops": proj.ops,
+        "busy": pl.Series(proj.busy).set(pl.Series(proj.busy < 0), None),
         "lo": proj.lo, "hi": proj.hi, **time})
         .filter(pl.col("ops") > 0)
         .join(tasks, on="row", how="left")
@@ -248,8 +274,7 @@ class _Tree:
         parent[ids] = inst["parent"].fill_null(-1).to_numpy()
         level[ids] = inst["level"].fill_null(-1).to_numpy()
         fams = (inst.select("name").unique()
-                .with_columns(pl.col("name").map_elements(fold, return_dtype=pl.Utf8)
-                              .alias("family"),
+                .with_columns(family("name").alias("family"),
                               pl.col("name").str.contains(OPERATOR.pattern)
                               .fill_null(False).alias("operator")))
         inst = inst.join(fams, on="name", how="left").join(
@@ -329,10 +354,7 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     if has_step:
         base = base.filter(in_step)
     # 1. numbered families: several numbers under one parent range
-    num = (base.filter(pl.col("family").str.contains("#"))
-           .group_by("family", "parent").agg(pl.col("name").n_unique().alias("k"))
-           .group_by("family").agg(pl.col("k").median().alias("per_parent")))
-    for fam, per in num.filter(pl.col("per_parent") >= 2).iter_rows():
+    for fam, per in _numbered(base).iter_rows():
         out = tree.outermost(pl.col("family") == fam)
         rows.append(("numbered", [fam], float(out.select(pl.sum_horizontal(*CATEGORIES))
                                               .sum().item() or 0),
@@ -395,6 +417,42 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     return LayerPick(best["kind"], fams, why, cand, numbered=best["kind"] == "numbered")
 
 
+def _numbered(inst: pl.DataFrame) -> pl.DataFrame:
+    """(family, per_parent): the families of `inst` (with family, parent, name) that number
+    layers: one number in the name, several numbers under one parent range (the median
+    parent 2 at least), and each name repeated (a layer runs in every step) or the numbers
+    of a parent counting from 0 or 1 (layers of one pass) — not ids that never repeat
+    ('seq = 960')."""
+    one = inst.filter(pl.col("family").str.count_matches("#") == 1).with_columns(
+        pl.col("name").str.extract(r"(\d+)\D*$", 1).cast(pl.Int64, strict=False).alias("n"))
+    per_parent = (one.group_by("family", "parent")
+                  .agg(pl.col("name").n_unique().alias("k"), pl.col("n").min().alias("first"))
+                  .group_by("family").agg(pl.col("k").median().alias("per_parent"),
+                                          (pl.col("first") <= 1).mean().alias("from_zero")))
+    repeats = one.group_by("family", "name").len().group_by("family").agg(
+        pl.col("len").median().alias("repeats"))
+    return (per_parent.join(repeats, on="family")
+            .filter((pl.col("per_parent") >= 2)
+                    & ((pl.col("repeats") >= 2) | (pl.col("from_zero") >= 0.5)))
+            .select("family", "per_parent").sort("family"))
+
+
+def range_keys(proj: Projected) -> pl.DataFrame:
+    """(id, range): what a comparison calls each projected range: its name with digit runs
+    folded to '#' ('Batch 12' is 'Batch #'), but the members of numbered layer families,
+    which keep their number ('layer_4': each number a layer; `_numbered`, not operators,
+    steps or epochs)."""
+    inst = proj.instances.select("id", "parent", "name").with_columns(
+        family("name").alias("family"))
+    layers = inst.filter(~pl.col("name").fill_null("").str.contains(OPERATOR.pattern)
+                         & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+                         & ~pl.col("family").str.contains(STEP_NAMES.pattern))
+    keep = set(_numbered(layers)["family"].to_list())
+    return inst.select("id", pl.when(pl.col("family").is_in(list(keep)))
+                       .then(pl.col("name").fill_null("")).otherwise(pl.col("family"))
+                       .alias("range"))
+
+
 class LayersNotFound(ValueError):
     """`--layers` names a range or depth the trace does not have."""
 
@@ -452,6 +510,13 @@ class Layers:
                 .with_columns(pl.Series("instance", m["id"].to_numpy()[idx]))
                 .group_by("instance", "g").agg(pl.col("start").min(), pl.col("end").max())
                 .sort("instance", "g"))
+
+    def release(self) -> None:
+        """Let the sorted work and the slices go (what `buckets` and `fill_busy` read): the
+        tables are made."""
+        self.projected.work = None
+        self.projected.slices = None
+        self.members = self.members.drop("lo", "hi", strict=False)
 
     def add_idle(self, idle) -> None:
         """The idle causes of each layer (`idle.IdleReport.layer_instances`)."""
@@ -562,6 +627,11 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
         return Layers(proj, pick, step_name)
     member = (pl.col("level") == pick.depth) if pick.kind == "depth" \
         else pl.col("family").is_in(pick.families)
+    # the union of the work of the layers' instances and the steps', which are shown
+    wanted = tree.inst.filter(member | _is_step_range(tree, step))["id"]
+    proj.fill_busy(wanted)
+    tree.inst = tree.inst.drop("busy", "idle").join(
+        proj.instances.select("id", "busy", "idle"), on="id", how="left")
     has_step = step is not None and step.name is not None
     if has_step and pick.kind not in ("named", "depth"):
         member = member & pl.col("step").is_not_null()

@@ -67,6 +67,8 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     need_acts = iterations is not None or modality or layers is not None \
         or (samples is not None and bool(samples.types))
     state: dict = {}
+    keep_acts = iterations is not None or modality or (samples is not None
+                                                      and bool(samples.types))
 
     def between() -> dict | None:
         """Between the passes: the activities, the step and the layers, and the buckets
@@ -96,6 +98,9 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
 
             state["layers"] = found_layers = analyze_layers(acts, step, layers or None)
             buckets["layers"] = found_layers.buckets()
+            found_layers.release()  # the work sorted for the projection: not needed now
+            if not keep_acts:  # nor the activities: only the layers read them
+                state["acts"] = None
         return buckets or None
 
     if need_acts:

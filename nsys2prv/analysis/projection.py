@@ -111,15 +111,21 @@ class Work:
         too. Where clamped timestamps put several calls of a thread at one instant:
         `calls_at` (per activity, the calls that start at its launch instant; default 1) and
         `zero` (those calls all last 0 ns)."""
-        keep = np.flatnonzero(np.asarray(launch_row) >= 0)
-        lr = np.asarray(launch_row, np.int64)[keep]
-        la = np.asarray(launch, np.int64)[keep]
+        valid = np.asarray(launch_row) >= 0
+        keep = None if valid.all() else np.flatnonzero(valid).astype(np.int32)
+        del valid
+        lr = np.asarray(launch_row, np.int32) if keep is None \
+            else np.asarray(launch_row, np.int32)[keep]
+        la = np.asarray(launch, np.int64) if keep is None \
+            else np.asarray(launch, np.int64)[keep]
         nrows = int(lr.max()) + 1 if lr.size else 0
         keys = PackedKeys([la, *[np.asarray(t, np.int64) for t in range_times]], nrows)
         key = keys(lr, la)
-        order = np.argsort(key, kind="stable")
-        item = keep[order]
+        order = np.argsort(key, kind="stable").astype(np.int32)
+        item = order if keep is None else keep[order]
         key = key[order]
+        lr, la = lr[order], la[order]
+        del order, keep
         # the launching calls an instant stands for: one per activity at most (several calls
         # of one instant each launched one), as many as started there at most
         first = np.ones(key.size, dtype=bool)
@@ -128,9 +134,10 @@ class Work:
         size = np.diff(np.append(starts, key.size))
         at = np.ones(key.size, np.int64) if calls_at is None \
             else np.maximum(np.asarray(calls_at, np.int64)[item], 1)
-        calls = np.zeros(key.size, dtype=np.int64)
+        calls = np.zeros(key.size, dtype=np.int32)
         calls[starts] = np.minimum(size, at[starts])
-        return cls(lr[order].astype(np.int32), la[order], np.asarray(row, np.int32)[item],
+        del first, starts, size, at
+        return cls(lr, la, np.asarray(row, np.int32)[item],
                    np.asarray(start, np.int64)[item], np.asarray(end, np.int64)[item],
                    np.asarray(kind, np.int8)[item], item, key, keys, calls,
                    None if zero is None else np.asarray(zero, bool)[item])

@@ -396,47 +396,63 @@ def rate_sentence(c, kernels: list[str]) -> str | None:
 
 def _layers(c, k: int = 3) -> str | None:
     """The NVTX ranges whose GPU time (their projection onto the GPU) moved: per step beyond
-    noise where there is a step (`Iterations.layers`), else the run's largest moves by 1 %
-    of its GPU time at least; of ranges that nest with the same numbers (an operator and
-    its autograd wrapper) the first one only."""
+    noise and material where there is a step (`Iterations.layers`), else the run's largest
+    moves by MATERIAL of its GPU time; leaves before the containers that only add them up
+    (a range is not named when a range inside it moved by EXPLAINED of its change), of
+    ranges that nest with the same numbers (an operator and its autograd wrapper) the first
+    one only, never the step itself."""
     from .layers import layer_label
 
     it = c.iterations
-    items: list[str] = []
-    seen: set[tuple] = set()
+    t = c.layers
+    parent = {} if t is None else dict(zip(t["range"].to_list(), t["parent"].to_list()))
+
+    def inside(x: str, y: str) -> bool:  # x lies (at any depth) inside y
+        seen = 0
+        p = parent.get(x)
+        while p is not None and seen < 64:
+            if p == y:
+                return True
+            p, seen = parent.get(p), seen + 1
+        return False
+
+    def pick(moves: list[tuple[str, float, float, float]]) -> list[tuple]:
+        """Of (range, before, after, change) sorted by the size of the move: the leaves."""
+        kept, seen = [], set()
+        for name, b, a, ch in moves:
+            if it is not None and name == it.name:
+                continue
+            if any(inside(o, name) and abs(oa - ob) >= EXPLAINED * abs(a - b)
+                   for o, ob, oa, _ in moves if o != name):
+                continue
+            same = (round(b), round(a))
+            if same in seen:
+                continue
+            seen.add(same)
+            kept.append((name, b, a, ch))
+        return kept[:k]
+
     if it is not None and it.layers is not None and it.layers.height:
         moved = (it.layers.filter(pl.col("verdict").is_in(["faster", "slower"]))
                  .with_columns((pl.col("median_after") - pl.col("median_before")).abs()
                                .alias("_m")).filter(pl.col("_m") >= _material(c))
                  .sort("_m", "range", descending=[True, False]))
-        for r in moved.iter_rows(named=True):
-            same = (round(r["median_before"]), round(r["median_after"]))
-            if same in seen:
-                continue
-            seen.add(same)
-            items.append(f"{layer_label(r['range'])} {_t(r['median_before'])} -> "
-                         f"{_t(r['median_after'])} ({_pct(r['change'])})")
-            if len(items) == k:
-                break
+        items = pick([(r["range"], r["median_before"], r["median_after"], r["change"])
+                      for r in moved.iter_rows(named=True)])
         if not items:
             return None
-        return "On the GPU, per step (NVTX ranges projected): " + "; ".join(items) + "."
-    t = c.layers
+        return "On the GPU, per step (NVTX ranges projected): " + "; ".join(
+            f"{layer_label(n)} {_t(b)} -> {_t(a)} ({_pct(ch)})" for n, b, a, ch in items) + "."
     if t is None or t.height == 0:
         return None
     total = max(int(t["gpu_before"].max() or 0), int(t["gpu_after"].max() or 0))
     floor = MATERIAL * total
-    for r in t.filter(pl.col("delta").abs() >= max(floor, 1)).iter_rows(named=True):
-        same = (r["gpu_before"], r["gpu_after"])
-        if same in seen:
-            continue
-        seen.add(same)
-        change = "" if not r["gpu_before"] else f" ({_pct(r['gpu_after'] / r['gpu_before'] - 1)})"
-        items.append(f"{layer_label(r['range'])} {_t(r['gpu_before'])} -> {_t(r['gpu_after'])}"
-                     + change)
-        if len(items) == k:
-            break
+    moves = [(r["range"], r["gpu_before"], r["gpu_after"],
+              None if not r["gpu_before"] else r["gpu_after"] / r["gpu_before"] - 1)
+             for r in t.filter(pl.col("delta").abs() >= max(floor, 1)).iter_rows(named=True)]
+    items = pick(moves)
     if not items:
         return None
-    return "GPU time of the NVTX ranges (projected onto the GPU) that moved most: " \
-        + "; ".join(items) + "."
+    return "GPU time of the NVTX ranges (projected onto the GPU) that moved most: " + "; ".join(
+        f"{layer_label(n)} {_t(b)} -> {_t(a)}" + ("" if ch is None else f" ({_pct(ch)})")
+        for n, b, a, ch in items) + "."
