@@ -28,8 +28,7 @@ import polars as pl
 
 from .activities import Activities, read_activities
 from .labels import label_frame
-from .layers import CATEGORIES as LAYER_CATEGORIES  # the GPU time of a projected range
-from .layers import range_keys
+from .layers import comparison_rows
 from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
 from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
 from .steps import (StepPick, candidates, choose, instance_windows,  # noqa: F401 - API
@@ -61,6 +60,9 @@ class Side:
     # the side's step candidates (`steps.candidates`), computed where its activities were
     # read: the pair's step is chosen from both tables (`steps.choose`)
     candidates: pl.DataFrame | None = None
+    # its NVTX ranges projected onto the GPU, as the comparison reads them
+    # (`layers.comparison_rows`), computed where its activities were read
+    layer_rows: pl.DataFrame | None = None
 
     @property
     def elapsed(self) -> int:
@@ -556,25 +558,19 @@ def _step_verdicts(sb: pl.DataFrame | None, sa: pl.DataFrame | None, label: dict
     return pl.DataFrame(rows, schema=schema)
 
 
-def layer_table(pb, pa) -> pl.DataFrame:
+def layer_table(pb: pl.DataFrame | None, pa: pl.DataFrame | None) -> pl.DataFrame:
     """Per NVTX range (name with digit runs folded to '#', but numbered layers': `layers.range_keys`; domain), what its projection
-    onto the GPU holds on each side (`layers.project_ranges`): instances (count), gpu (the
+    onto the GPU holds on each side (`layers.comparison_rows`): instances (count), gpu (the
     GPU time of the work its calls launched), span (projected durations summed), delta and ratio of gpu, the whole names folded into it (`names`) and the range
     it is most often directly inside (`parent`)."""
     schema = {"range": pl.Utf8, "domain": pl.Utf8, "count": pl.Int64, "gpu": pl.Int64,
               "span": pl.Int64, "names": pl.List(pl.Utf8),
               "parents": pl.List(pl.Utf8)}
 
-    def per(proj) -> pl.DataFrame:
-        if proj is None or proj.instances.height == 0:
+    def per(rows: pl.DataFrame | None) -> pl.DataFrame:
+        if rows is None or rows.height == 0:
             return pl.DataFrame(schema=schema)
-        keys = range_keys(proj)
-        inst = (proj.instances.join(keys, on="id")
-                .join(keys.rename({"id": "parent", "range": "parent_range"}), on="parent",
-                      how="left")
-                .with_columns(pl.col("domain").fill_null(""),
-                              pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu")))
-        return inst.group_by("range", "domain").agg(
+        return rows.group_by("range", "domain").agg(
             pl.len().cast(pl.Int64).alias("count"), pl.col("gpu").sum(),
             pl.col("dur").sum().alias("span"),
             pl.col("name").unique().sort().alias("names"),
@@ -602,17 +598,16 @@ def layer_table(pb, pa) -> pl.DataFrame:
                   descending=[True, False, False]))
 
 
-def step_layer_table(pb, pa, ib: pl.DataFrame, ia: pl.DataFrame) -> pl.DataFrame:
+def step_layer_table(pb: pl.DataFrame | None, pa: pl.DataFrame | None, ib: pl.DataFrame,
+                     ia: pl.DataFrame) -> pl.DataFrame:
     """Per NVTX range family, its projected GPU time per step on each side (the ranges
     whose CPU start lies in each step), for the STEP_KERNELS families whose median moved
     most, each with its verdict (as `step_kernel_table`; column `range`)."""
 
-    def per_step(proj, steps: pl.DataFrame) -> pl.DataFrame | None:
-        if proj is None or proj.instances.height == 0:
+    def per_step(rows: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame | None:
+        if rows is None or rows.height == 0:
             return None
-        inst = (proj.instances.join(range_keys(proj), on="id").select(
-            "range", pl.col("cpu_start").alias("start"),
-            pl.sum_horizontal(*LAYER_CATEGORIES).alias("gpu")).sort("start"))
+        inst = rows.select("range", pl.col("cpu_start").alias("start"), "gpu").sort("start")
         tagged = (inst.join_asof(steps.select("start", "end", "instance").sort("start"),
                                  on="start", strategy="backward")
                   .filter(pl.col("start") < pl.col("end")))
@@ -711,10 +706,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     if nb != na:
         warnings.append(f"the runs have different GPU counts ({nb} and {na}): no per-device "
                         f"comparison.")
-    from .layers import project_ranges
-
-    pb = project_ranges(b) if b.ranges.height else None
-    pa = project_ranges(a) if a.ranges.height else None
+    pb = before.layer_rows if before.layer_rows is not None else comparison_rows(b)
+    pa = after.layer_rows if after.layer_rows is not None else comparison_rows(a)
     its = found = None
     if iterations is not None or auto_iterations:
         picked = iterations is None
@@ -935,7 +928,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
     return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
-                step, idle_steps, cand)
+                step, idle_steps, cand, comparison_rows(acts))
 
 
 PARALLEL_BYTES = 32 << 20

@@ -453,6 +453,22 @@ def range_keys(proj: Projected) -> pl.DataFrame:
                        .alias("range"))
 
 
+def comparison_rows(acts: Activities) -> pl.DataFrame | None:
+    """What a comparison reads of a run's projected ranges, one row each (a few numbers a
+    range: what a side's process hands over): range (`range_keys`), domain, name,
+    parent_range, cpu_start, dur (projected), gpu (the GPU time of its work); None without
+    NVTX ranges."""
+    if acts.ranges.height == 0:
+        return None
+    proj = project_ranges(acts)
+    keys = range_keys(proj)
+    return (proj.instances.join(keys, on="id")
+            .join(keys.rename({"id": "parent", "range": "parent_range"}), on="parent",
+                  how="left")
+            .select("range", pl.col("domain").fill_null(""), "name", "parent_range",
+                    "cpu_start", "dur", pl.sum_horizontal(*CATEGORIES).alias("gpu")))
+
+
 class LayersNotFound(ValueError):
     """`--layers` names a range or depth the trace does not have."""
 
