@@ -386,3 +386,21 @@ def test_diff_names_the_layer_whose_gpu_time_moved(tmp_path):
     assert (f"On the GPU, per step (NVTX ranges projected): layer_4 {per_layer / 1e6:.3f} ms "
             f"-> {2 * per_layer / 1e6:.3f} ms (+100.0 %).") in c.paragraph
     assert "ProfilerStep" not in c.paragraph.split("On the GPU")[1]
+
+
+def test_a_launch_bound_layer_shows_its_idle_time_and_cause(tmp_path):
+    """A layer whose launch calls take longer than its kernels: the GPU waits inside its
+    projected span; the idle time there equals the generator's (span - GPU time), the idle
+    analysis finds the same gaps inside it, and their cause is the host launching."""
+    truth = layers_run(tmp_path / "run", steps=5, layers=4, launch_bound={2: 600_000})
+    out = tmp_path / "t.prv"
+    nsys2prv.translate([str(truth.path)], str(out))
+    _, extras = analyze_trace_all(out)
+    rows = {r["layer"]: r for r in extras.layers.layers.iter_rows(named=True)}
+    slow = truth.of("layer_2")
+    idle = sum(r.projected[1] - r.projected[0] - r.gpu for r in slow)
+    assert idle > 0 and rows["layer_2"]["idle"] == idle == rows["layer_2"]["gap_idle"]
+    assert rows["layer_2"]["idle_cause"] == "cuda_launch"
+    assert rows["layer_2"]["idle.cuda_launch"] >= 0.99 * idle
+    for other in ("layer_0", "layer_1", "layer_3"):
+        assert rows[other]["idle"] == 0 and rows[other]["idle_cause"] is None

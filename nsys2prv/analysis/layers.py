@@ -669,6 +669,12 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
                 .agg(pl.len().cast(pl.Int64).alias("instances"), pl.col("gpu").sum(),
                      pl.col("busy").sum(), pl.col("dur").sum().alias("span"))
                 .sort("step", "rank", "layer", nulls_last=True))
+    if has_step:  # its GPU time per step (over the ranks): median and most
+        spread = (per_step.filter(pl.col("step").is_not_null())
+                  .group_by("layer", "step").agg(pl.col("gpu").sum())
+                  .group_by("layer").agg(pl.col("gpu").median().alias("step_median"),
+                                         pl.col("gpu").max().alias("step_max")))
+        layers = layers.join(spread, on="layer", how="left")
     return Layers(proj, pick, step_name, layers, per_step,
                   _outliers(per_step, members, pick, total, has_step), members, total,
                   kernel_time)

@@ -871,7 +871,9 @@ def format_layers(lay, list_all: bool = False, top: int = 10) -> str:
         rates = [m for m in ("SM Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth",
                              "DRAM Write Bandwidth") if f"rate.{m}" in table.columns]
         heads = " ".join(f"{_RATE_HEADS[m]:>6}" for m in rates)
-        out.append(f"###     {'layer':<36} {'n':>5} {'GPU time':>10} {'share':>6} "
+        per_step = "step_median" in table.columns
+        step_heads = f" {'med/step':>10} {'max/step':>10}" if per_step else ""
+        out.append(f"###     {'layer':<36} {'n':>5} {'GPU time':>10} {'share':>6}{step_heads} "
                    f"{'compute':>7} {'NCCL':>5} {'copy':>5} {'idle in':>10} "
                    f"{'idle cause':<13} {heads}{'  bound' if rates else ''}  top kernels")
         copy = [x for x in CATEGORIES if x.startswith("memcpy")]
@@ -880,8 +882,10 @@ def format_layers(lay, list_all: bool = False, top: int = 10) -> str:
             cp = sum(r[x] for x in copy)
             kern = ", ".join(k["kernel"] for k in (r.get("top_kernels") or [])[:2])
             cause = r.get("idle_cause") or "-"
+            steps = (f" {_ms(r['step_median'] or 0):>10} {_ms(r['step_max'] or 0):>10}"
+                     if per_step else "")
             line = (f"###     {layer_label(r['layer'])[:36]:<36} {r['instances']:>5} "
-                    f"{_ms(r['gpu']):>10} {100 * r['share']:5.1f}% "
+                    f"{_ms(r['gpu']):>10} {100 * r['share']:5.1f}%{steps} "
                     f"{100 * r['compute kernels'] / g:6.0f}% {100 * r['NCCL kernels'] / g:4.0f}% "
                     f"{100 * cp / g:4.0f}% {_ms(r['idle']):>10} {cause:<13} ")
             if rates:

@@ -106,12 +106,13 @@ class _Rank:
         self.calls: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # tid, start, corr, work
 
     def launch(self, tid: int, t: int, stream: int, durations: list[int], name: str,
-               graph: bool = False) -> int:
-        """A launch call at `t` on `tid` whose work (one activity per duration, back to back
-        on `stream`) runs when the stream is free; returns the call's end."""
+               graph: bool = False, call_ns: int = LAUNCH) -> int:
+        """A launch call at `t` on `tid`, `call_ns` long, whose work (one activity per
+        duration, back to back on `stream`) runs when the stream is free; returns the call's
+        end."""
         call = "cudaGraphLaunch_v10000" if graph else "cudaLaunchKernel_v7000"
-        self.spec.api.append(ApiCall(t, t + LAUNCH, self.pid, tid, call, self.corr))
-        start = max(t + LAUNCH + DELAY, self.free[stream])
+        self.spec.api.append(ApiCall(t, t + call_ns, self.pid, tid, call, self.corr))
+        start = max(t + call_ns + DELAY, self.free[stream])
         work = []
         for i, d in enumerate(durations):
             kname = name if not graph else f"void optimizer_node_{i}<float>(float*, int)"
@@ -123,7 +124,7 @@ class _Rank:
         self.free[stream] = start
         self.calls.append((tid, t, self.corr, work))
         self.corr += 1
-        return t + LAUNCH
+        return t + call_ns
 
     def copy(self, tid: int, t: int) -> int:
         self.spec.api.append(ApiCall(t, t + LAUNCH, self.pid, tid, "cudaMemcpyAsync_v3020",
@@ -139,9 +140,13 @@ class _Rank:
 
 def layers_run(path: str | os.PathLike[str], *, ranks: int = 1, steps: int = 6,
                layers: int = 8, slow: dict[tuple[int, int, int], float] | None = None,
+               launch_bound: dict[int, int] | None = None,
                clock_offset: int = 5_000 * US, layout: str = "3.17.1") -> Truth:
-    """Write the run (see the module's docstring) and return what nsys would project."""
+    """Write the run (see the module's docstring) and return what nsys would project.
+    `launch_bound` (layer -> call ns): that layer's launch calls take so long that the GPU
+    waits for each of its kernels (the host is in the launch call meanwhile)."""
     slow = slow or {}
+    launch_bound = launch_bound or {}
     path = Path(path)
     if ranks > 1:
         path.mkdir(parents=True, exist_ok=True)
@@ -170,7 +175,8 @@ def layers_run(path: str | os.PathLike[str], *, ranks: int = 1, steps: int = 6,
                 t += GAP
                 f = slow.get((r, k, i), 1.0)
                 for j in range(KERNELS):
-                    t = rk.launch(rk.main, t, COMPUTE, [int(LAYER_NS * f)], KERNEL_NAMES[j])
+                    t = rk.launch(rk.main, t, COMPUTE, [int(LAYER_NS * f)], KERNEL_NAMES[j],
+                                  call_ns=launch_bound.get(i, LAUNCH))
                     t += GAP
                 layer_idx.append((i, l0, t))
                 t += GAP
