@@ -3,6 +3,9 @@
 Library use::
 
     import nsys2prv
+    run = nsys2prv.load("rank*.sqlite")       # or a trace: nsys2prv.load("job.prv")
+    run.efficiency()["forms"]                 # every analysis a method (docs/library.md)
+    run.layers()["layers"]
     nsys2prv.translate(["rank0.sqlite", "rank1.sqlite"], "job.prv")
     report = nsys2prv.open_report("rank0.sqlite")
     kernels = nsys2prv.tables.kernels(report)   # polars DataFrame
@@ -27,17 +30,20 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import Nsys2PrvError  # noqa: E402
 
-__all__ = ["translate", "translate_applications", "open_report", "prepare_report",
-           "merge_partials", "tables", "Nsys2PrvError", "__version__"]
+__all__ = ["load", "scaling", "Run", "translate", "translate_applications", "open_report",
+           "prepare_report", "merge_partials", "tables", "Nsys2PrvError", "__version__"]
 
 _FROM_API = ("translate", "translate_applications", "open_report", "prepare_report",
              "merge_partials")
+_FROM_RUN = ("load", "scaling", "Run", "Tables")
 
 
 def __getattr__(name: str):
     """The entry points and `tables`, imported when first asked for."""
     if name in _FROM_API:
         value = getattr(_importlib.import_module(f"{__name__}.api"), name)
+    elif name in _FROM_RUN:
+        value = getattr(_importlib.import_module(f"{__name__}.run"), name)
     elif name == "tables":
         value = _importlib.import_module(f"{__name__}.tables")
     else:

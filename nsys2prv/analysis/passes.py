@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
 from ..paraver.read import Source
 from .model import Analysis, analyze_path
 

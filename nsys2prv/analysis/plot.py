@@ -24,11 +24,11 @@ def pyplot():
     return plt
 
 
-def plot_analysis(a: Analysis, path: str | Path, layers=None) -> Path:
+def plot_analysis(a: Analysis, path: str | Path | None, layers=None):
     """Stacked bars useful / communication / idle per device for the TALP-compatible and
     NCCL-aware forms, and the time per number of kernels at once, as % of the trace; with
     `layers` (`layers.Layers` with a layer level), their picture beside (`plot_layers`,
-    PATH's stem + '_layers.png')."""
+    PATH's stem + '_layers.png'). Without a path, the figure (a notebook shows it)."""
     plt = pyplot()
     T = a.end or 1
     names = [g.name for g in a.devices]
@@ -61,6 +61,8 @@ def plot_analysis(a: Analysis, path: str | Path, layers=None) -> Path:
     ax.set_ylabel("% of trace time")
     ax.set_title("Overlap")
     ax.legend(fontsize="x-small")
+    if path is None:
+        return fig
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -76,11 +78,11 @@ LAYER_COLOURS = {"compute kernels": "#1f4fd1", "NCCL kernels": "#ff8c1a",
 LAYERS_SHOWN = 20
 
 
-def plot_layers(layers, path: str | Path) -> Path:
+def plot_layers(layers, path: str | Path | None):
     """The layers of the run (of its step): a stacked bar per layer of its GPU time by
     category and the idle time inside it, in ms per step; and, with GPU metrics, each layer
     on compute (max of SM Issue and Tensor Active) against DRAM bandwidth (read + write), in
-    % of peak, sized by its GPU time and coloured by its bound."""
+    % of peak, sized by its GPU time and coloured by its bound. Without a path, the figure."""
     from .layers import CATEGORIES, layer_label
 
     plt = pyplot()
@@ -141,6 +143,8 @@ def plot_layers(layers, path: str | Path) -> Path:
         ax.set_ylabel("compute: max(SM Issue, Tensor Active), % of peak")
         ax.set_title("Layers: compute against memory (size: GPU time)")
         ax.legend(fontsize="x-small", loc="upper right")
+    if path is None:
+        return fig
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

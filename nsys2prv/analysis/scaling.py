@@ -412,7 +412,7 @@ def format_csv(columns: list[Column]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(columns: list[Column], path: str | Path) -> Path:
+def plot(columns: list[Column], path: str | Path | None):
     """Efficiency lines against the device (process) count (with the sampled SM / tensor
     activity during kernels, dashed, where present) and a stacked bar per run of where
     device time goes (useful / communication / idle, TALP form, % of devices x T)."""
@@ -464,6 +464,8 @@ def plot(columns: list[Column], path: str | Path) -> Path:
     ax2.set_ylabel("% of elapsed time, mean per device (process)")
     ax2.set_title("Where device time goes per run")
     ax2.legend(fontsize="small")
+    if path is None:  # a notebook shows the figure
+        return fig
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, UsageError
 from ..report.inputs import expand_inputs
-from ..supervise import register_temp, stderr_is_terminal
+from ..supervise import stderr_is_terminal
 from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
 from ..analysis.labels import fit_labels
 from ..analysis.model import Analysis, Efficiency, GroupResult
-from ..analysis.passes import AUTO, Extras, analyze_trace_all
+from ..analysis.passes import AUTO, Extras
+from ..run import load
 from .common import Parser, Progress, add_window_arguments, window_of
 
 
@@ -107,92 +105,35 @@ def _is_trace(path: str) -> bool:
     return path.endswith(".prv") or path.endswith(".prv.gz")
 
 
-def _translate(inputs: list[str], out: Path, what: str = "", window=None,
-               allow_empty: bool = False, keep: bool = False):
-    """Translate reports for the analysis: reports prepared in parallel (as many processes
-    as cores, within the default memory budget), progress bars on a terminal; only
-    `window` of the run when one is given. The trace is written to `out` only when it is
-    kept (`keep`); else the analysis reads it as it is merged (`api.translate_stream`, its
-    partials beside `out`), which writes no trace. Returns what the analysis reads."""
-    from ..api import translate, translate_stream
-
-    if what and stderr_is_terminal():
-        print(f"nsys2prv analyze: translating {what}", file=sys.stderr)
-    bars = Progress(enabled=True)
-    try:
-        if not keep:
-            return translate_stream(inputs, out.parent, name=out.name[:-len(".prv")],
-                                    jobs=os.cpu_count() or 1, window=window,
-                                    allow_empty=allow_empty, on_report=bars.report,
-                                    attributes=False)
-        translate(inputs, str(out), jobs=os.cpu_count() or 1, window=window,
-                  allow_empty=allow_empty, on_report=bars.report, on_merge=bars.merge)
-        return out
-    finally:
-        bars.close()
-
-
-def _cut(trace: str, tmp: Path, window, allow_empty: bool) -> Path:
-    """A trace given with a window: its cut (time windows only: the trace's own time)."""
-    from ..pipeline.window import TimeFilter, cut_trace
-
-    if not isinstance(window, TimeFilter):
-        raise UsageError("--filter-nvtx needs the reports (an NVTX range is looked up in "
-                         "them); on a trace use --filter-time with the trace's times")
-    out = tmp / "window.prv"
-    cut_trace(trace, out, window.start or 0, window.end, allow_empty)
-    return out
-
-
-def _analysis_of(path: str | Path, explain: bool, top: int, iterations: str | None,
-                 modality: bool, what_if: list | None = None,
-                 kernel_metrics: bool = True, layers: str | None = AUTO
-                 ) -> tuple[Analysis, Extras]:
-    """`analysis.passes.analyze_trace_all`, with `--layers` naming a range that is not
-    there said in one line."""
-    from ..analysis.layers import LayersNotFound
-
-    try:
-        return analyze_trace_all(path, explain, top, iterations, modality, what_if,
-                                 kernel_metrics, layers)
-    except LayersNotFound as e:
-        raise InputError(f"--layers: {e}") from None
-
-
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             keep_in: Path | None = None, window=None,
             allow_empty: bool = False, iterations: str | None = None,
             modality: bool = False, what_if: list | None = None,
             kernel_metrics: bool = True, layers: str | None = AUTO
             ) -> tuple[Analysis, Path | None, Extras]:
-    """Analyse one trace, or translate reports (into a temporary directory, or into
-    `keep_in`) and analyse that trace; with `window`, that window of the run. Returns the
-    analysis, the trace kept, if any, and what `iterations`/`modality`/`what_if` add."""
-    single_trace = len(inputs) == 1 and _is_trace(inputs[0])
-    if single_trace and not Path(inputs[0]).exists():
-        raise InputError(f"{inputs[0]}: no such file")
-    if not single_trace and any(_is_trace(i) for i in inputs):
-        raise UsageError("give either one trace (.prv) or reports, not both")
-    if single_trace and window is None:
-        result, extras = _analysis_of(inputs[0], explain, top, iterations, modality,
-                                      what_if, kernel_metrics, layers)
-        return result, Path(inputs[0]), extras
-    with tempfile.TemporaryDirectory(prefix="nsys2prv-analyze-") as tmp:
-        register_temp(tmp)
-        place = keep_in or Path(tmp)
-        place.mkdir(parents=True, exist_ok=True)
-        if single_trace:
-            out = _cut(inputs[0], place, window, allow_empty)
-        else:
-            out = place / (Path(inputs[0]).name.split(".")[0] + ".prv" if keep_in
-                           else "trace.prv")
-            out = _translate(inputs, out, window=window, allow_empty=allow_empty,
-                             keep=keep_in is not None)
-        result, extras = _analysis_of(out, explain, top, iterations, modality, what_if,
-                                      kernel_metrics, layers)
-    result.trace = " ".join(inputs) if len(inputs) <= 4 else \
+    """The run of `inputs` (`nsys2prv.load`: one trace, or reports translated as they are
+    read, into `keep_in` when given, with progress bars on a terminal) analysed as
+    `Run.analysis` does with these options. Returns the analysis, the trace kept, if any,
+    and what the other analyses add."""
+    bars = Progress(enabled=True)
+    source = " ".join(inputs) if len(inputs) <= 4 else \
         f"{len(inputs)} reports: {inputs[0]} ... {inputs[-1]}"
-    return result, out if keep_in is not None else None, extras
+    try:
+        run = load(inputs, window=window, allow_empty=allow_empty, source=source,
+                   on_report=bars.report, on_merge=bars.merge)
+        kept = Path(inputs[0]) if run.is_trace and window is None else None
+        if keep_in is not None and kept is None:  # the views need their trace
+            keep_in.mkdir(parents=True, exist_ok=True)
+            name = "window.prv" if run.is_trace else Path(inputs[0]).name.split(".")[0] + ".prv"
+            kept = run.translate(keep_in / name)
+            run = load(kept, source=source)
+        with run:
+            result, extras = run.analysis(explain=explain, top=top, iterations=iterations,
+                                          modality=modality, what_if=what_if,
+                                          kernel_metrics=kernel_metrics, layers=layers)
+    finally:
+        bars.close()
+    return result, kept, extras
 
 
 def _pct(x: int, total: int) -> str:
@@ -533,38 +474,36 @@ def _run_inputs(run: str) -> list[str]:
 
 
 def scaling_main(args) -> int:
-    from ..analysis import scaling
+    from ..analysis import scaling as sc
+    from ..run import scaling
 
     runs = []
     window = window_of(args)  # the same iterations of every run
-    for run in args.inputs:
-        files = _run_inputs(run)
-        label = run.rstrip("/")  # as given: the table's heads drop what runs share
-        for suffix in (".prv.gz", ".prv"):
-            label = label[: -len(suffix)] if label.endswith(suffix) else label
-        if len(files) == 1 and _is_trace(files[0]) and window is None:
-            runs.append(scaling.run_of_path(files[0], label))
-            continue
-        with tempfile.TemporaryDirectory(prefix="nsys2prv-scaling-") as tmp:
-            register_temp(tmp)
-            if len(files) == 1 and _is_trace(files[0]):
-                out = _cut(files[0], Path(tmp), window, args.allow_empty)
-            else:
-                out = _translate(files, Path(tmp) / "trace.prv",
-                                 f"run {label} ({len(files)} report"
-                                 f"{'s' if len(files) > 1 else ''})", window,
-                                 args.allow_empty)
-            runs.append(scaling.run_of_path(out, label))
-    columns = scaling.table(runs, weak=args.weak)
+    bars = Progress(enabled=True)
+    try:
+        for given in args.inputs:
+            files = _run_inputs(given)
+            label = given.rstrip("/")  # as given: the table's heads drop what runs share
+            for suffix in (".prv.gz", ".prv"):
+                label = label[: -len(suffix)] if label.endswith(suffix) else label
+            if not (len(files) == 1 and _is_trace(files[0])) and stderr_is_terminal():
+                print(f"nsys2prv analyze: translating run {label} ({len(files)} report"
+                      f"{'s' if len(files) > 1 else ''})", file=sys.stderr)
+            runs.append(load(files, window=window, allow_empty=args.allow_empty,
+                             label=label, on_report=bars.report))
+        table = scaling(runs, weak=args.weak)
+    finally:
+        bars.close()
+    columns = table.source
     if args.json:
-        json.dump(scaling.to_dicts(columns), sys.stdout, indent=2)
+        json.dump(sc.to_dicts(columns), sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.csv:
-        sys.stdout.write(scaling.format_csv(columns))
+        sys.stdout.write(sc.format_csv(columns))
     else:
-        sys.stdout.write(scaling.format_table(columns, args.weak, colour=sys.stdout.isatty()))
+        sys.stdout.write(sc.format_table(columns, args.weak, colour=sys.stdout.isatty()))
     if args.plot:
-        scaling.plot(columns, args.plot)
+        table.plot(args.plot)
     return 0
 
 

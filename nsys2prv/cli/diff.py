@@ -279,11 +279,12 @@ def main(argv: list[str]) -> int:
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     window = window_of(args)
-    from ..analysis.diff import compare, gate
+    from ..analysis.diff import gate
+    from ..run import compare
 
     c = compare(args.before, args.after, window=window, iterations=args.iterations,
                 models=not args.no_models, rules=not args.no_rules, idle=not args.no_idle,
-                trace=args.trace)
+                trace=args.trace).source
     if args.json:
         json.dump(c.to_dict(), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
