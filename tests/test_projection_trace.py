@@ -95,7 +95,7 @@ def test_synthetic_events_on_the_gpu_rows(synthetic):
                                                                     cpu["value"])).items()
     assert {lbl for lbl in TextTrace("", 0, pcf=prv.with_suffix(".pcf").read_text()).pcf
             .splitlines() if "NVTX projected" in lbl} == {
-        f"0    {reg.NVTX_GPU_BASE + k}   NVTX projected, level {k}" for k in range(3)}
+        f"0    {reg.NVTX_GPU_BASE + k}   NVTX projected, level {k}" for k in range(4)}
 
 
 def test_synthetic_counts(synthetic):
@@ -103,8 +103,8 @@ def test_synthetic_counts(synthetic):
     ended on another thread; and the range cut where a later one starts."""
     _, result, _ = synthetic
     c = result.counts
-    assert c["nvtx ranges projected onto the GPU"] == 5
-    assert c["nvtx projected spans on GPU rows"] == 7
+    assert c["nvtx ranges projected onto the GPU"] == 6
+    assert c["nvtx projected spans on GPU rows"] == 8
     assert c["nvtx ranges without GPU work"] == 1
     assert c["nvtx ranges nsys cannot nest (equal twins): not projected"] == 2
     assert c["nvtx ranges ended on another thread: not projected"] == 1
@@ -296,3 +296,201 @@ def test_corpus_projection_on_the_gpu_rows(corpus_case):
                                          for lv in nsys["level"].unique()}
     cpu_values = dict(zip(cpu["name"], cpu["value"]))
     assert all(cpu_values[n] == v for n, v in zip(gpu["name"], gpu["value"]) if n is not None)
+
+
+# ------------------------------------------------------ the layer views (paramedir) --
+# paramedir's outputs of the layer cfgs are stored (python -m nsys2prv.views.paramedir
+# refresh): on the synthetic export they must be the hand-made numbers, on aiprof_opt2 what
+# analysis/projection.py gives from the export, on mfu2gpu their totals.
+
+PARAMEDIR = ROOT / "tests" / "data" / "paramedir"
+
+
+def _table(case: str, name: str):
+    from nsys2prv.views.paramedir import read_table
+
+    path = PARAMEDIR / case / name
+    assert path.exists(), f"{path}: refresh with python -m nsys2prv.views.paramedir refresh"
+    return read_table(path)
+
+
+def _kernel_rates(prv: Path, shift: int) -> pl.DataFrame:
+    """Every compute kernel of the trace's stream rows (stream key, start, end in the
+    export's clock) with its SM Issue rate (the last rate written on its row at or before
+    its start: rates are written where they change)."""
+    from nsys2prv.paraver.registry import gpu_metrics
+
+    rate_type = gpu_metrics.RATE.type_of(gpu_metrics.KNOWN_METRICS["SM Issue"])
+    tr = read_trace(prv, {reg.CUDA_KERNEL, rate_type}, state_rows="none")
+    labels = dict(zip(tr.rows["row"], tr.rows["label"]))
+    key = {r: s[0] * 1_000_000_000 + s[1] * 1_000_000 + s[2]
+           for r, lbl in labels.items() if (s := _stream_of(lbl)) is not None}
+    ev = (tr.events.filter(pl.col("row").is_in(list(key)))
+          .with_columns(pl.col("row").replace_strict(key, return_dtype=pl.Int64)
+                        .alias("stream"), (pl.col("time") - shift).alias("t"))
+          .sort("stream", "t", "seq"))
+    # a stream row's kernels never overlap (a lane row takes an overlapping one): its n-th
+    # start and n-th end (in file order) are one kernel's
+    k = ev.filter(pl.col("type") == reg.CUDA_KERNEL).with_columns(
+        pl.int_range(pl.len()).over("stream", pl.col("value") == 0).alias("n"))
+    kernels = (k.filter(pl.col("value") != 0).select("stream", "n", "t")
+               .join(k.filter(pl.col("value") == 0).select("stream", "n",
+                                                           pl.col("t").alias("end")),
+                     on=["stream", "n"]).sort("stream", "t"))
+    rates = ev.filter(pl.col("type") == rate_type).select("stream", "t", "value")
+    return (kernels.join_asof(rates, on="t", by="stream", strategy="backward",
+                              check_sortedness=False)
+            .select("stream", pl.col("t").alias("start"), "end",
+                    (pl.col("value").fill_null(0) / 100).alias("rate")))
+
+
+def test_layer_views_on_the_synthetic_export(tmp_path):
+    """paramedir's stored outputs of the four layer cfgs on the synthetic export: the
+    innermost range of each stream over time, and per stream and range the kernels' time,
+    their count and their SM Issue rate averaged over their time, as the export says."""
+    import nsys2prv
+    from nsys2prv.testing.synth_projection import (BASE, INNERMOST, KERNEL_TIME, KERNELS,
+                                                   US, projection_export)
+    from nsys2prv.views.paramedir import read_timeline
+
+    prv = tmp_path / "projection.prv"
+    nsys2prv.translate(projection_export(tmp_path / "p.sqlite"), prv)
+    cpu = _events(prv, CPU_TYPES)
+    shift = cpu.filter(pl.col("name") == "step")["time"].min() - BASE
+    rows = read_trace(prv, frozenset(), state_rows="none").rows
+    stream_of = {f"1.{r['task']}.{r['thread']}": _stream_of(r["label"])
+                 for r in rows.iter_rows(named=True)}
+
+    def cells(name: str, scale: float) -> dict:
+        """(stream, column) -> the non-zero cells (only stream rows have any)."""
+        t = _table("projection", name)
+        return {(_stream_of(r)[2], c): v / scale
+                for r, row in zip(t.rows, t.cells) for c, v in zip(t.columns, row) if v}
+
+    assert cells("analysis__layer_gpu_time.txt", US) == KERNEL_TIME
+    assert cells("analysis__layer_kernel_count.txt", 1) == KERNELS
+    # the timeline: the innermost range of each stream row over time
+    names = _pcf_names(prv)
+    tl = read_timeline(PARAMEDIR / "projection" / "views__layers_on_gpu.csv").filter(
+        (pl.col("duration") > 0) & (pl.col("value") != 0))
+    got: dict[int, list] = {}
+    for r in tl.iter_rows(named=True):
+        s = stream_of[r["object"]]
+        begin = (round(r["begin"]) - shift - BASE) // US
+        end = begin + round(r["duration"]) // US
+        seq = got.setdefault(s[2], [])
+        name = names[round(r["value"])]
+        if seq and seq[-1][1] == begin and seq[-1][2] == name:
+            seq[-1] = (seq[-1][0], end, name)
+        else:
+            seq.append((begin, end, name))
+    assert got == INNERMOST
+    # the rates: per stream and innermost range, the time-weighted mean of its kernels'
+    k = _kernel_rates(prv, shift + BASE).filter(pl.col("rate") != 0)
+    expected = {}
+    for stream, spans in INNERMOST.items():
+        for a, b, name in spans:
+            sel = k.filter((pl.col("stream") % 1_000_000 == stream)
+                           & (pl.col("start") >= a * US) & (pl.col("start") < b * US))
+            if sel.height:
+                d = (sel["end"] - sel["start"]).cast(pl.Float64)
+                expected[(stream, name)] = float((sel["rate"] * d).sum() / d.sum())
+    rates = cells("hwcounters__layer_rates.txt", 1)
+    assert rates.keys() == expected.keys() and len(rates) >= 4
+    assert all(abs(rates[key] - v) < 0.006 for key, v in expected.items())
+
+
+def _own_kernels(db: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """From the export, with analysis/projection.py: (per range name, the GPU time and count
+    of the kernels a range launched that none of its sub-ranges launched: what it holds
+    while it is the innermost range on the stream; every kernel launched in a range with
+    its stream, start, end and that name)."""
+    from nsys2prv.analysis import projection as P
+
+    ranges, work = _export_tables(db)
+    ranges = ranges.filter(pl.col("end_tid").is_null())
+    con = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+    kernels = pl.DataFrame(con.execute(
+        "SELECT start, deviceId * 1000000000 + contextId * 1000000 + streamId "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall(), schema=["start", "stream"],
+        orient="row").unique().with_columns(pl.lit(0, pl.Int8).alias("kind"))
+    con.close()
+    work = work.join(kernels, on=["start", "stream"], how="left").with_columns(
+        pl.col("kind").fill_null(2))
+    row, s, e = (ranges[c].to_numpy() for c in ("tid", "start", "end"))
+    w = P.Work.of(work["tid"].to_numpy(), work["call_start"].to_numpy(),
+                  work["stream"].to_numpy(), work["start"].to_numpy(),
+                  work["end"].to_numpy(), work["kind"].to_numpy(), [s, e])
+    _, level = P.nesting(row, s, e)
+    proj = P.project(w, row, s, e, busy=False)
+    # each activity's innermost range: the deepest level whose slice holds it
+    owner = np.full(w.size, -1)
+    for lv in np.unique(level[proj.projected & (level >= 0)]):
+        for i in np.flatnonzero(proj.projected & (level == lv)):
+            owner[proj.lo[i]:proj.hi[i]] = i
+    names = np.array([clean_label(n) for n in ranges["name"].to_list()], dtype=object)
+    mine = np.flatnonzero((owner >= 0) & (w.kind == 0))
+    acts = pl.DataFrame({"name": names[owner[mine]], "stream": w.row[mine].astype(np.int64),
+                         "start": w.start[mine], "end": w.end[mine]})
+    per = acts.group_by("name").agg((pl.col("end") - pl.col("start")).sum().alias("time"),
+                                    pl.len().alias("count"))
+    return per, acts
+
+
+def _column_sums(case: str, name: str) -> dict[str, float]:
+    t = _table(case, name)
+    return dict(zip(t.columns, np.nansum(t.cells, axis=0)))
+
+
+def test_layer_views_on_aiprof(tmp_path):
+    """On aiprof_opt2 (2,720 NVTX names: one column each), paramedir's GPU time, kernel
+    count and SM Issue rate per innermost range equal what analysis/projection.py gives from
+    the export: every kernel under the deepest range that launched it (one stream, so a
+    range's own kernels run between its sub-ranges' on the GPU too)."""
+    import nsys2prv
+
+    db = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
+    need_exports(db)
+    per, acts = _own_kernels(db)
+    time = _column_sums("aiprof", "analysis__layer_gpu_time.txt")
+    count = _column_sums("aiprof", "analysis__layer_kernel_count.txt")
+    per = per.filter(pl.col("time") > 0)
+    assert len(time) == per.height == 432
+    assert time == {n: float(v) for n, v in zip(per["name"], per["time"])}
+    assert count == {n: float(v) for n, v in zip(per["name"], per["count"])}
+    assert sum(count.values()) == 9345  # every kernel of the run
+    # the rates: each kernel's from the trace, time-weighted per innermost range
+    prv = tmp_path / "aiprof.prv"
+    nsys2prv.translate(db, prv)
+    cpu = _events(prv, CPU_TYPES)
+    ranges, _ = _export_tables(db)
+    shift = int(cpu.filter(pl.col("value") != 0)["time"].min()) - int(ranges["start"].min())
+    k = _kernel_rates(prv, shift).join(acts, on=["stream", "start"], how="inner")
+    assert k.height == acts.height
+    k = k.filter(pl.col("rate") != 0).with_columns(
+        (pl.col("end") - pl.col("start")).cast(pl.Float64).alias("d"))
+    expected = dict(k.group_by("name").agg((pl.col("rate") * pl.col("d")).sum()
+                                           / pl.col("d").sum()).iter_rows())
+    rates = _column_sums("aiprof", "hwcounters__layer_rates.txt")
+    assert rates.keys() == expected.keys() and len(rates) > 200
+    assert all(abs(rates[n] - v) < 0.006 for n, v in expected.items())
+
+
+def test_layer_views_on_mfu2gpu_totals():
+    """On nsysai_mfu2gpu_before the names span more values than Paraver gives one column each
+    (10,000: it bins them), so only the totals are compared: the time of every kernel
+    launched inside a range is under some range of its stream, but for the one kernel that
+    overlaps the one before it on its stream (a lane row takes it, and lane rows carry no
+    range); that earlier kernel runs across the start of the later one's range, where the
+    earlier range is cut, so it counts in both and the count is every kernel's."""
+    db = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
+    need_exports(db)
+    _, acts = _own_kernels(db)
+    lane = (acts.sort("stream", "start")
+            .with_columns(pl.col("end").cum_max().shift(1).over("stream").alias("before"))
+            .filter(pl.col("before") > pl.col("start")))
+    assert lane.height == 1
+    assert sum(_column_sums("mfu2gpu", "analysis__layer_gpu_time.txt").values()) == \
+        int((acts["end"] - acts["start"]).sum() - (lane["end"] - lane["start"]).sum())
+    assert sum(_column_sums("mfu2gpu", "analysis__layer_kernel_count.txt").values()) == \
+        acts.height
