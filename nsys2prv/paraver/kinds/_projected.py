@@ -6,18 +6,24 @@ The rules are those of `analysis/projection.py` (nsys' `nvtx_gpu_proj_trace`): t
 range is the GPU activities whose launching CUDA call started inside it on its thread; its
 level is nsys' nesting level on the CPU times. The translation computes them from what the
 kinds already hold, so no table is read twice: the kernels' and copies' kinds keep, as they
-join each chunk with its CUDA calls (`kernels.launched`), 16 bytes an activity (`keep_work`),
-and the NVTX kind projects its ranges at the end (`emit`).
+join each chunk with its CUDA calls (`kernels.launched`), 12 bytes an activity (`keep_work`),
+written to a file of the partial (kept in memory they added their size to the translation's
+peak, which the kernels' and NCCL kinds reach), and the NVTX kind projects its ranges at the
+end (`emit`).
 
 Memory is linear in the activities, never activities x ranges, and the kept work is given up
 as it is used: one (launching thread, GPU row) pair at a time, its work sorted by call start,
-the work of a range on that stream is one slice of it (two searches per range). A `Work` of
-`projection.py` (which `project` and `row_spans` take, with the same spans) also keeps what
-the analysis reads and sorts all of it at once: on 4.7M activities it added 240 MB to the
-translation's peak where this adds the kept 16 bytes an activity.
+the work of a range on that stream is one slice of it (two searches per range); the spans are
+written one GPU row at a time. A `Work` of `projection.py` (which `project` and `row_spans`
+take, with the same spans) also keeps what the analysis reads and sorts all of it at once: on
+4.7M activities it added 240 MB to the translation's peak.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -29,6 +35,7 @@ from .. import registry as reg
 from .base import Context, push, start_end
 
 WORK = "nvtx_gpu_work"  # ctx.shared: the GpuWork kept for the projection (None: not wanted)
+WORK_FILE = "nvtx_gpu_work.bin"  # the kept work, in the partial's directory until the NVTX kind
 CUT = "nvtx projected ranges cut where a later one of their level starts on a GPU row"
 _UINT32_MAX = (1 << 32) - 1
 
@@ -42,13 +49,38 @@ def _compact(values: np.ndarray) -> np.ndarray:
 
 class GpuWork:
     """The GPU activities of one report with their launching call, kept chunk by chunk per
-    (launching host row, GPU row) pair: per activity the call's start (int64), the delay
-    from it to the activity's start and the activity's duration (uint32 each, int64 in a
-    chunk with a longer one): 16 bytes an activity."""
+    (launching host row, GPU row) pair in a file of the partial (`path`; RSS holds only the
+    index): per activity the call's start (as an offset from the piece's first one), the
+    delay from it to the activity's start and the activity's duration (uint32 each, int64
+    in a piece with a longer one): 12 bytes an activity, read back one pair at a time."""
 
-    def __init__(self) -> None:
-        # (host row, GPU row) -> pieces of (call start, delay, duration), one per chunk
-        self.pairs: dict[tuple[int, int], list[tuple[np.ndarray, ...]]] = {}
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: BinaryIO | None = None
+        # (host row, GPU row) -> pieces: first call start, activities, and the (file offset,
+        # dtype) of the call start offsets, the delays and the durations
+        self.pairs: dict[tuple[int, int], list[tuple[int, int, tuple[tuple[int, str], ...]]]] \
+            = {}
+
+    def _write(self, values: np.ndarray) -> tuple[int, str]:
+        if self._file is None:
+            self._file = open(self.path, "w+b")
+        at = self._file.tell()
+        values.tofile(self._file)
+        return at, values.dtype.str
+
+    def _read(self, n: int, at: int, dtype: str) -> np.ndarray:
+        assert self._file is not None
+        self._file.seek(at)
+        return np.fromfile(self._file, dtype=np.dtype(dtype), count=n)
+
+    def close(self) -> None:
+        """Remove the file (the pairs not read yet are given up)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.path.unlink(missing_ok=True)
+        self.pairs.clear()
 
     def add(self, host_row: np.ndarray, launch: np.ndarray, gpu_row: np.ndarray,
             start: np.ndarray, end: np.ndarray) -> None:
@@ -60,54 +92,61 @@ class GpuWork:
         pair = pair[order]
         launch = np.asarray(launch, np.int64)[order]
         start = np.asarray(start, np.int64)[order]
-        delay = _compact(start - launch)
-        dur = _compact(np.asarray(end, np.int64)[order] - start)
-        del start, order
+        end = np.asarray(end, np.int64)[order]
+        del order
         cuts = np.flatnonzero(pair[1:] != pair[:-1]) + 1
         for lo, hi in zip(np.append(0, cuts), np.append(cuts, pair.size)):  # a few pairs
             key = (int(pair[lo] >> 32), int(pair[lo] & 0xFFFFFFFF))
-            self.pairs.setdefault(key, []).append((launch[lo:hi], delay[lo:hi], dur[lo:hi]))
+            base = int(launch[lo:hi].min())
+            columns = (launch[lo:hi] - base, start[lo:hi] - launch[lo:hi],
+                       end[lo:hi] - start[lo:hi])
+            self.pairs.setdefault(key, []).append(
+                (base, int(hi - lo), tuple(self._write(_compact(c)) for c in columns)))
 
     @property
     def size(self) -> int:
-        return sum(p[0].size for pieces in self.pairs.values() for p in pieces)
+        return sum(p[1] for pieces in self.pairs.values() for p in pieces)
+
+    def _pair(self, key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The call starts, starts and ends of a pair's activities, its pieces given up."""
+        pieces = self.pairs.pop(key)
+        launch = np.concatenate([base + self._read(n, *cols[0]).astype(np.int64)
+                                 for base, n, cols in pieces])
+        t0 = launch + np.concatenate([self._read(n, *cols[1]) for _, n, cols in pieces])
+        t1 = t0 + np.concatenate([self._read(n, *cols[2]) for _, n, cols in pieces])
+        return launch, t0, t1
 
     def spans(self, row: np.ndarray, start: np.ndarray, end: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per range (row, start, end) and per GPU row its work ran on: (range index, GPU
-        row, first start, last end), the work being the activities whose call started in
-        [start, end) on the range's row (`projection.Work.slices`). One pair at a time, its
-        pieces given up as it is done: the work of one stream of one thread is in memory
-        twice at most."""
+              ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per GPU row, the ranges (row, start, end) whose work ran on it: (GPU row, range
+        indices, first start, last end), the work being the activities whose call started
+        in [start, end) on the range's row (`projection.Work.slices`). One (thread, GPU
+        row) pair at a time, its pieces given up as it is done: the work of one stream of
+        one thread is in memory (twice at most), the spans of one GPU row."""
         by_row = np.argsort(row, kind="stable")
         hosts, first, count = np.unique(np.asarray(row)[by_row], return_index=True,
                                         return_counts=True)
-        out: list[tuple[np.ndarray, ...]] = []
-        for (host, gpu) in sorted(self.pairs):
-            pieces = self.pairs.pop((host, gpu))
-            k = int(np.searchsorted(hosts, host))
-            if k == hosts.size or hosts[k] != host:
-                continue  # a thread without ranges
-            ranges = by_row[first[k]:first[k] + count[k]]
-            launch = np.concatenate([p[0] for p in pieces])
-            t0 = launch + np.concatenate([p[1] for p in pieces])
-            t1 = t0 + np.concatenate([p[2] for p in pieces])
-            del pieces
-            if launch.size > 1 and not bool(np.all(launch[1:] >= launch[:-1])):
-                order = np.argsort(launch, kind="stable")
-                launch, t0, t1 = launch[order], t0[order], t1[order]
-                del order
-            a = np.searchsorted(launch, start[ranges], "left")
-            b = np.searchsorted(launch, end[ranges], "left")
-            keep = b > a
-            a, b = a[keep], b[keep]
-            out.append((ranges[keep], np.full(a.size, gpu, np.int32),
-                        reduce_slices(np.minimum, t0, a, b),
-                        reduce_slices(np.maximum, t1, a, b)))
-        if not out:
-            z = np.zeros(0, np.int64)
-            return z, z.astype(np.int32), z, z
-        return tuple(np.concatenate([o[k] for o in out]) for k in range(4))  # type: ignore
+        for gpu in sorted({g for _, g in self.pairs}):
+            out: list[tuple[np.ndarray, ...]] = []
+            for host in sorted(h for h, g in self.pairs if g == gpu):
+                k = int(np.searchsorted(hosts, host))
+                if k == hosts.size or hosts[k] != host:
+                    self.pairs.pop((host, gpu))
+                    continue  # a thread without ranges
+                ranges = by_row[first[k]:first[k] + count[k]]
+                launch, t0, t1 = self._pair((host, gpu))
+                if launch.size > 1 and not bool(np.all(launch[1:] >= launch[:-1])):
+                    order = np.argsort(launch, kind="stable")
+                    launch, t0, t1 = launch[order], t0[order], t1[order]
+                    del order
+                a = np.searchsorted(launch, start[ranges], "left")
+                b = np.searchsorted(launch, end[ranges], "left")
+                keep = b > a
+                a, b = a[keep], b[keep]
+                out.append((ranges[keep].astype(np.int32), reduce_slices(np.minimum, t0, a, b),
+                            reduce_slices(np.maximum, t1, a, b)))
+            if out:
+                yield gpu, *(np.concatenate([o[k] for o in out]) for k in range(3))
 
 
 def reduce_slices(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray
@@ -139,7 +178,7 @@ def keep_work(ctx: Context, report: Report, joined: pl.DataFrame) -> None:
         kinds = getattr(options, "kinds", None)
         wanted = (getattr(options, "attributes", True) and available("nvtx", report)
                   and (kinds is None or "nvtx" in kinds))
-        ctx.shared[WORK] = GpuWork() if wanted else None
+        ctx.shared[WORK] = GpuWork(Path(ctx.side_file(WORK_FILE))) if wanted else None
     work = ctx.shared[WORK]
     if work is not None and joined.height:
         work.add(joined["api_row"].to_numpy(), joined["api_start"].to_numpy(),
@@ -174,11 +213,20 @@ def overlapped_ends(group: np.ndarray, first: np.ndarray, last: np.ndarray) -> n
 def emit(ctx: Context, row: np.ndarray, start: np.ndarray, end: np.ndarray,
          value: np.ndarray, ord_: np.ndarray) -> None:
     """Project the ranges (CPU row, start, end, name value, rowid) onto the kept GPU work and
-    write them on the GPU rows (module docstring)."""
+    write them on the GPU rows (module docstring), one GPU row at a time."""
     work: GpuWork | None = ctx.shared.pop(WORK, None)
     ctx.shared[WORK] = None  # given up: kinds after this one keep nothing more
-    if work is None or not work.pairs or len(row) == 0:
+    if work is None:
         return
+    try:
+        if work.pairs and len(row):
+            _emit(ctx, work, row, start, end, value, ord_)
+    finally:
+        work.close()
+
+
+def _emit(ctx: Context, work: GpuWork, row: np.ndarray, start: np.ndarray, end: np.ndarray,
+          value: np.ndarray, ord_: np.ndarray) -> None:
     _, level = nesting(row, start, end)
     twins = level < 0
     if twins.any():
@@ -189,40 +237,41 @@ def emit(ctx: Context, row: np.ndarray, start: np.ndarray, end: np.ndarray,
         ctx.warn(f"NVTX ranges nested deeper than {reg.GPU_PROJECTED.size} levels: not "
                  "projected onto the GPU rows", int(deep.sum()))
     nested = np.flatnonzero(~twins & ~deep)
-    which, gpu, first, last = work.spans(row[nested], start[nested], end[nested])
-    del work
-    which = nested[which]
-    projected = np.unique(which).size
-    ctx.count("nvtx ranges projected onto the GPU", projected)
-    if nested.size > projected:
-        ctx.count("nvtx ranges without GPU work", nested.size - projected)
-    if which.size == 0:
-        return
-    lvl = level[which].astype(np.int64)
-    # per (GPU row, level), by start, the longer first at one start (the merge's order)
-    order = np.lexsort((ord_[which], -last, first, lvl, gpu))
-    which, gpu, first, last, lvl = which[order], gpu[order], first[order], last[order], \
-        lvl[order]
-    grp = np.flatnonzero(np.append(True, (gpu[1:] != gpu[:-1]) | (lvl[1:] != lvl[:-1])))
-    group = np.repeat(np.arange(grp.size), np.diff(np.append(grp, gpu.size)))
-    # an end inside a later span of the level on the row would end that one's value early:
-    # the span ends where the next one starts instead (every start keeps its end, so
-    # 'Stacked Val' views stay balanced)
-    cut = np.flatnonzero(overlapped_ends(group, first, last))
-    if cut.size:
-        ctx.count(CUT, int(cut.size))
-        last = last.copy()
-        last[cut] = first[cut + 1]
-    levels = np.unique(lvl)
-    types = np.array([ctx.local_type(reg.GPU_PROJECTED.name, str(int(v))) for v in levels],
-                     np.int64)
-    ctx.count("nvtx projected spans on GPU rows", int(which.size))
-    c = pl.col
-    step = max(ctx.chunk_rows, 1)
-    for lo in range(0, which.size, step):  # record frames of a chunk's size
-        sl = slice(lo, lo + step)
-        df = pl.DataFrame({
-            "row": gpu[sl].astype(np.int32), "start": first[sl], "end": last[sl],
-            "row_id": ord_[which[sl]], "value": value[which[sl]],
-            "type": types[np.searchsorted(levels, lvl[sl])]})
-        push(ctx, start_end(df, R.SRC_NVTX_GPU, c("type"), c("value")))
+    projected = np.zeros(len(row), bool)
+    types: dict[int, int] = {}
+    spans = 0
+    for gpu, which, first, last in work.spans(row[nested], start[nested], end[nested]):
+        which = nested[which]
+        projected[which] = True
+        spans += which.size
+        lvl = level[which]
+        # per level, by start, the longer first at one start (the merge's order)
+        order = np.lexsort((ord_[which], -last, first, lvl))
+        which, first, last, lvl = which[order], first[order], last[order], lvl[order]
+        del order
+        # an end inside a later span of the level on the row would end that one's value
+        # early: the span ends where the next one starts instead (every start keeps its
+        # end, so 'Stacked Val' views stay balanced)
+        cut = np.flatnonzero(overlapped_ends(lvl, first, last))
+        if cut.size:
+            ctx.count(CUT, int(cut.size))
+            last[cut] = first[cut + 1]
+        for v in np.unique(lvl).tolist():
+            if v not in types:
+                types[v] = ctx.local_type(reg.GPU_PROJECTED.name, str(v))
+        levels = np.array(sorted(types), np.int64)
+        typed = np.array([types[v] for v in levels.tolist()], np.int64)
+        step = max(ctx.chunk_rows, 1)
+        for lo in range(0, which.size, step):  # record frames of a chunk's size
+            sl = slice(lo, lo + step)
+            df = pl.DataFrame({
+                "row": np.full(len(which[sl]), gpu, np.int32), "start": first[sl],
+                "end": last[sl], "row_id": ord_[which[sl]], "value": value[which[sl]],
+                "type": typed[np.searchsorted(levels, lvl[sl])]})
+            push(ctx, start_end(df, R.SRC_NVTX_GPU, pl.col("type"), pl.col("value")))
+    n_projected = int(projected.sum())
+    ctx.count("nvtx ranges projected onto the GPU", n_projected)
+    if nested.size > n_projected:
+        ctx.count("nvtx ranges without GPU work", nested.size - n_projected)
+    if spans:
+        ctx.count("nvtx projected spans on GPU rows", spans)
