@@ -7,7 +7,7 @@ range is the GPU activities whose launching CUDA call started inside it on its t
 level is nsys' nesting level on the CPU times. The translation computes them from what the
 kinds already hold, so no table is read twice: the kernels' and copies' kinds keep, as they
 join each chunk with its CUDA calls (`kernels.launched`), 12 bytes an activity (`keep_work`),
-written to a file of the partial (kept in memory they added their size to the translation's
+written to a file of the partial (in memory they would add their size to the translation's
 peak, which the kernels' and NCCL kinds reach), and the NVTX kind projects its ranges at the
 end (`emit`).
 
@@ -102,10 +102,6 @@ class GpuWork:
                        end[lo:hi] - start[lo:hi])
             self.pairs.setdefault(key, []).append(
                 (base, int(hi - lo), tuple(self._write(_compact(c)) for c in columns)))
-
-    @property
-    def size(self) -> int:
-        return sum(p[1] for pieces in self.pairs.values() for p in pieces)
 
     def _pair(self, key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The call starts, starts and ends of a pair's activities, its pieces given up."""
