@@ -300,7 +300,10 @@ def _application_rows(table, label: str) -> dict[str, dict[str, float]]:
 
 # histograms whose columns are bins of a range computed from the whole trace: the bins of
 # the two-run trace span both runs, so its cells cannot equal a single run's
-RANGE_BINNED = {"analysis/kernel_duration_histogram.cfg"}
+# (and the per NVTX range ones: these runs' names, one per op_id, span more than the 10,000
+# values Paraver gives one column each, so it bins them too)
+RANGE_BINNED = {"analysis/kernel_duration_histogram.cfg", "analysis/layer_gpu_time.cfg",
+                "analysis/layer_kernel_count.cfg", "hwcounters/layer_rates.cfg"}
 
 
 PERCENT = ("% Time", "% Window Time", "% Time Not Zero")

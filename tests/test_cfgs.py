@@ -41,7 +41,8 @@ COMPOSE = {"As Is", "Sign", "1-Sign", "Mod", "Mod+1", "Div", "Prod", "Add", "Sub
 FILTERS = {"All", "None", "=", "!=", ">", "<", "[x,y]"}
 STATISTICS = {"Time", "% Time", "% Time Not Zero", "% Window Time", "# Bursts", "Integral",
               "Average value", "Maximum", "Minimum", "Average Burst Time", "Sum bursts",
-              "Average per Burst", "Bytes sent", "Bytes received", "#Sends", "#Receives"}
+              "Average per Burst", "Bytes sent", "Bytes received", "#Sends", "#Receives",
+              "# Bursts != 0", "Average value != 0"}
 OPERATIONS = {"add", "product", "substract", "divide", "maximum", "minimum", "different"}
 
 # Extrae families that may not be in the registry yet (their kinds are being written)
@@ -62,6 +63,10 @@ def _kind_export(kind: str, d: Path) -> Path:
 
         spec, metrics = two_gpu_scenario()
         return add_native_metrics(write_export(d / "metrics.sqlite", spec), metrics)
+    if kind == "nvtx":  # NVTX ranges projected onto the GPU, four levels deep
+        from nsys2prv.testing.synth_projection import projection_export
+
+        return projection_export(d / "projection.sqlite")
     if kind == "openacc":
         from nsys2prv.testing.synth_metrics import add_openacc, openacc_scenario
 
@@ -172,7 +177,8 @@ def test_catalogue_covers_the_families():
         f"hwcounters/{catalogue._slug(m).replace('__', '_')}_per_kernel.cfg"
         for m in KERNEL_METRICS}
     assert len([c for c in hw if c.endswith("_model_fit.cfg")]) == 4
-    assert len(hw) == len(metrics) + len(KERNEL_METRICS) + 4
+    # + the kernels' rates per NVTX range on the GPU (layer_rates.cfg)
+    assert len(hw) == len(metrics) + len(KERNEL_METRICS) + 4 + 1
 
 
 @pytest.mark.parametrize("rel", CFGS)

@@ -272,8 +272,10 @@ def test_translating_the_sample_imports_only_its_kinds(tmp_path):
     run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, NSYS2PRV_NO_SUPERVISOR="1"))
     assert run_.returncode == 0, run_.stderr
-    assert run_.stdout.split("\n")[-2] == str(["base", "cuda_api", "cuda_deps", "cuda_sync",
-                                               "kernels", "memory", "nvtx", "osrt"])
+    # _projected: the NVTX ranges projected onto the GPU (kernels keep work, NVTX projects)
+    assert run_.stdout.split("\n")[-2] == str(["_projected", "base", "cuda_api", "cuda_deps",
+                                               "cuda_sync", "kernels", "memory", "nvtx",
+                                               "osrt"])
 
 
 def test_list_kinds_and_help_name_every_kind(capsys):

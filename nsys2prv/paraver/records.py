@@ -41,6 +41,7 @@ SRC_STATE, SRC_API, SRC_SYNC, SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET = 0, 1, 2, 3, 4
 SRC_NVTX, SRC_NVTX_SE, SRC_OSRT, SRC_SCHED = 6, 7, 8, 9
 SRC_GPU_METRICS, SRC_GRAPH, SRC_GPU_MEMORY, SRC_DNN, SRC_OPENACC = 40, 41, 42, 43, 44
 SRC_MPI, SRC_MPI_MESSAGE, SRC_NCCL = 45, 46, 47
+SRC_NVTX_GPU = 48  # NVTX ranges projected onto the GPU rows (ord: the range's rowid)
 SRC_LAUNCH_OFFSET = 64  # an arrow to an activity of source s has src = s + SRC_LAUNCH_OFFSET
 
 RECORD_SCHEMA: dict[str, pl.DataType] = {

@@ -220,6 +220,7 @@ class Nvtx:
     text: str | None
     domain: str | None = None
     category: int = 0
+    end_tid: int | None = None  # a start/end range ended on another thread (endGlobalTid)
 
 
 @dataclass
@@ -426,6 +427,8 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
         row = _nvtx_row(s, registered_nvtx, n.start, n.end, kinds[n.kind], n.pid, n.tid, n.text,
                         dom(n.pid, n.domain))
         row["category"] = n.category
+        if n.end_tid is not None:
+            row["endGlobalTid"] = global_tid(n.pid, n.end_tid)
         nvtx_rows.append(row)
     if nvtx_rows:
         _insert(con, "NVTX_EVENTS", cols["NVTX_EVENTS"], nvtx_rows)

@@ -576,7 +576,99 @@ for _metric in ("SM Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth")
                              f"{_metric} measured", f"{_metric} predicted"),
                      y_range=(-20.0, 20.0)))))
 
-CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS
+# ------------------------------------------------------------------------------------------
+# NVTX ranges projected onto the GPU (registry nvtx_gpu: 67303000 + nsys' nesting level)
+# ------------------------------------------------------------------------------------------
+
+GPU_RANGES = (nvtx.GPU_PROJECTED.base, nvtx.GPU_PROJECTED.base + nvtx.GPU_PROJECTED.size - 1)
+INNERMOST = "NVTX on the GPU, innermost level"
+LAYER_LEVELS = 4  # the levels the timeline view opens one window each for (0-3)
+
+
+def gpu_ranges(name: str = INNERMOST) -> Window:
+    """The innermost NVTX range projected onto each GPU stream row: every level's type, and
+    'Stacked Val' (a range's work on a row lies inside its parent's there, so the levels
+    nest on the row like push/pop ranges on a thread)."""
+    return last_value(name, GPU_RANGES, stacked=True, type_range=True)
+
+
+def gpu_level(level: int) -> Window:
+    """The ranges of one nesting level on the GPU stream rows (a one-type `[x,y]`: the same
+    events as `=`, and a level a trace does not have asks nothing). Stacked too: ranges of
+    one level from two threads (PyTorch's autograd thread beside the main one) may nest on
+    a stream, and the outer one shows again when the inner one ends."""
+    t = nvtx.nvtx_gpu_type(level)
+    return last_value(f"NVTX on the GPU, level {level}", (t, t), stacked=True,
+                      type_range=True)
+
+
+_LAYER_NOTE = (
+    "NVTX ranges projected onto the GPU (types 67303000 + nesting level, docs/events.md): "
+    "on every GPU stream row that ran a range's work, the range from its first work's start "
+    "to its last one's end, with the CPU rows' NVTX name values (one colour = one range on "
+    "the threads, basics/nvtx_pushpop.cfg, and on the streams).")
+_INNERMOST_NOTE = (
+    "Columns are the innermost range on the row (the deepest level drawn there: with "
+    "PyTorch's NVTX, the aten:: operators); for one level, filter the first window on type "
+    "= 67303000 + level instead of the range. Rows are GPU stream rows (a kernel that "
+    "overlaps another on its stream is on a lane row of its own, which carries no range). "
+    "Paraver gives each name a column only when the trace's NVTX name values span at most "
+    "10,000 (else it bins them).")
+_RATE_METRICS = ("SM Issue", "Tensor Active", "DRAM Read Bandwidth")
+_LAYER_VIEW = (last_value("GPU kernels", KERNELS),
+               *(gpu_level(lv) for lv in range(LAYER_LEVELS)), gpu_ranges())
+_LAYER_TIME = (gpu_ranges(), on_row("Kernel running", KERNELS))
+_LAYER_COUNT = (gpu_ranges(), last_value("GPU kernels", KERNELS))
+_LAYER_RATES = (
+    gpu_ranges(), on_row("Compute kernel running", (KERNEL,)),
+    *(w for m in _RATE_METRICS for w in (
+        replace(metric_rate(f"{m} rate (last kernel)", gpu_metrics.KNOWN_METRICS[m]),
+                hidden=True),
+        replace(derived(f"{m} rate of kernels", "product", f"{m} rate (last kernel)",
+                        "Compute kernel running"), zero_unpainted=True,
+                y_range=_scale(gpu_metrics.KNOWN_METRICS[m])))),
+    kernels_anchor())
+
+LAYERS = [
+    Cfg("views/layers_on_gpu.cfg", "NVTX ranges (layers) on the GPU rows, over the kernels",
+        _LAYER_NOTE + " Windows: the kernels (compute and NCCL) on the stream rows; the "
+        f"ranges of levels 0-{LAYER_LEVELS - 1} (nsys' level: 0 = outermost; a deeper one: "
+        "change a window's type to 67303000 + level); the innermost range of every level "
+        "('Stacked Val'). A layer's work runs after the layer closed on the CPU: here it "
+        "is where the GPU ran it. `nsys2prv analyze` finds the level that holds the layers.",
+        (*_LAYER_VIEW, spanning("Kernels or NVTX on the GPU", _LAYER_VIEW),
+         # what paramedir prints (its last window): the innermost ranges again, derived
+         # (not part of the GUI's load check, which ends on the presence window)
+         replace(derived(f"{INNERMOST} (printed)", "add", INNERMOST,
+                         "Kernels or NVTX on the GPU present (load check)",
+                         factors=(1.0, 0.0)), hidden=True))),
+    Cfg("analysis/layer_gpu_time.cfg", "GPU time per NVTX range on the GPU [ns]",
+        _LAYER_NOTE + " Cells: the time kernels (compute and NCCL) run on the row while the "
+        "range is the innermost one there, in ns (Integral of 'Kernel running'): per range "
+        "name, the GPU time of its own kernels, the part its sub-ranges do not hold. "
+        + _INNERMOST_NOTE,
+        (*_LAYER_TIME, spanning("Kernels or NVTX on the GPU", _LAYER_TIME)),
+        _profile("GPU time per range [ns]", INNERMOST, "Kernel running", "Integral")),
+    Cfg("analysis/layer_kernel_count.cfg", "Kernels per NVTX range on the GPU",
+        _LAYER_NOTE + " Cells: the number of kernels (compute and NCCL) that run on the row "
+        "while the range is the innermost one there ('# Bursts != 0' of the kernel names: a "
+        "kernel running across two ranges counts in both). " + _INNERMOST_NOTE,
+        (*_LAYER_COUNT, spanning("Kernels or NVTX on the GPU", _LAYER_COUNT)),
+        _profile("Kernels per range", INNERMOST, "GPU kernels", "# Bursts != 0")),
+    Cfg("hwcounters/layer_rates.cfg",
+        "GPU metric rates per NVTX range on the GPU: SM Issue (Tensor Active, DRAM Read)",
+        _LAYER_NOTE + " Cells: the kernels' SM Issue rate (the sample-mixing model's, "
+        f"type {gpu_metrics.RATE.type_of(gpu_metrics.KNOWN_METRICS['SM Issue'])}, "
+        "docs/kernel_metrics.md), averaged over the time its compute kernels run while the "
+        "range is the innermost one on the row (kernels whose rate is 0 left out); the "
+        "windows 'Tensor Active rate of kernels' and 'DRAM Read Bandwidth rate of kernels' "
+        "give the same table as the histogram's data window. " + _INNERMOST_NOTE,
+        (*_LAYER_RATES, spanning("Kernels, NVTX on the GPU or their rates", _LAYER_RATES)),
+        _profile("SM Issue per range (%)", INNERMOST, "SM Issue rate of kernels",
+                 "Average value != 0")),
+]
+
+CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS + LAYERS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -247,6 +247,32 @@ def applications_jobs(tmp: Path, corpus: Path | None) -> list[Job]:
     return jobs
 
 
+# NVTX ranges projected onto the GPU: the layer views on the synthetic export of
+# testing/synth_projection (all of them, its timeline included: tests/test_projection_trace
+# checks them against the export) and on the corpus' aiprof_opt2 (its histograms)
+LAYER_CFGS = ("views/layers_on_gpu.cfg", "analysis/layer_gpu_time.cfg",
+              "analysis/layer_kernel_count.cfg", "hwcounters/layer_rates.cfg")
+PROJECTION_DIR = "projection"
+LAYER_CORPUS = {"aiprof": "exported2023/aiprof_opt2.nsys2023.4.sqlite"}
+
+
+def layer_jobs(tmp: Path, corpus: Path | None) -> list[Job]:
+    """Translate the synthetic projection export (and aiprof_opt2 where the corpus is) into
+    `tmp`, as jobs of `refresh` running LAYER_CFGS (the traces are made again by the tests,
+    not stored)."""
+    from ..api import translate
+    from ..testing.synth_projection import projection_export
+
+    trace = tmp / f"{PROJECTION_DIR}.prv"
+    translate([str(projection_export(tmp / f"{PROJECTION_DIR}.sqlite"))], str(trace))
+    jobs: list[Job] = [(PROJECTION_DIR, trace, False, list(LAYER_CFGS))]
+    for name, rel in LAYER_CORPUS.items():
+        if corpus is not None and (corpus / rel).exists():
+            translate([str(corpus / rel)], str(tmp / f"{name}.prv"))
+            jobs.append((name, tmp / f"{name}.prv", True, list(LAYER_CFGS)))
+    return jobs
+
+
 CRITICAL_DIR = "critical"  # the sample's critical path (analyze --path-trace): its cfg
 
 
@@ -266,8 +292,9 @@ def critical_jobs(tmp: Path, sample: Path) -> list[Job]:
 def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
     """Regenerate tests/data/paramedir: the sample (every cfg), small corpus traces
     (histograms only: their timelines are large), the hand-made families trace, the
-    synthetic scaling runs (SCALING_CFGS only) and the corpus before/after pair as one
-    trace of two applications and as two traces (histograms only)."""
+    synthetic scaling runs (SCALING_CFGS only), the corpus before/after pair as one
+    trace of two applications and as two traces (histograms only) and the layer views
+    (LAYER_CFGS) on the synthetic projection export and aiprof_opt2."""
     from ..testing.samples import sample_spec
     from ..testing.synth import write_export
     from ..api import translate
@@ -293,6 +320,7 @@ def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
         jobs += scaling_jobs(Path(tmp))
         jobs += applications_jobs(Path(tmp), corpus)
         jobs += critical_jobs(Path(tmp), sources[SAMPLE_DIR])
+        jobs += layer_jobs(Path(tmp), corpus)
         ends = {name.split("/")[1]: trace_end(trace) for name, trace, _, _ in jobs
                 if name.startswith(APPLICATIONS_DIR + "/")}
         if ends:  # what the '% Time' cells of each trace are a share of

@@ -10,6 +10,7 @@ from ...sources import kernels as source
 from .. import records as R
 from .. import registry as reg
 from . import cuda_api
+from ._projected import keep_work
 from .base import Context, NameClassifier, Translator, arrows, fix_times, intervals, \
     keep_for_metrics, name_value, push, start_end
 
@@ -68,7 +69,8 @@ def translate(report: Report, ctx: Context) -> None:
 
 def launched(df: pl.DataFrame, ctx: Context, index: cuda_api.CorrelationIndex, what: str,
              src: int, size: pl.Expr, tag: pl.Expr | int) -> None:
-    """Arrows from the CUDA call (matched on pid + correlation id) to each GPU activity."""
+    """Arrows from the CUDA call (matched on pid + correlation id) to each GPU activity; the
+    activities with their call are kept for the NVTX ranges projected onto the GPU."""
     if index.height == 0 or df.height == 0:
         return
     joined = index.join(df, how="inner")
@@ -76,6 +78,7 @@ def launched(df: pl.DataFrame, ctx: Context, index: cuda_api.CorrelationIndex, w
         ctx.count(f"{what} without a matching CUDA call", df.height - joined.height)
     arrows(joined, ctx, "api_start", "api_row", "start", "row", size, tag, src)
     ctx.count("launch arrows", joined.height)
+    keep_work(ctx, ctx.report, joined)
 
 
 TRANSLATORS = (Translator("kernels", 20, "CUDA kernels (NCCL kernels included)",

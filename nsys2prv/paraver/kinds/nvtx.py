@@ -1,5 +1,6 @@
 """NVTX -> push/pop ranges (one event type per domain), start/end ranges (on lanes when they
-overlap), marks and categories, on the CPU thread that opened them."""
+overlap), marks and categories, on the CPU thread that opened them; and every range projected
+onto the GPU stream rows that ran its work, one type per nesting level (`_projected.py`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ...sources import nvtx as source
 from .. import records as R
 from .. import registry as reg
 from ..values import STRING_ID_OFFSET
+from . import _projected
 from .base import REPORT_END, Context, Translator, fix_times, point_events, push, start_end
 
 DEFAULT_DOMAIN = ""
@@ -28,6 +30,8 @@ def translate(report: Report, ctx: Context) -> None:
     is_pp = c("event_type").is_in(sorted(kinds["pushpop"]))
     ctx.local_type(reg.PUSHPOP.name, DEFAULT_DOMAIN)
     start_end_ranges = []
+    project = _projected.wanted(ctx)  # GPU work was kept: every range is projected onto it
+    to_project: list[pl.DataFrame] = []
     for chunk in source.read(report, ctx.chunk_rows):
         df = chunk.join(domains, on=["pid", "domain_id"], how="left", maintain_order="left")
         df = df.with_columns(
@@ -66,7 +70,28 @@ def translate(report: Report, ctx: Context) -> None:
         frames += _categories(pl.concat([marks, ranges], how="diagonal_relaxed"), ctx,
                               categories, is_mark)
         push(ctx, frames)
+        if project:
+            to_project.append(_projectable(ctx, ranges.filter(is_pp | is_se)))
     _emit_start_end(ctx, start_end_ranges)
+    both = pl.concat(to_project, how="vertical") if to_project else \
+        pl.DataFrame(schema=_PROJECTABLE)
+    del to_project
+    _projected.emit(ctx, both["row"].to_numpy(), both["start"].to_numpy(),
+                    both["end"].to_numpy(), both["value"].to_numpy(), both["row_id"].to_numpy())
+
+
+_PROJECTABLE = {"row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "value": pl.Int64,
+                "row_id": pl.Int64}
+
+
+def _projectable(ctx: Context, ranges: pl.DataFrame) -> pl.DataFrame:
+    """The ranges nsys projects onto the GPU (push/pop and start/end of every domain, the
+    start/end ranges ended on another thread left out as nsys leaves them out), compact."""
+    other = ranges["end_tid"].is_not_null()
+    if other.any():
+        ctx.count("nvtx ranges ended on another thread: not projected", int(other.sum()))
+        ranges = ranges.filter(~other)
+    return ranges.select([pl.col(k).cast(t) for k, t in _PROJECTABLE.items()])
 
 
 MPI_INIT = ("MPI_Init", "MPI_Init_thread")
