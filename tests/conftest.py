@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the developer tools the tests use (tools/paramedir.py: paramedir's runner and its stored
+# outputs; tools/scrub.py), which are not part of the installed package
+sys.path.insert(0, str(ROOT / "tools"))
 CORPUS = Path(os.environ.get("NSYS2PRV_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 

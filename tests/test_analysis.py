@@ -14,7 +14,7 @@ import pytest
 from conftest import CORPUS, ROOT
 from nsys2prv.cli.analyze import main as analyze_main
 from nsys2prv.analysis.model import TYPES, Analysis, analyze_trace, efficiency
-from nsys2prv.views.paramedir import (CORPUS_TRACES, read_table, read_timeline)
+from paramedir import (CORPUS_TRACES, read_table, read_timeline)
 from nsys2prv.paraver.read import read_trace
 
 DATA = ROOT / "tests" / "data" / "paramedir"

@@ -317,7 +317,7 @@ def compare_histograms(directory: Path, labels: list[str], ends: dict[str, int])
     own in the other: it is compared scaled by their ratio (`ends`: trace -> end ns), to
     paramedir's two decimals. Returns the cfgs compared."""
     from nsys2prv.views.cfg import parse_cfg
-    from nsys2prv.views.paramedir import read_table
+    from paramedir import read_table
 
     compared = []
     for out in sorted((directory / "both").glob("*.txt")):
@@ -354,10 +354,10 @@ def compare_histograms(directory: Path, labels: list[str], ends: dict[str, int])
 
 def test_histograms_per_application():
     """paramedir (stored outputs, tests/data/paramedir/applications, refreshed with
-    `python -m nsys2prv.views.paramedir refresh`): for every shipped cfg with a histogram
+    `python tools/paramedir.py refresh`): for every shipped cfg with a histogram
     that has data on the before/after pair, the rows of each application of the two-run
     trace equal the rows of that run's own trace."""
-    from nsys2prv.views.paramedir import APPLICATION_RUNS
+    from paramedir import APPLICATION_RUNS
 
     ends = json.loads((PARAMEDIR_APPS / "ends.json").read_text())
     assert ends["after"] < ends["before"] == ends["both"]  # % cells are scaled for 'after'
@@ -369,7 +369,7 @@ def test_histograms_per_application():
 
 def test_histograms_per_application_live(tmp_path):
     """The same with paramedir run now on today's translation (where it is installed)."""
-    from nsys2prv.views.paramedir import (APPLICATION_RUNS, applications_jobs,
+    from paramedir import (APPLICATION_RUNS, applications_jobs,
                                           find_paramedir, run_all, trace_end)
 
     if find_paramedir() is None:

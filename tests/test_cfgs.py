@@ -2,7 +2,7 @@
 event types the registry defines and the translator writes.
 
 paramedir is not needed (CI has none): its verified outputs are stored in
-tests/data/paramedir/ (refreshed with `python -m nsys2prv.views.paramedir refresh`), and
+tests/data/paramedir/ (refreshed with `python tools/paramedir.py refresh`), and
 test_paramedir_live re-runs them only where a paramedir is installed.
 """
 
@@ -259,7 +259,7 @@ def test_cfg_types_are_registered_and_written(rel, sample_types, tmp_path_factor
 def test_every_cfg_was_verified_in_paramedir():
     """Each cfg has a stored paramedir output on at least one trace where all its types
     occur (sample, corpus mfu2gpu or the hand-made families trace)."""
-    from nsys2prv.views.paramedir import output_name
+    from paramedir import output_name
 
     stored = {p.name for d in DATA.iterdir() if d.is_dir() for p in d.iterdir()}
     for rel in CFGS:
@@ -269,7 +269,7 @@ def test_every_cfg_was_verified_in_paramedir():
 
 def test_paramedir_live(tmp_path):
     """Where paramedir is installed, the sample's stored outputs are reproduced."""
-    from nsys2prv.views.paramedir import find_paramedir, run_all
+    from paramedir import find_paramedir, run_all
     from nsys2prv.testing.samples import sample_spec
     from nsys2prv.testing.synth import write_export
     from nsys2prv import translate

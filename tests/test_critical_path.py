@@ -241,7 +241,7 @@ def test_paramedir_numbers_of_the_sample(tmp_path):
     critical) on the sample's path trace gives, per row and category, the report's times."""
     from nsys2prv.paraver.read import read_layout
     from nsys2prv.testing.samples import sample_spec
-    from nsys2prv.views.paramedir import read_table
+    from paramedir import read_table
 
     table = read_table(ROOT / "tests" / "data" / "paramedir" / "critical" /
                        "analysis__critical_path.txt")

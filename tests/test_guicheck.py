@@ -78,7 +78,7 @@ def _suite_traces(d: Path) -> dict[str, Path]:
     """One translation of each synthetic scenario the suite builds (sample, NCCL, CUDA
     graphs, GPU memory, cuDNN/cuBLAS, GPU metrics, OpenACC, MPI, multi-rank job) and the
     hand-made families trace."""
-    from nsys2prv.views.paramedir import families_trace
+    from paramedir import families_trace
     from nsys2prv.testing import synth
     from nsys2prv.testing.multi import job
     from nsys2prv.testing.samples import sample_spec

@@ -651,7 +651,7 @@ def test_stored_paramedir_tables_equal_analyze():
     """tests/data/paramedir/gpumetrics: paramedir's per-kernel tables of the shipped cfgs on
     the stored trace (a real A100 export) are the rates analyze finds on that trace."""
     from conftest import ROOT
-    from nsys2prv.views.paramedir import read_table
+    from paramedir import read_table
 
     d = ROOT / "tests" / "data" / "paramedir" / "gpumetrics"
     km = read_kernel_metrics(d / "trace" / "gpumetrics.prv.gz")
@@ -671,7 +671,7 @@ def test_stored_paramedir_tables_equal_analyze():
 def test_live_paramedir_on_aiprof_equals_analyze(aiprof, tmp_path):
     """Where paramedir is installed: its per-kernel tables on aiprof_opt2's trace give, for
     every kernel column, the rates analyze prints (to the two decimals the trace keeps)."""
-    from nsys2prv.views.paramedir import find_paramedir, read_table, run_cfg
+    from paramedir import find_paramedir, read_table, run_cfg
 
     if find_paramedir() is None:
         pytest.skip("paramedir not installed: the stored outputs are checked instead")

@@ -3,7 +3,7 @@
 Real data: a 4-rank Open MPI run recorded with nsys 2023.4 (native MPI tables) and 2022.4 (MPI
 as NVTX ranges), see tests/data/recorded/README.md. Scrubbed copies of the 2023.4 per-rank
 reports and of the 2022.4 launcher report are fixtures in tests/data/recorded (made with
-`python -m nsys2prv.testing.scrub`, see the README there), so these tests always run; the
+`python tools/scrub.py`, see the README there), so these tests always run; the
 other recordings (a folder named by $NSYS2PRV_RECORDINGS, with 2022.4/ and 2023.4/ in it)
 and the corpus are used when present. Expected numbers come from SQL.
 """
@@ -25,7 +25,7 @@ from nsys2prv.paraver.registry import mpi as mreg
 from nsys2prv.pipeline.prepare import PrepareOptions, prepare
 from nsys2prv.report.report import Report
 from nsys2prv.testing import synth
-from nsys2prv.testing.scrub import scrub
+from scrub import scrub
 from nsys2prv.testing.synth_mpi import WORLD_HANDLE, Communicator, MpiCall, add_mpi, world
 
 from conftest import CORPUS

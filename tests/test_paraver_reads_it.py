@@ -1,7 +1,7 @@
 """Paraver's own engine (paramedir) and our reader see the same trace.
 
 paramedir was run on the stored sample trace (tests/data/paramedir/sample; refreshed with
-`python -m nsys2prv.views.paramedir refresh`); its per-row state timeline must give the
+`python tools/paramedir.py refresh`); its per-row state timeline must give the
 same time per state and row as reading the .prv naively, and the stored trace must be what
 the translator writes today for the sample (so the comparison is about the current writer).
 """
@@ -49,4 +49,4 @@ def test_stored_trace_is_what_the_translator_writes(tmp_path):
            if not x.startswith("#")]
     stored = [x for x in gzip.decompress((DATA / "trace" / "sample.prv.gz").read_bytes())
               .decode().splitlines() if not x.startswith("#")]
-    assert now == stored, "refresh: python -m nsys2prv.views.paramedir refresh"
+    assert now == stored, "refresh: python tools/paramedir.py refresh"

@@ -202,7 +202,7 @@ def test_useful_times_equal_paramedirs(traces, tmp_path):
     """paramedir's state profile (cfgs/basics/states_profile.cfg, % of trace time, 2
     decimals) on the 4-rank trace: Running per main thread = our useful time, 0.00 on the
     helper threads, tid-0 rows 100.00 Not created."""
-    from nsys2prv.views.paramedir import find_paramedir, read_table, run_cfg
+    from paramedir import find_paramedir, read_table, run_cfg
 
     if find_paramedir() is None:
         pytest.skip("paramedir not installed (CI)")

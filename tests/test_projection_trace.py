@@ -299,7 +299,7 @@ def test_corpus_projection_on_the_gpu_rows(corpus_case):
 
 
 # ------------------------------------------------------ the layer views (paramedir) --
-# paramedir's outputs of the layer cfgs are stored (python -m nsys2prv.views.paramedir
+# paramedir's outputs of the layer cfgs are stored (python tools/paramedir.py
 # refresh): on the synthetic export they must be the hand-made numbers, on aiprof_opt2 what
 # analysis/projection.py gives from the export, on mfu2gpu their totals.
 
@@ -307,10 +307,10 @@ PARAMEDIR = ROOT / "tests" / "data" / "paramedir"
 
 
 def _table(case: str, name: str):
-    from nsys2prv.views.paramedir import read_table
+    from paramedir import read_table
 
     path = PARAMEDIR / case / name
-    assert path.exists(), f"{path}: refresh with python -m nsys2prv.views.paramedir refresh"
+    assert path.exists(), f"{path}: refresh with python tools/paramedir.py refresh"
     return read_table(path)
 
 
@@ -351,7 +351,7 @@ def test_layer_views_on_the_synthetic_export(tmp_path):
     import nsys2prv
     from nsys2prv.testing.synth_projection import (BASE, INNERMOST, KERNEL_TIME, KERNELS,
                                                    US, projection_export)
-    from nsys2prv.views.paramedir import read_timeline
+    from paramedir import read_timeline
 
     prv = tmp_path / "projection.prv"
     nsys2prv.translate(projection_export(tmp_path / "p.sqlite"), prv)

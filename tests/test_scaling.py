@@ -109,11 +109,11 @@ PARAMEDIR_DATA = ROOT / "tests" / "data" / "paramedir"
 @pytest.mark.parametrize("n", SIZES)
 def test_useful_times_and_metrics_equal_paramedir(runs, n):
     """The same synthetic runs through paramedir with the shipped cfgs (outputs stored in
-    tests/data/paramedir/scaling<n>, `python -m nsys2prv.views.paramedir refresh`): the
+    tests/data/paramedir/scaling<n>, `python tools/paramedir.py refresh`): the
     useful time summed over devices (both forms), and the kernel-time-weighted SM Active
     and Tensor Active of the run, rebuilt from the per-stream 'Average value' cells
     weighted by each stream's compute kernel time."""
-    from nsys2prv.views.paramedir import read_table
+    from paramedir import read_table
 
     d = PARAMEDIR_DATA / f"scaling{n}"
     run = scaling.run_of(read_trace(runs[n][1], scaling.SCALING_TYPES), str(n))
@@ -139,7 +139,7 @@ def test_metrics_of_a_real_export_equal_paramedir():
     """A real nsys 2023.4 export with GPU metrics (the stored translation of the corpus'
     A100 vectorAdd run): the run's SM Active and Tensor Active during kernels equal
     paramedir's per-kernel 'Average value' of the same trace (one stream)."""
-    from nsys2prv.views.paramedir import read_table
+    from paramedir import read_table
 
     d = PARAMEDIR_DATA / "gpumetrics"
     run = scaling.run_of(read_trace(d / "trace" / "gpumetrics.prv.gz",

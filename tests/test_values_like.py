@@ -204,7 +204,7 @@ def test_bad_values_like_is_one_line_and_writes_nothing(make, message, tmp_path,
 
 def _foreign(d: Path) -> Path:
     """A Paraver trace not written by nsys2prv (hand-made, as Extrae's would be)."""
-    from nsys2prv.views.paramedir import families_trace
+    from paramedir import families_trace
 
     return families_trace(d / "families")
 

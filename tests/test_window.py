@@ -165,7 +165,7 @@ def test_every_cfg_computes_the_same_on_both_cuts(sample6, tmp_path):
     cut of iteration 2 what it computes on Paraver's cut of the same trace; the only ones
     allowed to differ read NVTX start/end ranges (we write the range open at the window's
     start at 0, Paraver's cutter drops it: test_cut_equals_paravers_cutter)."""
-    from nsys2prv.views.paramedir import find_paramedir, read_table, run_all
+    from paramedir import find_paramedir, read_table, run_all
 
     paramedir = find_paramedir()
     if not paramedir:

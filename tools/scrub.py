@@ -1,6 +1,6 @@
 """Copy an Nsight Systems export without the recording machine's environment.
 
-    python -m nsys2prv.testing.scrub in.sqlite out.sqlite [--drop TABLE[.NAME] ...]
+    python tools/scrub.py in.sqlite out.sqlite [--drop TABLE[.NAME] ...]
 
 Exports carry the whole environment of the profiled process (TARGET_INFO_SYSTEM_ENV row
 `DeviceEnvironment`, META_DATA_CAPTURE rows `PROCESS_n:ENVIRONMENT_VARIABLE`), which under an
@@ -24,7 +24,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from ..report.report import RANK_VARIABLES, SIZE_VARIABLES
+from nsys2prv.report.report import RANK_VARIABLES, SIZE_VARIABLES
 
 KEEP_VARIABLES = frozenset(RANK_VARIABLES + SIZE_VARIABLES)
 _IPV4 = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b")
@@ -115,7 +115,7 @@ def scrub(src: str | Path, dst: str | Path, drop: tuple[str, ...] = ()) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nsys2prv.testing.scrub", description=__doc__
+    ap = argparse.ArgumentParser(prog="python tools/scrub.py", description=__doc__
                                  .split("\n\n")[0])
     ap.add_argument("input")
     ap.add_argument("output")

@@ -1,5 +1,5 @@
 """Pictures for docs/cfgs.md drawn from paramedir's stored outputs (there is no GUI Paraver
-here): `python -m nsys2prv.views.figures tests/data/paramedir cfgs/img`."""
+here): `python tools/figures.py tests/data/paramedir cfgs/img`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 import sys
 from pathlib import Path
 
-from ..paraver.registry import STATE_BY_VALUE
-from ..analysis.plot import pyplot
-from .paramedir import read_timeline
+from nsys2prv.paraver.registry import STATE_BY_VALUE
+from nsys2prv.analysis.plot import pyplot
+from paramedir import read_timeline  # tools/paramedir.py
 
 
 def _thread_labels(row_file: Path) -> list[str]:
