@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, OutputError, UsageError
+from .lifeline import signals_held
 from .paraver.kinds import KINDS
 from .paraver.output import trace_paths
 from .paraver.values import ValuesLike, read_values_like
@@ -241,6 +242,17 @@ def translate_stream(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike
                       streamed=directory / f"{name}-partials", attributes=attributes)
 
 
+def _work_dir(where: Path) -> Path:
+    """A new hidden work folder in `where`, registered for the supervisor to remove if this
+    process is killed. Its callers make it with Ctrl-C, SIGTERM and SIGHUP held, inside the
+    `try` whose `finally` removes it: an interruption that came between making it and that
+    `try` (a loaded machine) left it behind, since the supervisor removes what is registered
+    only when the command was killed; an interrupted command removes its own."""
+    work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=where))
+    register_temp(work)
+    return work
+
+
 def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1, hosts=None,
                workdir=None, chunk_rows=None, spill_rows=None, sync="auto", sync_nvtx=None,
                sync_by_task=False, dask=None, memory=None, window=None, allow_empty=False,
@@ -270,13 +282,13 @@ def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1,
     sqlite_paths = [_sqlite_of(p, out_dir) for p in inputs]
     names = _report_names(inputs)
     if streamed is not None:
-        work = streamed
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=workdir or out_dir))
-        register_temp(work)
+        streamed.mkdir(parents=True, exist_ok=True)
+    work = streamed
     merged = merge_partials if streamed is None else stream_partials
     try:
+        if work is None:
+            with signals_held():  # see _work_dir
+                work = _work_dir(workdir or out_dir)
         dirs = [work / f"report-{i:05d}" for i in range(len(sqlite_paths))]
         merge_args = dict(compress=compress, sync=sync, sync_by_task=sync_by_task,
                           hosts=hosts, jobs=jobs, memory=memory, on_merge=on_merge,
@@ -300,7 +312,7 @@ def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1,
                     shutil.rmtree(d, ignore_errors=True)
         raise InputError("the window's place on the trace did not settle")  # pragma: no cover
     finally:
-        if streamed is None:
+        if streamed is None and work is not None:
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -350,9 +362,10 @@ def translate_applications(sides: Sequence[Inputs], output: str | os.PathLike[st
     options = PrepareOptions(chunk_rows=budget.chunk_rows, spill_bytes=budget.spill_bytes)
     sqlite = [[_sqlite_of(p, out_dir) for p in ps] for ps in side_inputs]
     reports = [_report_names(ps) for ps in side_inputs]
-    work = Path(tempfile.mkdtemp(prefix=".nsys2prv-work-", dir=out_dir))
-    register_temp(work)
+    work = None
     try:
+        with signals_held():  # see _work_dir
+            work = _work_dir(out_dir)
         dirs = [[work / f"run-{k}" / f"report-{i:05d}" for i in range(len(ps))]
                 for k, ps in enumerate(sqlite)]
         facts: list[list[Facts] | None] = [None] * len(sides)
@@ -382,7 +395,8 @@ def translate_applications(sides: Sequence[Inputs], output: str | os.PathLike[st
                 todo = [k]
         raise InputError("the window's place on the trace did not settle")  # pragma: no cover
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def merge_application_partials(applications: Sequence[Application],

@@ -54,6 +54,17 @@ def need_exports(*paths: Path) -> None:
                         f"(set NSYS2PRV_CORPUS)")
 
 
+@pytest.hookimpl(optionalhook=True)  # where pytest-xdist is not installed (tools/aarch64.sh)
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per core this process may run on, not
+    pytest-xdist's count of physical cores; PYTEST_XDIST_AUTO_NUM_WORKERS still wins."""
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if env:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     need_corpus()
