@@ -264,7 +264,8 @@ def test_kind_index_matches_the_translator_modules():
 
 
 def test_translating_the_sample_imports_only_its_kinds(tmp_path):
-    """A report's kinds are the only translator modules imported (issue 20: start-up)."""
+    """A report's kinds are the only translator modules imported (issue 20: start-up), with
+    the helpers they share (`base`; `_launch`: what a kernel's launch allows)."""
     code = ("import sys; from nsys2prv.cli import main; "
             f"main([{str(SAMPLE)!r}, {str(tmp_path / 's.prv')!r}, '-q']); "
             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
@@ -272,8 +273,9 @@ def test_translating_the_sample_imports_only_its_kinds(tmp_path):
     run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, NSYS2PRV_NO_SUPERVISOR="1"))
     assert run_.returncode == 0, run_.stderr
-    assert run_.stdout.split("\n")[-2] == str(["base", "cuda_api", "cuda_deps", "cuda_sync",
-                                               "kernels", "memory", "nvtx", "osrt"])
+    assert run_.stdout.split("\n")[-2] == str(["_launch", "base", "cuda_api", "cuda_deps",
+                                               "cuda_sync", "kernels", "memory", "nvtx",
+                                               "osrt"])
 
 
 def test_list_kinds_and_help_name_every_kind(capsys):

@@ -40,7 +40,9 @@ KINDS = [sr.KernelKind("gemm", (85, 40, 70, 20), 200_000, 10_000_000, 1),
          sr.KernelKind("tiny", (20, 5, 0, 5), 2_000, 4_000, 6),
          sr.KernelKind("conv", (80, 35, 50, 30), 30_000, 300_000, 2),
          sr.KernelKind("nccl", (12, 4, 0, 15), 20_000, 2_000_000, 1),
-         sr.KernelKind("copy", (0, 0, 0, 25), 5_000, 500_000, 1),
+         # a copy kernel: little compute, but a running kernel keeps at least one of the
+         # 108 SMs busy (the model's floor, 0.93 %)
+         sr.KernelKind("copy", (1, 0, 0, 25), 5_000, 500_000, 1),
          sr.KernelKind("aux", (8, 3, 0, 4), 3_000, 40_000, 1)]
 
 
@@ -178,6 +180,61 @@ def test_bounded_lsq_meets_its_optimality_conditions(n, seed):
     assert np.all(np.abs(g[free]) < scale)
     assert np.all(g[x <= lo + 1e-7] > -scale)
     assert np.all(g[x >= hi - 1e-7] < scale)
+
+
+def _profile_by_search(G, b, lo, hi, k, allowed, direction):
+    """The end of column k's profile range by bisection: the furthest value t of x_k (from
+    the bounded fit, in `direction`) at which the best fit of the other columns within
+    their bounds, x_k held at t, is at most `allowed` worse (in q = x'Gx/2 - b'x)."""
+    n = b.size
+    best = rm.bounded_lsq(G, b, lo, hi)
+    q = lambda x: 0.5 * x @ G @ x - b @ x  # noqa: E731
+    q0 = q(best)
+    others = np.array([i for i in range(n) if i != k])
+
+    def worse(t):
+        if others.size == 0:
+            x = np.array([t])
+        else:
+            # x_k held at t: the others' problem has b less the column k's pull
+            sub = rm.bounded_lsq(G[np.ix_(others, others)], b[others] - G[others, k] * t,
+                                 lo[others], hi[others])
+            x = np.empty(n)
+            x[others], x[k] = sub, t
+        return q(x) - q0
+
+    a = best[k]
+    z = hi[k] if direction > 0 else lo[k]
+    if worse(z) <= allowed:
+        return z
+    for _ in range(80):
+        mid = (a + z) / 2
+        a, z = (mid, z) if worse(mid) <= allowed else (a, mid)
+    return (a + z) / 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 7), st.integers(0, 2**31 - 1))
+def test_rate_ranges_follow_the_profile_within_the_bounds(n, seed):
+    """A rate's range: the values whose best fit of every other column (within its bounds)
+    is at most `allowed` worse. The parametric walk along the profile (`_System.ranges`,
+    `_profile_end`) gives the ends a bisection of bounded fits finds; the range holds the
+    bounded fit and stays within the column's bounds."""
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(n + 4, n)))  # shares: positive, some columns alike
+    A[:, -1] += 0.8 * A[:, 0]
+    y = rng.normal(size=n + 4) * 40 + 20
+    G, b = A.T @ A, A.T @ y
+    lo, hi = rng.uniform(0, 5, n), rng.uniform(20, 60, n)
+    system = rm._System(G)
+    x = system.bounded(b, system.solve(b), lo, hi)
+    allowed = float(rng.uniform(0.5, 50))
+    r_lo, r_hi = system.ranges(b, x, lo, hi, allowed)
+    for k in range(n):
+        assert lo[k] - 1e-9 <= r_lo[k] <= x[k] + 1e-9 <= r_hi[k] + 2e-9 <= hi[k] + 3e-9
+        for direction, got in ((1, r_hi[k]), (-1, r_lo[k])):
+            want = _profile_by_search(G, b, lo, hi, k, allowed / 2, direction)
+            assert got == pytest.approx(want, abs=1e-4 * (1 + abs(want))), (k, direction)
 
 
 @settings(max_examples=40, deadline=None)
@@ -389,18 +446,31 @@ def test_analyze_cli_section_and_json(known, tmp_path):
 
 
 def test_no_gpu_metrics_is_one_line(tmp_path):
+    """Without GPU metrics, one line says so; the launch statistics follow (they need only
+    the launches): the kernel's configuration as the export has it."""
     from nsys2prv.testing.synth import ApiCall, Kernel, Spec, write_export
 
     spec = Spec(processes=[(1, "p")], threads=[(1, 1, "p")], gpus=[(0, "GPU")],
-                kernels=[Kernel(1000, 5000, 1, 0, 7, "k", 1)],
+                kernels=[Kernel(1000, 5000, 1, 0, 7, "k", 1, grid=(40, 1, 1),
+                                block=(256, 1, 1), registers=64)],
                 api=[ApiCall(100, 900, 1, 1, "cudaLaunchKernel", 1)])
     db = write_export(tmp_path / "plain.sqlite", spec)
     text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(db), "--no-idle"],
                           capture_output=True, text=True, check=True).stdout
     section = text.split("### Inside the kernels")[1].strip().splitlines()
-    assert len(section) == 2
     assert "no GPU metrics in this export" in section[1]
     assert "--gpu-metrics-devices=all" in section[1]
+    assert section[2].startswith("###   launch statistics:")
+    row = [ln for ln in section if ln.split()[1:2] == ["k"]]
+    # 40 blocks of 256 threads, 64 registers: 4 blocks per SM by registers (64 x 32 = 2048
+    # a warp, 8 warps a sub-partition), 50 % occupancy; 40 of the A100's 108 SMs
+    assert row and row[-1].split()[2:10] == ["40", "256", "64", "0", "32K", "4",
+                                             "registers", "50.0"]
+    # waves 40 / (108 x 4); SM Active <= 40 / 108; warps <= 40 x 8 / (108 x 64)
+    assert row[-1].split()[10:14] == [f"{40 / 432:.2f}", f"{100 * 40 / 432:.0f}%",
+                                      f"{100 * 40 / 108:.1f}", f"{100 * 320 / 6912:.1f}"]
+    # the one kernel holds all of its GPU's time: its grid smaller than the GPU is named
+    assert "under-filled by its launch: 40 blocks on 108 SMs (SM Active <= 37.0 %)" in text
 
 
 # -- the real A100 export with GPU metrics ----------------------------------------------------

@@ -97,6 +97,8 @@ class Comparison:
     step_search: StepPick | None = None  # the search for a step, where none was found
     # each range family's parent family (`steps.range_parents`, before's, else after's)
     range_tree: pl.DataFrame | None = None
+    # the kernels whose launch configuration changed (`launch.launch_changes`)
+    launches: pl.DataFrame | None = None
 
     @property
     def elapsed_change(self) -> float | None:
@@ -110,6 +112,8 @@ class Comparison:
                "models": self.models}
         if self.rates is not None:
             out["kernel_rates"] = self.rates
+        if self.launches is not None:
+            out["kernel_launches"] = self.launches
         if self.devices is not None:
             out["devices"] = self.devices
         if self.rules is not None:
@@ -650,6 +654,10 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                       rules_table(before.rules, after.rules), its, verdict, "", warnings,
                       rates_table(kernels, before.kernel_metrics, after.kernel_metrics),
                       found if its is None else None, _range_tree(b, a))
+    from .launch import launch_changes
+
+    comp.launches = launch_changes(kernels, getattr(before.kernel_metrics, "launch", None),
+                                   getattr(after.kernel_metrics, "launch", None))
     comp.paragraph = explain(comp)
     return comp
 
@@ -779,9 +787,12 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             from .kernel_metrics import SampleCollector
             from .model import analyze_path
 
+            from .launch import LaunchCollector
+
             collector = ActivityCollector(out)
             samples = SampleCollector(out)
-            observers = [collector] + ([samples] if samples.types else [])
+            launches = LaunchCollector(out, per_kernel=bool(samples.types))
+            observers = [collector, launches] + ([samples] if samples.types else [])
             state: dict = {}
 
             def steps() -> pl.DataFrame | None:
@@ -818,10 +829,11 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
         if collector is not None:
             if "acts" not in state:
                 acts = collector.result()
-            if samples is not None and samples.types:
-                from .kernel_metrics import kernel_metrics
+            from .kernel_metrics import kernel_metrics
 
-                km = kernel_metrics(acts, samples)
+            km = kernel_metrics(acts, samples if samples.types else None,
+                                launches=launches.result(),
+                                classes=launches.kernel_classes())
         cand = state.get("candidates") if collector is not None else None
         if cand is None:
             cand = candidates(acts)

@@ -312,3 +312,61 @@ def rate_bounds(keys: list[str], lo: np.ndarray, hi: np.ndarray, col: np.ndarray
             lo2[kernel_cols, m] = np.minimum(np.maximum(lo2[kernel_cols, m], f[kernel_cols]),
                                              hi2[kernel_cols, m])
     return lo2, hi2
+
+
+# -- launch classes: one model column per kernel name and class of grid -----------------------
+# A name launched with grids of very different sizes (a 1-block and a 73728-block launch of
+# one elementwise kernel) does very different things; its rate would be a mean that no
+# launch has, and the least-squares fit weighs long launches (whole periods) far above
+# short ones, so no single bound fits it. The model gives each class of SM Active ceiling
+# its own column: class 0 for grids that can fill the GPU (or whose ceiling is unknown),
+# class k >= 1 for ceilings in (100 / 2^k, 100 / 2^(k-1)] % of the SMs.
+CLASS_SHIFT = 4  # a kernel's model code: its name's code x 16 + its class
+MAX_CLASS = (1 << CLASS_SHIFT) - 1
+
+
+def grid_class(sm_ceiling_pv) -> np.ndarray:
+    """The launch class of SM Active ceilings as the trace writes them (% x 100; < 0 or
+    NaN: unknown, class 0)."""
+    pv = np.asarray(sm_ceiling_pv, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = 1 + np.floor(np.log2(SCALE * 100 / pv))
+    return np.where(np.isfinite(pv) & (pv > 0) & (pv < SCALE * 100),
+                    np.clip(k, 1, MAX_CLASS), 0).astype(np.int64)
+
+
+def class_label(k: int) -> str:
+    """What a launch class means, for the tables: 'grid <= 50 % of the SMs'."""
+    return "" if k == 0 else f"grid <= {100 / 2 ** (k - 1):.3g} % of the SMs"
+
+
+def model_code(code: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The model's code of kernels: their name's code and their launch class."""
+    return np.asarray(code, dtype=np.int64) * (1 << CLASS_SHIFT) + np.asarray(classes)
+
+
+def model_labels(label_of: dict, memop_of: dict, codes: np.ndarray) -> tuple[dict, dict]:
+    """Labels and memory-operation flags of model codes (`model_code` for kernels, the
+    codes as they were for memory operations): a class other than 0 is named after its
+    kernel with CLASS_SEP and the class."""
+    out_l, out_m = {}, {}
+    for mc in np.unique(codes).tolist():
+        if memop_of.get(mc, False) and mc in label_of:
+            out_l[mc], out_m[mc] = label_of[mc], True
+            continue
+        code, k = mc >> CLASS_SHIFT, mc & MAX_CLASS
+        base = label_of.get(code)
+        out_l[mc] = base if k == 0 or base is None else f"{base}{CLASS_SEP}{k}"
+        out_m[mc] = bool(memop_of.get(code, False))
+    return out_l, out_m
+
+
+CLASS_SEP = "\x00grid class "
+
+
+def split_label(label: str) -> tuple[str, int]:
+    """(kernel label, launch class) of a model column's label."""
+    if CLASS_SEP in label:
+        base, k = label.split(CLASS_SEP, 1)
+        return base, int(k)
+    return label, 0

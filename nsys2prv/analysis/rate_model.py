@@ -51,6 +51,11 @@ GROUP_COSINE = 0.9995
 # period is cut to one median interval (samples lost, or sampling paused)
 GAP_FACTOR = 1.5
 PAIRS_PER_CHUNK = 500_000
+# a rate's range: the values whose fit is at most RANGE_Z^2 sigma^2 worse than the best
+# (RANGE_Z = 2: about 95 % for a normal error); a range wider than UNDETERMINED of the
+# metric's span (10 points of a percentage) is an undetermined rate
+RANGE_Z = 2.0
+UNDETERMINED = 0.10
 
 
 @dataclass
@@ -340,6 +345,70 @@ def bounded_lsq(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     return x
 
 
+def _profile_end(G: np.ndarray, b: np.ndarray, x: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, k: int, direction: float, allowed: float,
+                 max_steps: int = 200) -> float:
+    """How far column k's rate can move in `direction` (+1 up, -1 down) from the bounded
+    minimum `x` of q = x'Gx/2 - b'x while the minimum of q over the other columns (each
+    within its bounds) grows by at most `allowed`: the end of the column's profile range.
+    The profile is followed exactly: between two changes of which columns sit at a bound,
+    the others move along -G_FF^-1 G_Fk and q grows as a quadratic in the step; a free
+    column that reaches a bound stops there, one at a bound whose gradient turns follows
+    again (a parametric active set)."""
+    x = x.copy()
+    g = G @ x - b
+    tol = 1e-9 * (1.0 + np.abs(x))
+    at_lo = x <= lo + tol
+    at_hi = x >= hi - tol
+    free = ~(at_lo | at_hi)
+    free[k] = False
+    grown = 0.0
+    for _ in range(max_steps):
+        room = (hi[k] - x[k]) if direction > 0 else (x[k] - lo[k])
+        if room <= 0:
+            break
+        f = np.flatnonzero(free)
+        d = np.zeros(x.size)
+        d[k] = direction
+        if f.size:
+            d[f] = -_solve(G[np.ix_(f, f)], G[f, k]) * direction
+        Gd = G @ d
+        slope, curve = float(g @ d), float(d @ Gd)
+        # the step at which q has grown by `allowed`
+        left = allowed - grown
+        if curve > 1e-300:
+            s_end = (-slope + np.sqrt(max(slope * slope + 2 * curve * left, 0.0))) / curve
+        elif slope > 0:
+            s_end = left / slope
+        else:
+            s_end = np.inf
+        # the first change of the active set: a free column at a bound, a bound one freed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            to_hi = np.where(free & (d > 0), (hi - x) / d, np.inf)
+            to_lo = np.where(free & (d < 0), (lo - x) / d, np.inf)
+            off_lo = np.where(at_lo & ~free & (Gd < 0), -g / Gd, np.inf)
+            off_hi = np.where(at_hi & ~free & (Gd > 0), -g / Gd, np.inf)
+        off_lo[k] = off_hi[k] = np.inf
+        stops = np.minimum(np.minimum(to_hi, to_lo), np.minimum(off_lo, off_hi))
+        j = int(np.argmin(stops))
+        s_set = max(float(stops[j]), 0.0)
+        step = min(s_end, s_set, room)
+        x += step * d
+        g += step * Gd
+        grown += slope * step + 0.5 * curve * step * step
+        if step >= s_end or step >= room:
+            break
+        # the active set changes at j
+        if free[j]:
+            free[j] = False
+            x[j] = hi[j] if d[j] > 0 else lo[j]
+            at_hi[j], at_lo[j] = d[j] > 0, d[j] < 0
+        else:
+            free[j] = True
+            at_lo[j] = at_hi[j] = False
+    return float(np.clip(x[k], lo[k], hi[k]))
+
+
 def _solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
     try:
         c = np.linalg.cholesky(A)
@@ -361,6 +430,13 @@ class MetricFit:
     rmse: float  # held-out root mean square error (all valid samples)
     samples: int  # valid samples
     busy_samples: int
+    # (K1,) the range of rates consistent with the samples and the bounds (`fit`), whether
+    # it is narrow enough to call the rate determined, the bounds the fit took
+    range_lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    range_hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    determined: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass
@@ -440,13 +516,81 @@ class _System:
             return np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, B[self.live]))
         return np.linalg.lstsq(self.G, B[self.live], rcond=None)[0]
 
-    def bounded(self, b: np.ndarray, x0: np.ndarray, lo: float, hi: float) -> np.ndarray:
-        """The merged columns' rates (NaN for those without time) within [lo, hi]."""
+    def bounded(self, b: np.ndarray, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                ) -> np.ndarray:
+        """The merged columns' rates (NaN for those without time) within [lo, hi] (one
+        bound per merged column)."""
         out = np.full(self.live.size, np.nan)
-        n = int(self.live.sum())
-        out[self.live] = bounded_lsq(self.G, b[self.live], np.full(n, lo), np.full(n, hi),
+        out[self.live] = bounded_lsq(self.G, b[self.live], lo[self.live], hi[self.live],
                                      x0=x0)
         return out
+
+    def ranges(self, b: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               allowed: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per merged column, the range of rates whose fit is at most `allowed` worse (sum
+        of squares) than the bounded fit `x`, every column within its bounds (NaN for the
+        columns without time): the ends of the fit's profile along the column, every other
+        column re-fitted within its bounds. The first stretch of every profile comes from
+        one inverse of the free columns' Gram matrix (a free column moves the others along
+        its column of that inverse); a profile that meets a bound of another column before
+        its end is followed further by `_profile_end`."""
+        n = self.live.size
+        rlo, rhi = np.full(n, np.nan), np.full(n, np.nan)
+        if not self.G.size or not np.isfinite(allowed):
+            return rlo, rhi
+        G, bl = self.G, b[self.live]
+        xl, lol, hil = x[self.live], lo[self.live], hi[self.live]
+        K = xl.size
+        tol = 1e-9 * (1.0 + np.abs(xl))
+        at_lo, at_hi = xl <= lol + tol, xl >= hil - tol
+        free = ~(at_lo | at_hi)
+        g = G @ xl - bl
+        g[free] = 0.0
+        f = np.flatnonzero(free)
+        # D[:, k]: how every column moves per unit of column k (others re-fitted)
+        D = np.zeros((K, K))
+        D[np.arange(K), np.arange(K)] = 1.0
+        if f.size:
+            try:
+                H = np.linalg.inv(G[np.ix_(f, f)])
+            except np.linalg.LinAlgError:
+                H = np.linalg.pinv(G[np.ix_(f, f)], hermitian=True)
+            h = np.diag(H)
+            ok = h > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                D[np.ix_(f, f)] = np.where(ok[None, :], H / np.where(ok, h, 1.0)[None, :], 0.0)
+            a = np.flatnonzero(~free)
+            if a.size:
+                D[np.ix_(f, a)] = -H @ G[np.ix_(f, a)]
+        GD = G @ D
+        curve = np.einsum("ij,ij->j", D, GD)
+        slope = g @ D
+        for direction, out in ((1.0, rhi), (-1.0, rlo)):
+            sl = slope * direction
+            left = allowed / 2  # q = x'Gx/2 - b'x: half the sum of squares
+            with np.errstate(divide="ignore", invalid="ignore"):
+                s_end = np.where(curve > 1e-300,
+                                 (-sl + np.sqrt(np.maximum(sl * sl + 2 * curve * left, 0)))
+                                 / np.where(curve > 1e-300, curve, 1.0),
+                                 np.where(sl > 0, left / np.where(sl > 0, sl, 1.0), np.inf))
+                Dd = D * direction
+                step_hi = np.where(free[:, None] & (Dd > 0), (hil - xl)[:, None] / Dd, np.inf)
+                step_lo = np.where(free[:, None] & (Dd < 0), (lol - xl)[:, None] / Dd, np.inf)
+                GDd = GD * direction
+                g_col = g[:, None]
+                off_lo = np.where((at_lo & ~free)[:, None] & (GDd < 0), -g_col / GDd, np.inf)
+                off_hi = np.where((at_hi & ~free)[:, None] & (GDd > 0), -g_col / GDd, np.inf)
+            stops = np.minimum(np.minimum(step_hi, step_lo), np.minimum(off_lo, off_hi))
+            stops[np.arange(K), np.arange(K)] = np.inf
+            first = stops.min(axis=0)
+            room = (hil - xl) if direction > 0 else (xl - lol)
+            step = np.minimum(np.minimum(s_end, room), np.maximum(first, 0))
+            end = np.clip(xl + direction * step, lol, hil)
+            # profiles that reach another column's bound before their end go on
+            for k in np.flatnonzero((first < s_end) & (first < room)):
+                end[k] = _profile_end(G, bl, xl, lol, hil, int(k), direction, left)
+            out[self.live] = end
+        return rlo, rhi
 
     def inverse_diagonal(self) -> np.ndarray:
         out = np.full(self.live.size, np.nan)
@@ -459,19 +603,47 @@ class _System:
         return out
 
 
+def _column_bounds(lo: np.ndarray, hi: np.ndarray, K1: int, M: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds per (column, metric): `lo`/`hi` given per metric (M,) or per column and
+    metric (K1, M)."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    return (np.array(np.broadcast_to(lo, (K1, M)) if lo.ndim == 2 else
+                     np.broadcast_to(lo[None, :], (K1, M))),
+            np.array(np.broadcast_to(hi, (K1, M)) if hi.ndim == 2 else
+                     np.broadcast_to(hi[None, :], (K1, M))))
+
+
 def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
-    """Rates of every column for every metric (bounds lo/hi per metric), their standard
-    errors, the cross-validated R^2 of the model and of the direct attribution, the groups
-    of columns that cannot be told apart and how each rate was found. The matrices are
-    factorised once for all the metrics with the same valid samples (all of them, unless
-    some values are missing)."""
+    """Rates of every column for every metric (bounds lo/hi per metric, or per column and
+    metric: a kernel's grid caps what it can do), their standard errors and ranges, the
+    cross-validated R^2 of the model and of the direct attribution, the groups of columns
+    that cannot be told apart and how each rate was found. The matrices are factorised
+    once for all the metrics with the same valid samples (all of them, unless some values
+    are missing).
+
+    The standard errors and ranges take sigma from the held-out error of the busy samples:
+    the idle ones, which the idle rate predicts to the point, say nothing of the kernels
+    and would shrink it (on aiprof_opt2, 95 % of the samples). A rate's range is the set
+    of values whose fit is at most RANGE_Z^2 sigma^2 worse than the best, within the
+    column's bounds (`_System.ranges`); a rate whose range is wider than UNDETERMINED of
+    the metric's span is `determined` False."""
     F, K1, _ = sums.G.shape
     M = sums.b.shape[2]
+    lo_c, hi_c = _column_bounds(lo, hi, K1, M)
     Gall = sums.G.sum(0)
     group = _groups(Gall)
     grouped = bool((group >= 0).any())
     P, keep = _merge_matrix(K1, group)
     target = np.searchsorted(keep, np.where(group >= 0, group, np.arange(K1)))
+    # a merged column (a group) takes the tightest of its members' bounds
+    K = keep.size
+    lo_k = np.full((K, M), -np.inf)
+    hi_k = np.full((K, M), np.inf)
+    np.maximum.at(lo_k, target, lo_c)
+    np.minimum.at(hi_k, target, hi_c)
+    lo_k = np.minimum(lo_k, hi_k)
 
     def merged(G: np.ndarray) -> np.ndarray:
         return P.T @ G @ P if grouped else G
@@ -516,17 +688,18 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
         bf = sums.b[:, :, m]
         bm = bm_all[:, m] if m not in sums.missing else merged_b(bf.sum(0))
         start = x0.get(("full", m))
-        rm = full.bounded(bm, start if start is not None else full.solve(bm), lo[m], hi[m])
+        rm = full.bounded(bm, start if start is not None else full.solve(bm), lo_k[:, m],
+                          hi_k[:, m])
         rates = rm[target]
         # cross-validation: fit on one fold, score on the other (busy periods only)
         sse = sst = sse_d = 0.0
-        sse_all = n_all = 0.0
+        sse_all = n_all = n_busy = 0.0
         for held, (train, Gh) in enumerate(folds):
             tr = [f for f in range(F) if f != held]
             bt = merged_b(bf[tr].sum(0))
             start = x0.get((held, m))
-            rt = train.bounded(bt, start if start is not None else train.solve(bt), lo[m],
-                               hi[m])
+            rt = train.bounded(bt, start if start is not None else train.solve(bt),
+                               lo_k[:, m], hi_k[:, m])
             st = merged_b(sums.share[tr].sum(0))
             fallback = bt.sum() / st.sum() if st.sum() > 0 else 0.0
             rt = np.where(np.isnan(rt), fallback, rt)
@@ -551,24 +724,43 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
                 sse += max(e, 0.0)
                 sse_d += max(d_, 0.0)
                 sst += max(vv - svb * svb / nb, 0.0)
+                n_busy += nb
         r2 = 1 - sse / sst if sst > 0 else float("nan")
         r2d = 1 - sse_d / sst if sst > 0 else float("nan")
         sigma2 = sse_all / n_all if n_all > 0 else float("nan")
+        # the kernels' uncertainty: the error of the samples they are in
+        sigma2_busy = sse / n_busy if n_busy > 0 else sigma2
         # standard errors: sigma^2 (G^-1)_kk over the merged columns with time
-        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2)
+        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2_busy)
+        allowed = RANGE_Z ** 2 * sigma2_busy if sigma2_busy == sigma2_busy else np.inf
+        natural = _natural_span(lo, hi, m)
+        r_lo, r_hi = full.ranges(bm, rm, lo_k[:, m], hi_k[:, m], allowed)
+        width = (r_hi - r_lo)[target]
+        determined = ~(width > UNDETERMINED * natural) if natural == natural else \
+            np.ones(K1, dtype=bool)
         with np.errstate(invalid="ignore", divide="ignore"):
             direct = np.where(share_all > 0, bf.sum(0) / share_all, np.nan)
         n_valid = int(sums.n[:, m].sum())
         busy = int((sums.n[:, m] - sums.idle_n[:, m]).sum())
         out.append(MetricFit(rates, se_m[target], direct, float(r2), float(r2d),
                              float(np.sqrt(sigma2)) if sigma2 == sigma2 else float("nan"),
-                             n_valid, busy))
+                             n_valid, busy, r_lo[target], r_hi[target], determined,
+                             lo_c[:, m].copy(), hi_c[:, m].copy()))
     method = np.where(share_all <= 0, "none",
                       np.where(group >= 0, "group",
                                np.where(sums.full >= DIRECT_PERIODS, "direct", "model")))
     method[K1 - 1] = "direct" if share_all[K1 - 1] > 0 else "none"
     return DeviceFit(K1 - 1, out, group, method.astype(object), share_all, sums.full,
                      0, 0)
+
+
+def _natural_span(lo: np.ndarray, hi: np.ndarray, m: int) -> float:
+    """The width of metric m's own range (100 for a percentage), NaN when unbounded."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    a = float(np.min(lo[..., m])) if lo.ndim == 2 else float(lo[m])
+    b = float(np.max(hi[..., m])) if hi.ndim == 2 else float(hi[m])
+    return b - a if np.isfinite(b - a) else float("nan")
 
 
 def fit_device(periods: Periods, values: np.ndarray, start: np.ndarray, end: np.ndarray,
