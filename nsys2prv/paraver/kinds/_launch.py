@@ -111,8 +111,8 @@ def _say(k: pl.DataFrame, ctx: Context) -> None:
     has = k.filter(c("blocks").is_not_null() & c("threads").is_not_null())
     no_gpu = has.filter(c("sms").is_null()).height
     if no_gpu:
-        ctx.warn("kernels of a GPU the export gives no limits for (TARGET_INFO_GPU without "
-                 "smCount): no occupancy, waves nor grid ceiling", no_gpu)
+        ctx.warn("kernels of a GPU whose SM count the export does not give (no "
+                 "TARGET_INFO_GPU, or without smCount): no waves nor grid ceilings", no_gpu)
     sized = has.filter(c("sms").is_not_null())
     unknown = sized.filter(c("blocks_per_sm").is_null() & c("registers").is_not_null())
     for (major, minor), part in unknown.group_by("cc_major", "cc_minor"):
