@@ -356,19 +356,20 @@ def _rates_table(d: _Device) -> tuple[pl.DataFrame, pl.DataFrame]:
             "metric": [key] * K1, "rate": mf.rates, "se": mf.se, "direct": mf.direct,
             "method": list(f.method), "group": group_label, "time": f.time,
             "range_lo": mf.range_lo, "range_hi": mf.range_hi, "determined": mf.determined,
-            "lo": mf.lo, "hi": mf.hi, "launch_time": launch_time},
+            "lo": mf.lo, "hi": mf.hi, "launch_time": launch_time,
+            "wide": [rm.UNDETERMINED * mf.span] * K1},
             schema={"device": pl.Utf8, "kernel": pl.Utf8, "grid_class": pl.Int64,
                     "short": pl.Utf8, "kind": pl.Utf8,
                     "metric": pl.Utf8, "rate": pl.Float64, "se": pl.Float64,
                     "direct": pl.Float64, "method": pl.Utf8, "group": pl.Utf8,
                     "time": pl.Float64, "range_lo": pl.Float64, "range_hi": pl.Float64,
                     "determined": pl.Boolean, "lo": pl.Float64, "hi": pl.Float64,
-                    "launch_time": pl.Float64}))
+                    "launch_time": pl.Float64, "wide": pl.Float64}))
     per_class = pl.concat(frames)
     c = pl.col
     several = per_class.filter(c("grid_class") > 0)["kernel"].unique()
     if several.len() == 0:
-        return per_class.drop("grid_class", "launch_time"), per_class.clear()
+        return per_class.drop("grid_class", "launch_time", "wide"), per_class.clear()
     one = per_class.filter(~c("kernel").is_in(several.implode()))
     live = per_class.filter(c("kernel").is_in(several.implode()))
     ok = c("rate").is_not_nan() & c("rate").is_not_null()
@@ -385,12 +386,14 @@ def _rates_table(d: _Device) -> tuple[pl.DataFrame, pl.DataFrame]:
                     / w.sum()).alias("se"), mean("direct"),
                    c("method").sort_by(c("launch_time"), descending=True).first(),
                    c("group").drop_nulls().first(), c("time").sum(),
-                   mean("range_lo"), mean("range_hi"),
-                   c("determined").filter(ok).all().alias("determined"), mean("lo"),
-                   mean("hi")))
-    cols = [x for x in one.columns if x not in ("grid_class", "launch_time")]
+                   mean("range_lo"), mean("range_hi"), c("wide").first(), mean("lo"),
+                   mean("hi"))
+              # the name's range: its classes' weighted by time; undetermined as a column's
+              .with_columns((~(c("range_hi") - c("range_lo") > c("wide")))
+                            .alias("determined")))
+    cols = [x for x in one.columns if x not in ("grid_class", "launch_time", "wide")]
     return (pl.concat([one.select(cols), merged.select(cols)]),
-            live.filter(c("kind") != "idle").with_columns(
+            live.filter(c("kind") != "idle").drop("wide").with_columns(
                 c("grid_class").replace_strict(
                     {k: occupancy.class_label(k) for k in range(occupancy.MAX_CLASS + 1)},
                     return_dtype=pl.Utf8).alias("grid")))

@@ -313,9 +313,10 @@ def _findings(df: pl.DataFrame, gpu_time: pl.DataFrame, labels: dict[str, str]
         base = {"device": r["device"], "kernel": r["kernel"], "label": label,
                 "blocks": r["blocks"], "share": r["share"], "time": r["time"]}
         if r["blocks"] is not None and r["sms"] is not None and r["blocks"] < r["sms"]:
+            blocks = f"{r['blocks']} block" + ("" if r["blocks"] == 1 else "s")
             out.append({**base, "finding": "grid smaller than the GPU",
-                        "text": f"under-filled by its launch: {r['blocks']} blocks on "
-                                f"{r['sms']} SMs (SM Active <= {r['sm_ceiling']:.1f} %)"})
+                        "text": f"under-filled by its launch: {blocks} on {r['sms']} SMs "
+                                f"(SM Active <= {r['sm_ceiling']:.1f} %)"})
         if (r["occupancy"] is not None and r["occupancy"] < OCCUPANCY_LOW
                 and r["limiter"] in ("registers", "shared memory")):
             what = (f"{r['registers']} registers per thread" if r["limiter"] == "registers"

@@ -437,6 +437,7 @@ class MetricFit:
     determined: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
     hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    span: float = float("nan")  # the metric's own range (100 for a percentage)
 
 
 @dataclass
@@ -745,7 +746,7 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
         out.append(MetricFit(rates, se_m[target], direct, float(r2), float(r2d),
                              float(np.sqrt(sigma2)) if sigma2 == sigma2 else float("nan"),
                              n_valid, busy, r_lo[target], r_hi[target], determined,
-                             lo_c[:, m].copy(), hi_c[:, m].copy()))
+                             lo_c[:, m].copy(), hi_c[:, m].copy(), natural))
     method = np.where(share_all <= 0, "none",
                       np.where(group >= 0, "group",
                                np.where(sums.full >= DIRECT_PERIODS, "direct", "model")))

@@ -114,12 +114,11 @@ def _say(k: pl.DataFrame, ctx: Context) -> None:
         ctx.warn("kernels of a GPU whose SM count the export does not give (no "
                  "TARGET_INFO_GPU, or without smCount): no waves nor grid ceilings", no_gpu)
     sized = has.filter(c("sms").is_not_null())
-    unknown = sized.filter(c("blocks_per_sm").is_null() & c("registers").is_not_null())
+    unknown = has.filter(c("blocks_per_sm").is_null() & c("registers").is_not_null())
     for (major, minor), part in unknown.group_by("cc_major", "cc_minor"):
-        cc = "unknown" if major is None else f"{major}.{minor}"
+        cc = "unknown (not in the export)" if major is None else f"{major}.{minor}"
         ctx.warn(f"kernels of a GPU of compute capability {cc}, not in the occupancy tables "
-                 f"(known: {occ.known_list()}): grid ceilings only, no occupancy",
-                 part.height)
+                 f"(known: {occ.known_list()}): no occupancy", part.height)
     no_regs = sized.filter(c("registers").is_null()).height
     if no_regs:
         ctx.warn("kernels without registers per thread: no occupancy", no_regs)
