@@ -393,6 +393,13 @@ def test_bad_input_is_said_and_nothing_invented(tmp_path):
     c = read_launches(tmp_path / "noregs.prv").configs.row(0, named=True)
     assert c["blocks_per_sm"] == 2 and c["limiter"] == "warps"  # 64 warps / 32 a block
     validate(tmp_path / "noregs.prv")
+    # 5. the export's warps per SM left empty (benchmarks/generate.py): the architecture's
+    # (8.0: 64) in the warps ceiling too; 40 blocks x 8 warps of 108 x 64 slots
+    db = _one_kernel_export(tmp_path / "nowarps.sqlite", k, {"maxWarpsPerSm": None})
+    nsys2prv.translate(db, tmp_path / "nowarps.prv")
+    c = read_launches(tmp_path / "nowarps.prv").configs.row(0, named=True)
+    assert c["occupancy"] == 100.0
+    assert c["warps_ceiling"] == round(100 * 40 * 8 / (108 * 64), 2)
 
 
 def test_gpus_of_several_kinds(tmp_path):

@@ -113,6 +113,7 @@ class Occupancy:
     occupancy: np.ndarray  # theoretical, fraction of the SM's warps
     shared_per_block: np.ndarray  # bytes allocated per block (reserved and rounding in)
     carveout: np.ndarray  # the carveout the blocks were counted in (bytes)
+    max_warps: np.ndarray  # the warps per SM counted with (the export's, else the table's)
 
 
 def _round_up(x: np.ndarray, unit: int) -> np.ndarray:
@@ -138,7 +139,7 @@ def occupancy(threads, registers, static_shared, dynamic_shared, carveout, major
     n = thr.size
     out = Occupancy(*(np.full(n, -1, dtype=np.int64) for _ in range(7)),
                     np.full(n, np.nan), np.full(n, -1, dtype=np.int64),
-                    np.full(n, -1, dtype=np.int64))
+                    np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
     out.occupancy = np.full(n, np.nan)
     out.limiter = np.zeros(n, dtype=np.int64)
     ok_in = (np.isfinite(thr) & (thr > 0) & np.isfinite(regs) & (regs >= 0)
@@ -202,6 +203,7 @@ def occupancy(threads, registers, static_shared, dynamic_shared, carveout, major
         out.occupancy[sel] = bps * wpb / warps_sm
         out.shared_per_block[sel] = alloc
         out.carveout[sel] = c
+        out.max_warps[sel] = warps_sm
     return out
 
 

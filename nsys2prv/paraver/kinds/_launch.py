@@ -83,8 +83,10 @@ def _compute(cfg: pl.DataFrame) -> pl.DataFrame:
                       col("max_warps"), col("max_blocks"), col("max_registers"),
                       col("max_shared"))
     bps = np.where(o.blocks_per_sm >= 0, o.blocks_per_sm, np.nan)
+    # the export's warps per SM, else the architecture's (what the calculator counted with)
     warps_sm = np.where(np.isfinite(col("max_warps")) & (col("max_warps") >= 1),
-                        col("max_warps"), np.nan)
+                        col("max_warps"),
+                        np.where(o.max_warps >= 1, o.max_warps, np.nan).astype(np.float64))
     g = occ.ceilings(col("blocks"), col("threads"), col("sms"), bps, warps_sm,
                      col("max_active_clusters"), col("cluster_size"))
 
