@@ -183,6 +183,34 @@ def test_bounded_lsq_meets_its_optimality_conditions(n, seed):
     assert np.all(g[x >= hi - 1e-7] < scale)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(20, 90), st.integers(0, 2**31 - 1))
+def test_bounded_lsq_with_many_columns_at_their_bounds(n, seed):
+    """Shares of many kernels whose true rates often pass their grids' ceilings (about half of
+    the columns end at a bound): the column-by-column updated inverse finds what
+    the iterations with a factorisation per step find (KKT too), from the clipped minimum
+    or from any start inside the bounds."""
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(3 * n, n))) * (rng.random((3 * n, n)) < 0.3)
+    A[np.arange(n), np.arange(n)] += 0.5  # every column runs alone somewhere
+    truth = rng.uniform(0, 100, n)
+    y = A @ truth + rng.normal(0, 3, 3 * n)
+    G, b = A.T @ A, A.T @ y
+    lo, hi = np.zeros(n), rng.uniform(30, 100, n)
+    x = rm.bounded_lsq(G, b, lo, hi)
+    x0 = np.linalg.solve(G, b)
+    c = np.clip(x0, lo, hi)
+    slow, _, _ = rm._active_set(G, b, lo, hi, c, (c > lo) & (c < hi), 500, None)
+    assert np.allclose(x, slow, rtol=0, atol=1e-9 * (1 + np.abs(slow).max()))
+    g = G @ x - b
+    scale = 1e-6 * (1 + np.abs(b).max())
+    free = (x > lo + 1e-7) & (x < hi - 1e-7)
+    assert np.all(np.abs(g[free]) < scale)
+    assert np.all(g[x <= lo + 1e-7] > -scale) and np.all(g[x >= hi - 1e-7] < scale)
+    warm = rm.bounded_lsq(G, b, lo, hi, start=rng.uniform(lo, hi))
+    assert np.allclose(warm, x, rtol=0, atol=1e-7 * (1 + np.abs(x).max()))
+
+
 def _profile_by_search(G, b, lo, hi, k, allowed, direction):
     """The end of column k's profile range by bisection: the furthest value t of x_k (from
     the bounded fit, in `direction`) at which the best fit of the other columns within
@@ -215,7 +243,7 @@ def _profile_by_search(G, b, lo, hi, k, allowed, direction):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(2, 7), st.integers(0, 2**31 - 1))
+@given(st.integers(2, 14), st.integers(0, 2**31 - 1))
 def test_rate_ranges_follow_the_profile_within_the_bounds(n, seed):
     """A rate's range: the values whose best fit of every other column (within its bounds)
     is at most `allowed` worse. The parametric walk along the profile (`_System.ranges`,
@@ -233,6 +261,28 @@ def test_rate_ranges_follow_the_profile_within_the_bounds(n, seed):
     r_lo, r_hi = system.ranges(b, x, lo, hi, allowed)
     for k in range(n):
         assert lo[k] - 1e-9 <= r_lo[k] <= x[k] + 1e-9 <= r_hi[k] + 2e-9 <= hi[k] + 3e-9
+        for direction, got in ((1, r_hi[k]), (-1, r_lo[k])):
+            want = _profile_by_search(G, b, lo, hi, k, allowed / 2, direction)
+            assert got == pytest.approx(want, abs=1e-4 * (1 + abs(want))), (k, direction)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(6, 14), st.integers(0, 2**31 - 1))
+def test_rate_ranges_whose_profiles_cross_other_bounds(n, seed):
+    """As above, with half of the columns at their grids' ceilings and wide allowances:
+    most profiles meet other columns' bounds and are followed on (`_profile_end` on the
+    column-by-column updated inverse); their ends are still the bisection's."""
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(2 * n, n))) * (rng.random((2 * n, n)) < 0.5)
+    A[np.arange(n), np.arange(n)] += 0.2
+    y = A @ rng.uniform(0, 60, n) + rng.normal(0, 5, 2 * n)
+    G, b = A.T @ A, A.T @ y
+    lo, hi = np.zeros(n), rng.uniform(10, 50, n)
+    system = rm._System(G)
+    x = system.bounded(b, system.solve(b), lo, hi)
+    allowed = float(rng.uniform(10, 400))
+    r_lo, r_hi = system.ranges(b, x, lo, hi, allowed)
+    for k in range(n):
         for direction, got in ((1, r_hi[k]), (-1, r_lo[k])):
             want = _profile_by_search(G, b, lo, hi, k, allowed / 2, direction)
             assert got == pytest.approx(want, abs=1e-4 * (1 + abs(want))), (k, direction)
@@ -531,6 +581,37 @@ def test_aiprof_rates_within_their_launch(aiprof):
                          split], how="diagonal_relaxed")
     loose = columns.filter(~pl.col("determined") & pl.col("metric").is_in(list(KEY_METRICS_)))
     assert loose.height and (loose["range_hi"] - loose["range_lo"] > 10).all()
+
+
+def test_aiprof_ranges_on_the_updated_inverse_equal_direct_solves(aiprof, monkeypatch):
+    """aiprof_opt2's Gram matrices are singular (condition ~3e19: kernels that run only
+    together), where an inverse must not stand in for the direct solves: every range
+    equals the one found with a factorisation per step (checked once against bisection of
+    bounded fits: the 558 profiles that go on past another column's bound, all equal)."""
+    out, _ = aiprof
+    systems = []
+    ranges = rm._System.ranges
+
+    def capture(self, b, x, lo, hi, allowed):
+        systems.append((self, b, x, lo, hi, allowed))
+        return ranges(self, b, x, lo, hi, allowed)
+
+    monkeypatch.setattr(rm._System, "ranges", capture)
+    read_kernel_metrics(out)
+    monkeypatch.setattr(rm._System, "ranges", ranges)
+    got = [ranges(*args) for args in systems]
+
+    def direct_only(self, G, free, H=None):
+        self.G, self.direct = G, True
+        self.reset(np.flatnonzero(free))
+
+    monkeypatch.setattr(rm._FreeInverse, "__init__", direct_only)
+    assert len(systems) >= 20
+    for args, (g_lo, g_hi) in zip(systems, got):
+        w_lo, w_hi = ranges(*args)
+        for g, w in ((g_lo, w_lo), (g_hi, w_hi)):
+            scale = 1 + np.abs(w[np.isfinite(w)]).max(initial=0.0)
+            assert np.allclose(g, w, rtol=0, atol=1e-9 * scale, equal_nan=True)
 
 
 def test_aiprof_layout_transforms_issue_no_tensor_instruction(aiprof):

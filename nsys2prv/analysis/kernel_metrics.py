@@ -719,7 +719,9 @@ def _interference(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
         col, labels = rm.design_codes(codes, label_of, memop_of, end - start)
         lo, hi = _bounds(d, np.where(codes >= split_at, codes - split_at, codes), col,
                          len(labels))
-        fit, _ = rm.fit_device(d.periods, d.values, start, end, col, len(labels), lo, hi)
+        # the two cases' rates alone: their ranges are not reported
+        fit, _ = rm.fit_device(d.periods, d.values, start, end, col, len(labels), lo, hi,
+                               with_ranges=False)
         index = {lab: i for i, lab in enumerate(labels)}
         stats = d.with_names(
             k.filter(c("code").is_in(both.implode()))

@@ -57,6 +57,45 @@ NO_LAUNCH = ("no launch statistics in this trace: translated before they were wr
              "from an export without the kernels' launch configuration or GPU limits")
 
 
+_COLUMN_OF_TYPE = np.full(max(CONFIG) - min(CONFIG) + 1, -1, dtype=np.int64)
+for _i, _t in enumerate(CONFIG):
+    _COLUMN_OF_TYPE[_t - min(CONFIG)] = _i
+
+
+def _wide(attrs: pl.DataFrame) -> pl.DataFrame:
+    """One row per (row, time) of the launch attribute events, one column per attribute
+    (null where absent): a pivot done with numpy (polars' pivot was most of the analysis'
+    added time on the 10M benchmark). A kernel's attributes are one record of the trace,
+    so its events are adjacent; they are sorted only where a (row, time) comes back."""
+    row = attrs["row"].to_numpy()
+    time = attrs["time"].to_numpy()
+    col = _COLUMN_OF_TYPE[attrs["type"].to_numpy() - min(CONFIG)]
+    value = attrs["value"].to_numpy()
+
+    def starts() -> np.ndarray:
+        first = np.ones(row.size, dtype=bool)
+        first[1:] = (row[1:] != row[:-1]) | (time[1:] != time[:-1])
+        return first
+
+    first = starts()
+    if pl.DataFrame({"r": row[first], "t": time[first]}).is_duplicated().any():
+        order = np.lexsort((time, row))
+        row, time, col, value = row[order], time[order], col[order], value[order]
+        first = starts()
+    group = np.cumsum(first) - 1
+    n = int(group[-1]) + 1
+    values = np.zeros((n, len(CONFIG_COLUMNS)), dtype=np.int64)
+    seen = np.zeros((n, len(CONFIG_COLUMNS)), dtype=bool)
+    values[group, col] = value  # a repeated attribute: the last one written
+    seen[group, col] = True
+    keys = np.flatnonzero(first)
+    out = pl.DataFrame({"row": row[keys].astype(np.int32), "start": time[keys].astype(np.int64),
+                        **{c: values[:, i] for i, c in enumerate(CONFIG_COLUMNS)},
+                        **{f"{c}__seen": seen[:, i] for i, c in enumerate(CONFIG_COLUMNS)}})
+    return out.select("row", "start", *(pl.when(pl.col(f"{c}__seen")).then(pl.col(c))
+                                        .alias(c) for c in CONFIG_COLUMNS))
+
+
 class LaunchCollector:
     """Launches and time per (row, kernel, launch configuration) of a trace, window by
     window (an observer of the analysis' pass: give it every window of
@@ -85,16 +124,7 @@ class LaunchCollector:
             return
         attrs = ev.filter(pl.col("type").is_in(list(CONFIG)))
         if attrs.height:
-            wide = (attrs.with_columns(pl.col("type").replace_strict(CONFIG,
-                                                                     return_dtype=pl.Utf8))
-                    .pivot(on="type", index=["row", "time"], values="value",
-                           aggregate_function="last"))
-            wide = wide.rename({"time": "start"}).with_columns(pl.col("row").cast(pl.Int32))
-            for c in CONFIG_COLUMNS:
-                if c not in wide.columns:
-                    wide = wide.with_columns(pl.lit(None, pl.Int64).alias(c))
-            held = pl.concat([self._held, wide.select(self._held.columns)
-                              .cast(self._held.schema)])
+            held = pl.concat([self._held, _wide(attrs)])
         else:
             held = self._held
         flat, _ = self._spans.add(ev.filter(pl.col("type").is_in([*KERNEL_TYPES, FULL_NAME])))

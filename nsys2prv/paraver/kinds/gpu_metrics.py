@@ -213,7 +213,9 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
         del code
         keys = columns[g]["key"].to_list()
         lo, hi = launch_bounds(mine, col, keys, len(names), values[g])
-        result, ent = rm.fit_device(periods[g], values[g], start, end, col, len(names), lo, hi)
+        # the trace holds the rates alone: their ranges are analyze's (the same fit)
+        result, ent = rm.fit_device(periods[g], values[g], start, end, col, len(names), lo, hi,
+                                    with_ranges=False)
         if periods[g].cut:
             ctx.warn("GPU metrics: samples followed by a gap in the sampling (their period "
                      "cut to one sampling interval)", periods[g].cut)
