@@ -431,6 +431,43 @@ def test_gpus_of_several_kinds(tmp_path):
     assert cfg["occupancy"].to_list() == [100.0, 62.5]
 
 
+def test_a_finding_of_several_gpus_is_one_line(tmp_path):
+    """The same under-filled launch on two A100s (50 blocks on 108 SMs) is one finding
+    with both GPUs' time; on a T4 of the same job (40 SMs) the grid is not smaller than
+    the GPU. A block that no SM can hold (1024 threads x 128 registers: 128 K registers of
+    the SM's 64 K) is said as the export's launch and GPU disagreeing, not as an
+    occupancy."""
+    T4 = {"smCount": 40, "computeMajor": 7, "computeMinor": 5, "maxWarpsPerSm": 32,
+          "maxBlocksPerSm": 16, "maxRegistersPerSm": 65536, "maxShmemPerSm": 65536}
+    paths = []
+    for rank, facts in enumerate((None, None, T4)):
+        k = Kernel(10_000, 90_000, 7, 0, 7, "small", 1, grid=(50, 1, 1), block=(128, 1, 1))
+        big = Kernel(100_000, 130_000, 7, 0, 7, "big", 2, grid=(400, 1, 1),
+                     block=(1024, 1, 1), registers=128)
+        spec = Spec(processes=[(100 + rank, "app")], threads=[(100 + rank, 100 + rank, "app")],
+                    gpus=[(0, "GPU")], gpu_facts={0: facts or {}},
+                    env={"OMPI_COMM_WORLD_RANK": str(rank)})
+        for kern in (k, big):
+            kern.pid = 100 + rank
+        spec.kernels = [k, big]
+        spec.api = [ApiCall(x.start - 900, x.start - 100, 100 + rank, 100 + rank,
+                            "cudaLaunchKernel", x.correlation) for x in (k, big)]
+        paths.append(write_export(tmp_path / f"r{rank}.sqlite", spec))
+    r = nsys2prv.translate([str(p) for p in paths], tmp_path / "job.prv")
+    assert [n for w, n in r.warnings.items() if "does not fit one SM" in w] == [3]
+    f = read_launches(tmp_path / "job.prv").findings
+    grid = f.filter(pl.col("finding") == "grid smaller than the GPU")
+    assert grid.height == 1 and grid["devices"].item() == 2
+    assert "50 blocks on 108 SMs" in grid["text"].item()
+    # each GPU ran 80 us of "small" and 30 us of "big"
+    assert grid["share"].item() == pytest.approx(80 / 110)
+    big = f.filter(pl.col("finding") == "block larger than an SM")
+    assert big.height == 1 and big["devices"].item() == 3  # the A100s and the T4 alike
+    assert all("1024 threads x 128 registers" in t for t in big["text"].to_list())
+    assert f.filter((pl.col("kernel") == "big")
+                    & pl.col("finding").str.contains("occupancy")).height == 0
+
+
 def test_cluster_launches(tmp_path):
     """Hopper, kernels launched with thread block clusters: where CUPTI says how many
     clusters fit at once, a wave is that many clusters' blocks; where it does not, SMs x

@@ -18,7 +18,9 @@ whatever the number of launches. `launch_tables` gives:
 * `kernels`: per kernel, its main configuration (the one with most time) and the number
   of configurations, and the time-weighted ceilings (what bounds its GPU metric rates);
 * `findings`: grids smaller than the GPU, occupancy held low by registers or shared memory,
-  one or two waves with a large tail (thresholds below, docs/kernel_metrics.md).
+  one or two waves with a large tail (thresholds below, docs/kernel_metrics.md), blocks
+  that do not fit one SM (the export's launch and GPU disagree); one line for the GPUs
+  that share a finding (`devices`).
 """
 
 from __future__ import annotations
@@ -341,7 +343,12 @@ def _findings(df: pl.DataFrame, gpu_time: pl.DataFrame, labels: dict[str, str]
     for r in per.iter_rows(named=True):  # the few configurations that hold 1 % of a GPU
         label = labels.get(r["kernel"], r["short"])
         base = {"device": r["device"], "kernel": r["kernel"], "label": label,
-                "blocks": r["blocks"], "share": r["share"], "time": r["time"]}
+                "blocks": r["blocks"], "time": r["time"], "gpu_time": r["gpu_time"]}
+        if r["blocks_per_sm"] == 0:  # the GPU's limits leave no room for one block
+            out.append({**base, "finding": "block larger than an SM",
+                        "text": f"no block fits one SM ({_too_large(r)}): a launch that "
+                                "ran cannot need this; the export's launch and GPU disagree"})
+            continue
         if r["blocks"] is not None and r["sms"] is not None and r["blocks"] < r["sms"]:
             blocks = f"{r['blocks']} block" + ("" if r["blocks"] == 1 else "s")
             out.append({**base, "finding": "grid smaller than the GPU",
@@ -368,8 +375,24 @@ def _findings(df: pl.DataFrame, gpu_time: pl.DataFrame, labels: dict[str, str]
                                 f"1/{n} of the kernel"})
     if not out:
         return pl.DataFrame()
-    return pl.DataFrame(out).sort(["share", "kernel", "device", "finding"],
-                                  descending=[True, False, False, False])
+    # one line for a finding that several GPUs share (the same kernel and words)
+    merged = (pl.DataFrame(out).sort("device")
+              .group_by("kernel", "label", "finding", "text", "blocks", maintain_order=True)
+              .agg(c("device").first(), pl.len().alias("devices"), c("time").sum(),
+                   c("gpu_time").sum()))
+    merged = merged.with_columns((c("time") / c("gpu_time")).alias("share")).drop("gpu_time")
+    return merged.select("device", "devices", "kernel", "label", "blocks", "share", "time",
+                         "finding", "text").sort(["share", "kernel", "device", "finding"],
+                                                 descending=[True, False, False, False])
+
+
+def _too_large(r: dict) -> str:
+    """What a block asks of an SM beyond its limits (the calculator's limiter)."""
+    if r["limiter"] == "registers":
+        return f"{r['threads']} threads x {r['registers']} registers"
+    if r["limiter"] == "shared memory":
+        return f"{r['shared'] / 1024:.1f} KB of shared memory"
+    return f"{r['threads']} threads"
 
 
 def read_launches(path: Source) -> Launches:

@@ -921,8 +921,9 @@ def _launch_lines(launch, list_all: bool, top: int) -> list[str]:
         out.append(f"###     findings (launches with at least {FINDING_TIME:.0%} of their GPU's "
                    "kernel time):")
         for r in (f if list_all else f.head(2 * top)).iter_rows(named=True):
+            gpus = f" (on {r['devices']} GPUs)" if r["devices"] > 1 else ""
             out.append(f"###       {(r['label'] or r['kernel'])[:44]:<44} "
-                       f"{100 * r['share']:5.1f}%  {r['text']}")
+                       f"{100 * r['share']:5.1f}%  {r['text']}{gpus}")
     else:
         out.append("###     findings: none (no grid smaller than its GPU, no occupancy held "
                    "low by registers or shared memory, no large tail)")

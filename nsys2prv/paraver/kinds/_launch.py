@@ -121,6 +121,10 @@ def _say(k: pl.DataFrame, ctx: Context) -> None:
         cc = "unknown (not in the export)" if major is None else f"{major}.{minor}"
         ctx.warn(f"kernels of a GPU of compute capability {cc}, not in the occupancy tables "
                  f"(known: {occ.known_list()}): no occupancy", part.height)
+    too_large = sized.filter(c("blocks_per_sm") == 0).height
+    if too_large:
+        ctx.warn("kernels whose block does not fit one SM by their GPU's limits (the "
+                 "export's launch and GPU disagree): occupancy 0, no waves", too_large)
     no_regs = sized.filter(c("registers").is_null()).height
     if no_regs:
         ctx.warn("kernels without registers per thread: no occupancy", no_regs)
