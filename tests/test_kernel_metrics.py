@@ -361,6 +361,22 @@ def test_periods_cut_at_gaps():
     assert per.cut == 1
 
 
+def test_job_method_is_the_gpu_with_most_time_in_either_order():
+    """A kernel measured directly on one GPU and by the model on another: the job's line
+    takes the method of the GPU where the kernel had most of its sampled time, whatever
+    the order of the GPUs (the mode of two came back in either order)."""
+    from nsys2prv.analysis.kernel_metrics import _job_rates
+
+    row = {"kernel": "k", "metric": "SM Active", "short": "k", "kind": "kernel",
+           "rate": 50.0, "se": 1.0, "direct": 50.0, "group": None, "range_lo": 49.0,
+           "range_hi": 51.0, "determined": True, "lo": 0.0, "hi": 100.0}
+    a = {**row, "device": "GPU 0", "method": "direct", "time": 10.0}
+    b = {**row, "device": "GPU 1", "method": "model", "time": 30.0}
+    for rows in ([a, b], [b, a]):
+        job = _job_rates(pl.DataFrame(rows))
+        assert job["method"].to_list() == ["model"]
+
+
 def test_bound_labels_of_known_kernels():
     assert bound({"DRAM Read Bandwidth": 45, "DRAM Write Bandwidth": 30, "SM Active": 90,
                   "SM Issue": 20}) == "memory-bound"  # a copy / transpose

@@ -278,12 +278,8 @@ def _fit(d: _Device, predict: bool = False) -> None:
     # a kernel's column: its name and its launch class (occupancy.grid_class), as the
     # translation's model has it
     code = a["code"].to_numpy()
-    classes = np.zeros(a.height, dtype=np.int64)
-    if d.classes is not None and d.classes.height:
-        classes = (a.select("row", "start")
-                   .join(d.classes.unique(["row", "start"], keep="first"),
-                         on=["row", "start"], how="left", maintain_order="left")
-                   ["class"].fill_null(0).to_numpy().astype(np.int64))
+    classes = _classes_of(a, d.classes)
+    d.classes = None  # done with
     mcode = np.where(code >= 0, occupancy.model_code(code, classes), code)
     mlabels, mmemop = occupancy.model_labels(label_of, memop_of, mcode)
     d.col, d.labels = rm.design_codes(mcode, mlabels, mmemop, end - start)
@@ -295,6 +291,27 @@ def _fit(d: _Device, predict: bool = False) -> None:
     if predict:
         rates = np.stack([m.rates for m in d.fit.metrics], axis=1)
         d.predicted = rm.predict(ent, rates, d.periods.n)
+
+
+def _classes_of(acts: pl.DataFrame, classes: pl.DataFrame | None) -> np.ndarray:
+    """Each activity's launch class (0 where `classes`, the kernels' (row, start, class)
+    other than 0, has none), found stream by stream with a binary search (a hash join of
+    the millions of kernels of a large trace took half a GB)."""
+    out = np.zeros(acts.height, dtype=np.int64)
+    if classes is None or classes.height == 0:
+        return out
+    rows, starts = acts["row"].to_numpy(), acts["start"].to_numpy()
+    c_rows, c_starts = classes["row"].to_numpy(), classes["start"].to_numpy()
+    c_class = classes["class"].to_numpy()
+    for r in np.unique(c_rows).tolist():  # the GPU's streams
+        mine = c_rows == r
+        order = np.argsort(c_starts[mine], kind="stable")  # the first of equal starts
+        s, k = c_starts[mine][order], c_class[mine][order]
+        at = np.flatnonzero(rows == r)
+        i = np.minimum(np.searchsorted(s, starts[at]), s.size - 1)
+        hit = s[i] == starts[at]
+        out[at[hit]] = k[i[hit]]
+    return out
 
 
 def _bounds(d: _Device, code: np.ndarray, col: np.ndarray, n_cols: int | None = None,
@@ -384,7 +401,8 @@ def _rates_table(d: _Device) -> tuple[pl.DataFrame, pl.DataFrame]:
                    .alias("rate"),
                    ((pl.when(ok).then(c("se") * w).otherwise(0.0) ** 2).sum().sqrt()
                     / w.sum()).alias("se"), mean("direct"),
-                   c("method").sort_by(c("launch_time"), descending=True).first(),
+                   c("method").sort_by(c("launch_time"), descending=True,
+                                       maintain_order=True).first(),
                    c("group").drop_nulls().first(), c("time").sum(),
                    mean("range_lo"), mean("range_hi"), c("wide").first(), mean("lo"),
                    mean("hi"))
@@ -424,7 +442,10 @@ def _job_rates(rates: pl.DataFrame) -> pl.DataFrame:
                  (c("rate") * w).sum().alias("rate"),
                  ((c("se") * w) ** 2).sum().sqrt().alias("se"),
                  (c("direct") * w).sum().alias("direct"),
-                 c("method").mode().first().alias("method"),
+                 # the method of the GPU with most of its time (the mode of two GPUs that
+                 # differ came in either order: the printed method changed run to run)
+                 c("method").sort_by(c("time"), descending=True, maintain_order=True)
+                 .first().alias("method"),
                  c("group").drop_nulls().first().alias("group"), c("time").sum(),
                  (c("range_lo") * w).sum().alias("range_lo"),
                  (c("range_hi") * w).sum().alias("range_hi"),

@@ -108,7 +108,8 @@ class LaunchCollector:
     def __init__(self, path: Source, per_kernel: bool = False) -> None:
         self.path = source_path(path)
         # each kernel's launch class (`occupancy.grid_class`): the GPU metrics model gives
-        # every class of a name its own column (row, start, class: 13 bytes a kernel)
+        # every class of a name its own column (row, start, class: 13 bytes a kernel whose
+        # class is not 0)
         self.per_kernel = per_kernel
         self._classes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.layout = read_layout(path)
@@ -136,11 +137,12 @@ class LaunchCollector:
                               "full": np.where(flat[:, 5] == NUL, flat[:, 2], flat[:, 5]),
                               "nccl": flat[:, 1] == cuda.NCCL_KERNEL})
             joined = k.join(held, on=["row", "start"], how="left")
-            if self.per_kernel:
+            if self.per_kernel:  # the kernels of a class other than 0 (most are 0)
                 pv = sm_ceiling_pv(joined)
-                self._classes.append((joined["row"].to_numpy(), joined["start"].to_numpy(),
-                                      occ.grid_class(np.where(pv >= 0, pv, np.nan))
-                                      .astype(np.int8)))
+                grid_class = occ.grid_class(np.where(pv >= 0, pv, np.nan)).astype(np.int8)
+                other = grid_class != 0
+                self._classes.append((joined["row"].to_numpy()[other],
+                                      joined["start"].to_numpy()[other], grid_class[other]))
             self._parts.append(joined.group_by("row", "name", "full", "nccl",
                                                *CONFIG_COLUMNS).agg(
                 pl.len().alias("launches"), pl.col("dur").sum().alias("time")))
@@ -159,7 +161,7 @@ class LaunchCollector:
         self._rows = self._parts[0].height if self._parts else 0
 
     def kernel_classes(self) -> pl.DataFrame:
-        """(row, start, class) of every kernel, with `per_kernel`."""
+        """(row, start, class) of every kernel whose class is not 0, with `per_kernel`."""
         parts = self._classes
         self._classes = []
         if not parts:
