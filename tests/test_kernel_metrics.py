@@ -243,7 +243,7 @@ def _profile_by_search(G, b, lo, hi, k, allowed, direction):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(2, 14), st.integers(0, 2**31 - 1))
+@given(st.integers(2, 10), st.integers(0, 2**31 - 1))
 def test_rate_ranges_follow_the_profile_within_the_bounds(n, seed):
     """A rate's range: the values whose best fit of every other column (within its bounds)
     is at most `allowed` worse. The parametric walk along the profile (`_System.ranges`,
