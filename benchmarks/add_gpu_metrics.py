@@ -129,13 +129,14 @@ def add(src: Path, dst: Path, values: int, seed: int = 1) -> dict:
                 for t in tables:
                     cur.adbc_ingest("GPU_METRICS", t, mode="create_append")
             a.commit()
-    except ImportError:  # pragma: no cover - without ADBC: slower, same rows
+    except ImportError:  # pragma: no cover - without ADBC: slower, same rows (Python ints:
+        # sqlite3 would store numpy integers as blobs)
         con = sqlite3.connect(dst)
         con.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER, "
                     "metricId INTEGER, value INTEGER)")
         for t in tables:
             con.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
-                            zip(*(t[c].to_numpy() for c in t.column_names)))
+                            zip(*(t[c].to_pylist() for c in t.column_names)))
         con.commit()
         con.close()
     return {"values": rows, "devices": len(acts), "metrics": M,

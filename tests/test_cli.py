@@ -264,7 +264,8 @@ def test_kind_index_matches_the_translator_modules():
 
 
 def test_translating_the_sample_imports_only_its_kinds(tmp_path):
-    """A report's kinds are the only translator modules imported (issue 20: start-up)."""
+    """A report's kinds are the only translator modules imported (issue 20: start-up), with
+    the helpers they share (`base`; `_launch`: what a kernel's launch allows)."""
     code = ("import sys; from nsys2prv.cli import main; "
             f"main([{str(SAMPLE)!r}, {str(tmp_path / 's.prv')!r}, '-q']); "
             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
@@ -273,7 +274,7 @@ def test_translating_the_sample_imports_only_its_kinds(tmp_path):
                           timeout=120, env=dict(os.environ, NSYS2PRV_NO_SUPERVISOR="1"))
     assert run_.returncode == 0, run_.stderr
     # _projected: the NVTX ranges projected onto the GPU (kernels keep work, NVTX projects)
-    assert run_.stdout.split("\n")[-2] == str(["_projected", "base", "cuda_api", "cuda_deps",
+    assert run_.stdout.split("\n")[-2] == str(["_launch", "_projected", "base", "cuda_api", "cuda_deps",
                                                "cuda_sync", "kernels", "memory", "nvtx",
                                                "osrt"])
 

@@ -228,7 +228,11 @@ def _rate_events(tr) -> dict[tuple, dict[int, int]]:
 
 def test_rates_on_every_sampled_kernel(real):
     """Every kernel that ran while its GPU was sampled carries how its rates were found,
-    and the rates the analysis finds on the trace (one value per name and metric)."""
+    and the rates the analysis finds on the trace: one value per name, launch class (its
+    grid's SM Active ceiling, written on it) and metric; a name launched with grids of
+    several classes has each class's rate on its launches, and analyze's rate of the name
+    is their mean weighted by the launches' time (what Paraver's per-kernel tables give)."""
+    from nsys2prv.analysis import occupancy as occ
     from nsys2prv.analysis.kernel_metrics import read_kernel_metrics
 
     db, form, result, tr = real
@@ -246,17 +250,48 @@ def test_rates_on_every_sampled_kernel(real):
     rate_types = {v: key for key, v in _types_by_label(tr, "GPU metric rate of kernel: ").items()}
     full_at = {(task, th, t): labels[v] for task, th, t, pairs in tr.events
                for ty, v in pairs if ty == 67_000_001 and v}
-    seen: dict[tuple[str, str], set[int]] = defaultdict(set)
+    ceiling_at = {(task, th, t): v for task, th, t, pairs in tr.events
+                  for ty, v in pairs if ty == reg.KERNEL_SM_ACTIVE_CEILING}
+    # each launch's duration: its start to the next kernel event of its row
+    dur_at, open_ = {}, {}
+    for task, th, t, pairs in tr.events:
+        for ty, v in pairs:
+            if ty in (reg.CUDA_KERNEL, 67_000_002):
+                if (task, th) in open_:
+                    dur_at[open_.pop((task, th))] = t - open_.get((task, th, "t"), t)
+                if v:
+                    open_[(task, th)] = (task, th, t)
+                    open_[(task, th, "t")] = t
+    seen: dict[tuple, set[int]] = defaultdict(set)
+    per_name: dict[tuple, list] = defaultdict(list)
     for where, rates in held.items():
+        k = int(occ.grid_class(ceiling_at.get(where, -1)))
         for ty, v in rates.items():
             if ty != greg.GPU_METRICS_METHOD:
-                seen[(full_at[where], rate_types[ty])].add(v)
+                seen[(full_at[where], k, rate_types[ty])].add(v)
+        for ty, metric in rate_types.items():  # a rate of 0 is not held: it counts as 0
+            per_name[(full_at[where], metric)].append((dur_at.get(where, 0),
+                                                       rates.get(ty, 0)))
     assert all(len(v) == 1 for v in seen.values())
-    want = {(r["kernel"], r["metric"]): round(r["rate"] * 100)
+    got = {key: v.pop() for key, v in seen.items()}
+    split = km.rates_by_launch
+    several = set(split["kernel"].to_list()) if split.height else set()
+    want = {(r["kernel"], 0, r["metric"]): round(r["rate"] * 100)
             for r in km.rates.filter(km.rates["kind"] == "kernel").iter_rows(named=True)
-            if r["rate"] == r["rate"] and round(r["rate"] * 100)
-            and r["metric"] in greg.KERNEL_METRICS}
-    assert {key: v.pop() for key, v in seen.items()} == want
+            if r["kernel"] not in several}
+    if split.height:
+        want |= {(r["kernel"], r["grid_class"], r["metric"]): round(r["rate"] * 100)
+                 for r in split.iter_rows(named=True) if r["rate"] == r["rate"]}
+    want = {key: v for key, v in want.items() if v and key[2] in greg.KERNEL_METRICS}
+    assert got == want
+    # the name's rate: its launches' rates weighted by their time
+    for r in km.rates.filter((km.rates["kind"] == "kernel")
+                             & km.rates["kernel"].is_in(list(several))).iter_rows(named=True):
+        pairs = per_name.get((r["kernel"], r["metric"]))
+        if not pairs or r["metric"] not in greg.KERNEL_METRICS:
+            continue
+        mean = sum(d * v for d, v in pairs) / sum(d for d, _ in pairs) / 100
+        assert mean == pytest.approx(r["rate"], abs=0.006), r
 
 
 # -- synthetic: two GPUs, two processes, a shared GPU --------------------------------------------
@@ -353,6 +388,34 @@ def test_sample_values_exact(synthetic):
         1 for s in mspec.samples for v in s.values.values() if v >= 0)
 
 
+def _launch_bounds(kernels, keys: list[str], values, col, n_cols: int):
+    """The model's bounds for synthetic kernels, from their launch as the spec gives it on
+    the synthetic GPU (synth.A100): the metrics' ranges, each kernel's grid ceilings
+    (written rounded up to 0.01 %, as the trace has them) and the one-SM floor."""
+    from nsys2prv.analysis import occupancy as occ
+    from nsys2prv.analysis import rate_model as rm
+    from nsys2prv.testing.synth import A100
+
+    def prod(t):
+        return t[0] * t[1] * t[2]
+
+    o = occ.occupancy(np.array([prod(k.block) for k in kernels]),
+                      np.array([k.registers for k in kernels]),
+                      np.array([k.static_smem for k in kernels]),
+                      np.array([k.dynamic_smem for k in kernels]),
+                      np.array([k.carveout for k in kernels]), A100["computeMajor"],
+                      A100["computeMinor"], A100["maxWarpsPerSm"], A100["maxBlocksPerSm"],
+                      A100["maxRegistersPerSm"], A100["maxShmemPerSm"])
+    g = occ.ceilings(np.array([prod(k.grid) for k in kernels]),
+                     np.array([prod(k.block) for k in kernels]), A100["smCount"],
+                     o.blocks_per_sm, A100["maxWarpsPerSm"])
+    lo, hi = rm.bounds([greg.is_percent(x) for x in keys], values)
+    return occ.rate_bounds(keys, lo, hi, col, np.array([k.end - k.start for k in kernels]),
+                           np.full(len(kernels), A100["smCount"]),
+                           occ.to_trace(g.sm_active, up=True) / occ.SCALE,
+                           occ.to_trace(g.warps, up=True) / occ.SCALE, n_cols)
+
+
 def test_kernel_rates_from_the_samples(synthetic):
     """The rates on the kernels equal the model fitted on the scenario itself (its samples
     and the kernels of each GPU's owner, as defined there, not as read back): every launch
@@ -385,7 +448,7 @@ def test_kernel_rates_from_the_samples(synthetic):
         col, cols = rm.design([k.name for k in mine], np.zeros(len(mine), bool),
                               np.array([k.end - k.start for k in mine]))
         keys = [greg.normalise(n)[0] for n in names]
-        lo, hi = rm.bounds([greg.is_percent(x) for x in keys], values)
+        lo, hi = _launch_bounds(mine, keys, values, col, len(cols))
         fit, _ = rm.fit_device(rm.periods_of(np.array(times)), values,
                                np.array([k.start for k in mine]),
                                np.array([k.end for k in mine]), col, len(cols), lo, hi)

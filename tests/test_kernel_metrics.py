@@ -26,6 +26,7 @@ from prvtools import sql, validate
 
 import nsys2prv
 from nsys2prv.analysis import rate_model as rm
+from nsys2prv.analysis.kernel_metrics import KEY_METRICS as KEY_METRICS_
 from nsys2prv.analysis.kernel_metrics import bound, read_kernel_metrics
 from nsys2prv.analysis.labels import distinct_labels
 from nsys2prv.paraver.read import read_trace
@@ -40,7 +41,9 @@ KINDS = [sr.KernelKind("gemm", (85, 40, 70, 20), 200_000, 10_000_000, 1),
          sr.KernelKind("tiny", (20, 5, 0, 5), 2_000, 4_000, 6),
          sr.KernelKind("conv", (80, 35, 50, 30), 30_000, 300_000, 2),
          sr.KernelKind("nccl", (12, 4, 0, 15), 20_000, 2_000_000, 1),
-         sr.KernelKind("copy", (0, 0, 0, 25), 5_000, 500_000, 1),
+         # a copy kernel: little compute, but a running kernel keeps at least one of the
+         # 108 SMs busy (the model's floor, 0.93 %)
+         sr.KernelKind("copy", (1, 0, 0, 25), 5_000, 500_000, 1),
          sr.KernelKind("aux", (8, 3, 0, 4), 3_000, 40_000, 1)]
 
 
@@ -180,6 +183,111 @@ def test_bounded_lsq_meets_its_optimality_conditions(n, seed):
     assert np.all(g[x >= hi - 1e-7] < scale)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(20, 90), st.integers(0, 2**31 - 1))
+def test_bounded_lsq_with_many_columns_at_their_bounds(n, seed):
+    """Shares of many kernels whose true rates often pass their grids' ceilings (about half of
+    the columns end at a bound): the column-by-column updated inverse finds what
+    the iterations with a factorisation per step find (KKT too), from the clipped minimum
+    or from any start inside the bounds."""
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(3 * n, n))) * (rng.random((3 * n, n)) < 0.3)
+    A[np.arange(n), np.arange(n)] += 0.5  # every column runs alone somewhere
+    truth = rng.uniform(0, 100, n)
+    y = A @ truth + rng.normal(0, 3, 3 * n)
+    G, b = A.T @ A, A.T @ y
+    lo, hi = np.zeros(n), rng.uniform(30, 100, n)
+    x = rm.bounded_lsq(G, b, lo, hi)
+    x0 = np.linalg.solve(G, b)
+    c = np.clip(x0, lo, hi)
+    slow, _, _ = rm._active_set(G, b, lo, hi, c, (c > lo) & (c < hi), 500, None)
+    assert np.allclose(x, slow, rtol=0, atol=1e-9 * (1 + np.abs(slow).max()))
+    g = G @ x - b
+    scale = 1e-6 * (1 + np.abs(b).max())
+    free = (x > lo + 1e-7) & (x < hi - 1e-7)
+    assert np.all(np.abs(g[free]) < scale)
+    assert np.all(g[x <= lo + 1e-7] > -scale) and np.all(g[x >= hi - 1e-7] < scale)
+    warm = rm.bounded_lsq(G, b, lo, hi, start=rng.uniform(lo, hi))
+    assert np.allclose(warm, x, rtol=0, atol=1e-7 * (1 + np.abs(x).max()))
+
+
+def _profile_by_search(G, b, lo, hi, k, allowed, direction):
+    """The end of column k's profile range by bisection: the furthest value t of x_k (from
+    the bounded fit, in `direction`) at which the best fit of the other columns within
+    their bounds, x_k held at t, is at most `allowed` worse (in q = x'Gx/2 - b'x)."""
+    n = b.size
+    best = rm.bounded_lsq(G, b, lo, hi)
+    q = lambda x: 0.5 * x @ G @ x - b @ x  # noqa: E731
+    q0 = q(best)
+    others = np.array([i for i in range(n) if i != k])
+
+    def worse(t):
+        if others.size == 0:
+            x = np.array([t])
+        else:
+            # x_k held at t: the others' problem has b less the column k's pull
+            sub = rm.bounded_lsq(G[np.ix_(others, others)], b[others] - G[others, k] * t,
+                                 lo[others], hi[others])
+            x = np.empty(n)
+            x[others], x[k] = sub, t
+        return q(x) - q0
+
+    a = best[k]
+    z = hi[k] if direction > 0 else lo[k]
+    if worse(z) <= allowed:
+        return z
+    for _ in range(50):
+        mid = (a + z) / 2
+        a, z = (mid, z) if worse(mid) <= allowed else (a, mid)
+    return (a + z) / 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 10), st.integers(0, 2**31 - 1))
+def test_rate_ranges_follow_the_profile_within_the_bounds(n, seed):
+    """A rate's range: the values whose best fit of every other column (within its bounds)
+    is at most `allowed` worse. The parametric walk along the profile (`_System.ranges`,
+    `_profile_end`) gives the ends a bisection of bounded fits finds; the range holds the
+    bounded fit and stays within the column's bounds."""
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(n + 4, n)))  # shares: positive, some columns alike
+    A[:, -1] += 0.8 * A[:, 0]
+    y = rng.normal(size=n + 4) * 40 + 20
+    G, b = A.T @ A, A.T @ y
+    lo, hi = rng.uniform(0, 5, n), rng.uniform(20, 60, n)
+    system = rm._System(G)
+    x = system.bounded(b, system.solve(b), lo, hi)
+    allowed = float(rng.uniform(0.5, 50))
+    r_lo, r_hi = system.ranges(b, x, lo, hi, allowed)
+    for k in range(n):
+        assert lo[k] - 1e-9 <= r_lo[k] <= x[k] + 1e-9 <= r_hi[k] + 2e-9 <= hi[k] + 3e-9
+        for direction, got in ((1, r_hi[k]), (-1, r_lo[k])):
+            want = _profile_by_search(G, b, lo, hi, k, allowed / 2, direction)
+            assert got == pytest.approx(want, abs=1e-4 * (1 + abs(want))), (k, direction)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(6, 14), st.integers(0, 2**31 - 1))
+def test_rate_ranges_whose_profiles_cross_other_bounds(n, seed):
+    """As above, with half of the columns at their grids' ceilings and wide allowances:
+    most profiles meet other columns' bounds and are followed on (`_profile_end` on the
+    column-by-column updated inverse); their ends are still the bisection's."""
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(2 * n, n))) * (rng.random((2 * n, n)) < 0.5)
+    A[np.arange(n), np.arange(n)] += 0.2
+    y = A @ rng.uniform(0, 60, n) + rng.normal(0, 5, 2 * n)
+    G, b = A.T @ A, A.T @ y
+    lo, hi = np.zeros(n), rng.uniform(10, 50, n)
+    system = rm._System(G)
+    x = system.bounded(b, system.solve(b), lo, hi)
+    allowed = float(rng.uniform(10, 400))
+    r_lo, r_hi = system.ranges(b, x, lo, hi, allowed)
+    for k in range(n):
+        for direction, got in ((1, r_hi[k]), (-1, r_lo[k])):
+            want = _profile_by_search(G, b, lo, hi, k, allowed / 2, direction)
+            assert got == pytest.approx(want, abs=1e-4 * (1 + abs(want))), (k, direction)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_shares_and_sums_equal_brute_force(seed):
@@ -251,6 +359,22 @@ def test_periods_cut_at_gaps():
     assert per.interval == 100
     assert per.end.tolist() == [100, 200, 300, 400, 1100, 1200, 1300]
     assert per.cut == 1
+
+
+def test_job_method_is_the_gpu_with_most_time_in_either_order():
+    """A kernel measured directly on one GPU and by the model on another: the job's line
+    takes the method of the GPU where the kernel had most of its sampled time, whatever
+    the order of the GPUs (the mode of two came back in either order)."""
+    from nsys2prv.analysis.kernel_metrics import _job_rates
+
+    row = {"kernel": "k", "metric": "SM Active", "short": "k", "kind": "kernel",
+           "rate": 50.0, "se": 1.0, "direct": 50.0, "group": None, "range_lo": 49.0,
+           "range_hi": 51.0, "determined": True, "lo": 0.0, "hi": 100.0}
+    a = {**row, "device": "GPU 0", "method": "direct", "time": 10.0}
+    b = {**row, "device": "GPU 1", "method": "model", "time": 30.0}
+    for rows in ([a, b], [b, a]):
+        job = _job_rates(pl.DataFrame(rows))
+        assert job["method"].to_list() == ["model"]
 
 
 def test_bound_labels_of_known_kernels():
@@ -389,18 +513,31 @@ def test_analyze_cli_section_and_json(known, tmp_path):
 
 
 def test_no_gpu_metrics_is_one_line(tmp_path):
+    """Without GPU metrics, one line says so; the launch statistics follow (they need only
+    the launches): the kernel's configuration as the export has it."""
     from nsys2prv.testing.synth import ApiCall, Kernel, Spec, write_export
 
     spec = Spec(processes=[(1, "p")], threads=[(1, 1, "p")], gpus=[(0, "GPU")],
-                kernels=[Kernel(1000, 5000, 1, 0, 7, "k", 1)],
+                kernels=[Kernel(1000, 5000, 1, 0, 7, "k", 1, grid=(40, 1, 1),
+                                block=(256, 1, 1), registers=64)],
                 api=[ApiCall(100, 900, 1, 1, "cudaLaunchKernel", 1)])
     db = write_export(tmp_path / "plain.sqlite", spec)
     text = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(db), "--no-idle"],
                           capture_output=True, text=True, check=True).stdout
     section = text.split("### Inside the kernels")[1].strip().splitlines()
-    assert len(section) == 2
     assert "no GPU metrics in this export" in section[1]
     assert "--gpu-metrics-devices=all" in section[1]
+    assert section[2].startswith("###   launch statistics:")
+    row = [ln for ln in section if ln.split()[1:2] == ["k"]]
+    # 40 blocks of 256 threads, 64 registers: 4 blocks per SM by registers (64 x 32 = 2048
+    # a warp, 8 warps a sub-partition), 50 % occupancy; 40 of the A100's 108 SMs
+    assert row and row[-1].split()[2:10] == ["40", "256", "64", "0", "32K", "4",
+                                             "registers", "50.0"]
+    # waves 40 / (108 x 4); SM Active <= 40 / 108; warps <= 40 x 8 / (108 x 64)
+    assert row[-1].split()[10:14] == [f"{40 / 432:.2f}", f"{100 * 40 / 432:.0f}%",
+                                      f"{100 * 40 / 108:.1f}", f"{100 * 320 / 6912:.1f}"]
+    # the one kernel holds all of its GPU's time: its grid smaller than the GPU is named
+    assert "under-filled by its launch: 40 blocks on 108 SMs (SM Active <= 37.0 %)" in text
 
 
 # -- the real A100 export with GPU metrics ----------------------------------------------------
@@ -435,6 +572,64 @@ def test_aiprof_counts_equal_sql(aiprof):
     assert (got["periods"] < 1).sum() >= 30
 
 
+def test_aiprof_rates_within_their_launch(aiprof):
+    """aiprof_opt2: no kernel at SM Active 0.0 any more (15 were; a running kernel keeps one
+    of the 108 SMs busy), split_k_kernel's 10 blocks cap its SM Active at 9.26 % and its
+    warps at 0.58 % (the model gave 37.9 and 76.8), and the rates the samples cannot pin
+    down are ranges: the kernels that have some are the short ones (less than a sampling
+    interval on average)."""
+    out, km = aiprof
+    k = km.rates.filter(pl.col("kind") == "kernel")
+    sm = k.filter(pl.col("metric") == "SM Active")
+    assert (sm["rate"] >= 100 / 108 - 1e-6).all()
+    split = k.filter(pl.col("short") == "split_k_kernel")
+    rates = dict(zip(split["metric"].to_list(), split["rate"].to_list()))
+    assert rates["SM Active"] <= 9.26 and rates["Compute Warps in Flight"] <= 0.58
+    ranged = k.filter(~pl.col("determined") & pl.col("metric").is_in(list(KEY_METRICS_)))
+    names = set(ranged["kernel"].to_list())
+    assert 5 <= len(names) <= 30
+    periods = dict(zip(km.kernels["kernel"].to_list(), km.kernels["periods"].to_list()))
+    assert all(periods[n] < 1 for n in names)
+    # a model column the samples cannot pin down has a range wider than 10 points (a name
+    # of several launch classes shows their ranges' time-weighted mean)
+    split = km.rates_by_launch
+    columns = pl.concat([k.filter(~pl.col("kernel").is_in(split["kernel"].implode())),
+                         split], how="diagonal_relaxed")
+    loose = columns.filter(~pl.col("determined") & pl.col("metric").is_in(list(KEY_METRICS_)))
+    assert loose.height and (loose["range_hi"] - loose["range_lo"] > 10).all()
+
+
+def test_aiprof_ranges_on_the_updated_inverse_equal_direct_solves(aiprof, monkeypatch):
+    """aiprof_opt2's Gram matrices are singular (condition ~3e19: kernels that run only
+    together), where an inverse must not stand in for the direct solves: every range
+    equals the one found with a factorisation per step (checked once against bisection of
+    bounded fits: the 558 profiles that go on past another column's bound, all equal)."""
+    out, _ = aiprof
+    systems = []
+    ranges = rm._System.ranges
+
+    def capture(self, b, x, lo, hi, allowed):
+        systems.append((self, b, x, lo, hi, allowed))
+        return ranges(self, b, x, lo, hi, allowed)
+
+    monkeypatch.setattr(rm._System, "ranges", capture)
+    read_kernel_metrics(out)
+    monkeypatch.setattr(rm._System, "ranges", ranges)
+    got = [ranges(*args) for args in systems]
+
+    def direct_only(self, G, free, H=None):
+        self.G, self.direct = G, True
+        self.reset(np.flatnonzero(free))
+
+    monkeypatch.setattr(rm._FreeInverse, "__init__", direct_only)
+    assert len(systems) >= 20
+    for args, (g_lo, g_hi) in zip(systems, got):
+        w_lo, w_hi = ranges(*args)
+        for g, w in ((g_lo, w_lo), (g_hi, w_hi)):
+            scale = 1 + np.abs(w[np.isfinite(w)]).max(initial=0.0)
+            assert np.allclose(g, w, rtol=0, atol=1e-9 * scale, equal_nan=True)
+
+
 def test_aiprof_layout_transforms_issue_no_tensor_instruction(aiprof):
     """cuDNN's nchwToNhwc / nhwcToNchw transforms get 3-6 % Tensor Active from the direct
     attribution (their tensor-core neighbours); the model gives them none, and gives the
@@ -453,6 +648,68 @@ def test_aiprof_layout_transforms_issue_no_tensor_instruction(aiprof):
     assert sorted(round(x) for x in convs["rate"]) == [47, 64]
     fit = km.fits.filter(pl.col("metric") == "Tensor Active").row(0, named=True)
     assert fit["r2_cv"] > 0.99 > fit["r2_direct"]
+
+
+# the issue's case: a short kernel of a small grid (10 blocks: SM Active <= 9.26 % of 108
+# SMs) always right after a longer one, in the same sampling period
+FOLLOWED = [sr.KernelKind("leader", (90, 40, 50, 20), 10_000, 13_000, 1),
+            sr.KernelKind("follower", (8, 4, 0, 10), 3_000, 3_600, 0, blocks=10,
+                          threads=128),
+            sr.KernelKind("elementwise", (70, 10, 0, 55), 5_000, 40_000, 2),
+            sr.KernelKind("tiny", (20, 5, 0, 5), 2_000, 4_000, 2)]
+
+
+def _followed(tmp_path, lag: int, seed: int):
+    sc = sr.RateScenario(FOLLOWED, frequency=10_000, span=100_000_000, seed=seed,
+                         followers={0: 1}, lag=lag, gap_mean=30_000)
+    sim = sr.simulate(sc)
+    db = sr.write_export(sim, tmp_path / f"followed{lag}_{seed}.sqlite")
+    out = tmp_path / f"followed{lag}_{seed}.prv"
+    nsys2prv.translate(db, out)
+    return sim, read_kernel_metrics(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_short_kernels_after_a_long_one_hold_the_truth(tmp_path, seed):
+    """A short kernel that always follows a longer one: every reported rate is within its
+    errors of the generator's (4 standard errors and the rounding's 0.25 points), and where
+    the samples cannot pin a rate down its range holds the truth; the follower's rates stay
+    within its grid (SM Active <= 9.26 %, >= one SM) and so does every range."""
+    sim, km = _followed(tmp_path, 0, seed)
+    keys = ["SM Active", "SM Issue", "Tensor Active", "DRAM Read Bandwidth"]
+    for r in km.rates.filter(pl.col("kind") == "kernel").iter_rows(named=True):
+        true = sim.truth[r["kernel"]][keys.index(r["metric"])]
+        if r["determined"]:
+            assert abs(r["rate"] - true) <= TOLERANCE_SE * r["se"] + TOLERANCE_FLOOR, r
+        else:
+            assert r["range_lo"] - TOLERANCE_FLOOR <= true <= r["range_hi"] + TOLERANCE_FLOOR
+    f = km.rates.filter(pl.col("kernel") == "follower")
+    capped = f.filter(pl.col("metric").is_in(keys[:3]))
+    assert (capped["hi"] == 9.26).all()
+    assert (capped["rate"] <= 9.26).all() and (capped["range_hi"] <= 9.26).all()
+    sm = f.filter(pl.col("metric") == "SM Active")
+    assert sm["rate"].item() >= 100 / 108 - 1e-6
+
+
+def test_a_follower_of_a_misread_neighbour_stays_within_its_grid(tmp_path):
+    """The samples lag the kernels by 3 us, so the leader's last microseconds land in its
+    follower's periods: the model without the grids' bounds hands the follower a SM Active
+    five times what its 10 blocks allow, beyond 4 of its standard errors (the issue's
+    symptom on aiprof_opt2). With the bounds its SM Active stays at or below its grid's
+    9.26 %, nearer the truth (8 %)."""
+    sim, km = _followed(tmp_path, 3_000, 1)
+    names = [k.name for k in sim.scenario.kinds]
+    col, labels = rm.design([names[k] for k in sim.kind], np.zeros(sim.kind.size, bool),
+                            sim.end - sim.start)
+    lo, hi = rm.bounds([True] * 4, sim.values)
+    free, _ = rm.fit_device(rm.periods_of(sim.times), sim.values, sim.start, sim.end, col,
+                            len(labels), lo, hi)
+    j = labels.index("follower")
+    unbounded = free.metrics[0].rates[j]
+    assert unbounded > 9.26 + TOLERANCE_SE * free.metrics[0].se[j]
+    bounded = km.rates.filter((pl.col("kernel") == "follower")
+                              & (pl.col("metric") == "SM Active")).row(0, named=True)
+    assert bounded["rate"] <= 9.26 and abs(bounded["rate"] - 8) < abs(unbounded - 8) / 10
 
 
 def test_diff_puts_the_rates_side_by_side(tmp_path):

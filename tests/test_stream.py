@@ -11,6 +11,7 @@ import pytest
 
 import nsys2prv
 from nsys2prv.analysis.activities import read_activities
+from nsys2prv.analysis.launch import read_launches
 from nsys2prv.analysis.model import analyze_path
 from nsys2prv.paraver.read import event_types, read_layout, windows
 from nsys2prv.testing.multi import job
@@ -126,9 +127,11 @@ def test_stream_of_partials_numbers_values_like(tmp_path):
 @pytest.mark.parametrize("window", [None, "iteration 1"])
 def test_stream_without_attributes_is_analysed_the_same(multi_job, tmp_path, window):
     """A stream prepared without the activities' attributes (`attributes=False`, what an
-    analysis of reports uses) has none of the attributes' numeric pairs and every other
-    event of the translation: the analysis and the activities are the same, its partials
-    smaller (on a 10M-activity export: 1.67 -> 0.79 GB, 10 CPU-s less)."""
+    analysis of reports uses) has none of the attributes' numeric pairs but the kernels'
+    launch statistics (the analysis reads them) and every other event of the translation:
+    the analysis, the activities and the launch tables are the same, its partials smaller
+    (on a 10M-activity export: 1.67 -> 0.79 GB, 10 CPU-s less, before the launch
+    statistics were kept)."""
     from nsys2prv.api import translate_stream
     from nsys2prv.paraver.read import read_trace
     from nsys2prv.paraver.registry import cuda
@@ -137,10 +140,14 @@ def test_stream_without_attributes_is_analysed_the_same(multi_job, tmp_path, win
     full = translate_stream(multi_job, tmp_path / "full", window=window)
     lean = translate_stream(multi_job, tmp_path / "lean", window=window, attributes=False)
     attributes = set(attribute_types())
-    numeric = {cuda.CORRELATION_ID, cuda.MEMORY_BYTES, cuda.CUDA_KERNEL_BLOCKS,
-               cuda.KERNEL_REGISTERS, cuda.CUDA_RETURN_VALUE} & event_types(full)
+    numeric = {cuda.CORRELATION_ID, cuda.MEMORY_BYTES, cuda.KERNEL_GRID_X,
+               cuda.KERNEL_LOCAL_MEM_TOTAL, cuda.KERNEL_WAVES, cuda.CUDA_RETURN_VALUE
+               } & event_types(full)
     assert len(numeric) >= (3 if window is None else 0)
     assert not numeric & event_types(lean)
+    launch = set(cuda.LAUNCH_TYPES) & event_types(full)
+    assert len(launch) >= (10 if window is None else 0)
+    assert launch <= event_types(lean)
     others = event_types(full) - attributes
     assert event_types(lean) - attributes == others
     a, b = (read_trace(s, others, state_rows="all", comms=True) for s in (lean, full))
@@ -150,6 +157,9 @@ def test_stream_without_attributes_is_analysed_the_same(multi_job, tmp_path, win
     a, b = read_activities(lean), read_activities(full)
     assert a.kernels.equals(b.kernels) and a.ranges.equals(b.ranges)
     assert a.memops.equals(b.memops) and a.sync.equals(b.sync)
+    a, b = read_launches(lean), read_launches(full)
+    assert a.configs.equals(b.configs) and a.findings.equals(b.findings)
+    assert a.configs.height >= (1 if window is None else 0)
 
     def size(stream) -> int:
         return sum(f.stat().st_size for p in stream.partials for f in Path(p).iterdir())
@@ -158,8 +168,8 @@ def test_stream_without_attributes_is_analysed_the_same(multi_job, tmp_path, win
 
 
 def test_sources_read_attributes_only_when_kept():
-    """Without attributes, a kernel's launch geometry and a call's return value are not
-    read (null), every other column is the same."""
+    """Without attributes, a kernel's local memory and a call's return value are not read
+    (null), every other column is the same (a kernel's launch configuration is read)."""
     from nsys2prv.report.report import Report
     from nsys2prv.sources import cuda_api, kernels
 

@@ -104,6 +104,8 @@ class Comparison:
     range_tree: pl.DataFrame | None = None
     # per NVTX range, its projection onto the GPU on each side (`layer_table`)
     layers: pl.DataFrame | None = None
+    # the kernels whose launch configuration changed (`launch.launch_changes`)
+    launches: pl.DataFrame | None = None
 
     @property
     def elapsed_change(self) -> float | None:
@@ -119,6 +121,8 @@ class Comparison:
             out["kernel_rates"] = self.rates
         if self.layers is not None and self.layers.height:
             out["layers"] = self.layers
+        if self.launches is not None:
+            out["kernel_launches"] = self.launches
         if self.devices is not None:
             out["devices"] = self.devices
         if self.rules is not None:
@@ -746,6 +750,10 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
                       rates_table(kernels, before.kernel_metrics, after.kernel_metrics),
                       found if its is None else None, _range_tree(b, a),
                       layer_table(pb, pa) if pb is not None or pa is not None else None)
+    from .launch import launch_changes
+
+    comp.launches = launch_changes(kernels, getattr(before.kernel_metrics, "launch", None),
+                                   getattr(after.kernel_metrics, "launch", None))
     comp.paragraph = explain(comp)
     return comp
 
@@ -875,9 +883,12 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             from .kernel_metrics import SampleCollector
             from .model import analyze_path
 
+            from .launch import LaunchCollector
+
             collector = ActivityCollector(out)
             samples = SampleCollector(out)
-            observers = [collector] + ([samples] if samples.types else [])
+            launches = LaunchCollector(out, per_kernel=bool(samples.types))
+            observers = [collector, launches] + ([samples] if samples.types else [])
             state: dict = {}
 
             def steps() -> pl.DataFrame | None:
@@ -914,10 +925,11 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
         if collector is not None:
             if "acts" not in state:
                 acts = collector.result()
-            if samples is not None and samples.types:
-                from .kernel_metrics import kernel_metrics
+            from .kernel_metrics import kernel_metrics
 
-                km = kernel_metrics(acts, samples)
+            km = kernel_metrics(acts, samples if samples.types else None,
+                                launches=launches.result(),
+                                classes=launches.kernel_classes())
         cand = state.get("candidates") if collector is not None else None
         if cand is None:
             cand = candidates(acts)

@@ -40,6 +40,7 @@ import polars as pl
 
 from ..paraver.read import Source, companion, read_layout, source_path
 from ..paraver.registry import gpu_metrics as greg
+from . import occupancy
 from . import rate_model as rm
 from .activities import Activities, _type_labels
 from .labels import distinct_labels
@@ -154,6 +155,12 @@ class KernelMetrics:
     # `slow_launches_overlapped`; not printed (a few numbers a launch, no name)
     launch_overlap: pl.DataFrame = field(default_factory=pl.DataFrame)
     launch_names: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # what each kernel's launch allows (launch.Launches: configurations, per kernel,
+    # findings); there also without GPU metrics
+    launch: object = None
+    # the rates of each launch class (occupancy.grid_class) of the kernels launched with
+    # grids of several classes: the model's own columns, which `rates` averages per name
+    rates_by_launch: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     @property
     def empty(self) -> bool:
@@ -167,7 +174,9 @@ class KernelMetrics:
                 "rates": rows(self.rates), "spread": rows(self.spread),
                 "outliers": rows(self.outliers), "interference": rows(self.interference),
                 "folding": rows(self.folding), "steps": rows(self.steps),
-                "dropped": self.dropped}
+                "dropped": self.dropped,
+                "rates_by_launch": rows(self.rates_by_launch),
+                "launch": self.launch.to_dict() if self.launch is not None else None}
 
 
 # -- the devices ----------------------------------------------------------------------------
@@ -190,6 +199,10 @@ class _Device:
     busy: np.ndarray | None = None  # per period: the share of it in which anything ran
     activity: np.ndarray | None = None  # per period: the activities' shares summed
     predicted: np.ndarray | None = None  # (periods x metrics), when the steps need it
+    # the launches of its kernels by configuration (`launch.LaunchCollector` rows of its
+    # stream rows): what bounds their rates
+    launches: pl.DataFrame | None = None
+    classes: pl.DataFrame | None = None  # row, start, class: each kernel's launch class
 
     def with_names(self, df: pl.DataFrame) -> pl.DataFrame:
         """`df` (with a `code` column) with each code's key, short name and kind."""
@@ -262,8 +275,15 @@ def _fit(d: _Device, predict: bool = False) -> None:
     a = d.acts
     start, end = a["start"].to_numpy(), a["end"].to_numpy()
     label_of, memop_of = d.label_maps()
-    d.col, d.labels = rm.design_codes(a["code"].to_numpy(), label_of, memop_of, end - start)
-    lo, hi = rm.bounds([greg.is_percent(k) for k in d.keys], d.values)
+    # a kernel's column: its name and its launch class (occupancy.grid_class), as the
+    # translation's model has it
+    code = a["code"].to_numpy()
+    classes = _classes_of(a, d.classes)
+    d.classes = None  # done with
+    mcode = np.where(code >= 0, occupancy.model_code(code, classes), code)
+    mlabels, mmemop = occupancy.model_labels(label_of, memop_of, mcode)
+    d.col, d.labels = rm.design_codes(mcode, mlabels, mmemop, end - start)
+    lo, hi = _bounds(d, mcode, d.col, classes=True)
     d.fit, ent = rm.fit_device(d.periods, d.values, start, end, d.col, len(d.labels), lo, hi)
     d.busy = ent.busy
     d.activity = np.bincount(ent.period, weights=np.where(ent.col < ent.n_cols, ent.share,
@@ -273,30 +293,128 @@ def _fit(d: _Device, predict: bool = False) -> None:
         d.predicted = rm.predict(ent, rates, d.periods.n)
 
 
+def _classes_of(acts: pl.DataFrame, classes: pl.DataFrame | None) -> np.ndarray:
+    """Each activity's launch class (0 where `classes`, the kernels' (row, start, class)
+    other than 0, has none), found stream by stream with a binary search (a hash join of
+    the millions of kernels of a large trace took half a GB)."""
+    out = np.zeros(acts.height, dtype=np.int64)
+    if classes is None or classes.height == 0:
+        return out
+    rows, starts = acts["row"].to_numpy(), acts["start"].to_numpy()
+    c_rows, c_starts = classes["row"].to_numpy(), classes["start"].to_numpy()
+    c_class = classes["class"].to_numpy()
+    for r in np.unique(c_rows).tolist():  # the GPU's streams
+        mine = c_rows == r
+        order = np.argsort(c_starts[mine], kind="stable")  # the first of equal starts
+        s, k = c_starts[mine][order], c_class[mine][order]
+        at = np.flatnonzero(rows == r)
+        i = np.minimum(np.searchsorted(s, starts[at]), s.size - 1)
+        hit = s[i] == starts[at]
+        out[at[hit]] = k[i[hit]]
+    return out
+
+
+def _bounds(d: _Device, code: np.ndarray, col: np.ndarray, n_cols: int | None = None,
+            classes: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds of the device's rates per column and metric: the metric's range, and for
+    the kernels what their grids allow (`occupancy.rate_bounds`, on the launches' ceilings
+    as the trace holds them: the translation's bounds). `code`: each interval's code, a
+    model code (name and launch class) with `classes`, else the name's."""
+    lo, hi = rm.bounds([greg.is_percent(k) for k in d.keys], d.values)
+    L = d.launches
+    if L is None or L.height == 0:
+        return lo, hi
+    from .launch import _derived
+
+    L = _derived(L)
+    key = (pl.col("full") * (1 << occupancy.CLASS_SHIFT) + pl.col("grid_class")) if classes \
+        else pl.col("full")
+    L = L.with_columns(key.alias("code"))
+    # the column(s) of each kernel code (memory operations have none; the interference
+    # fit splits a kernel in two columns, each bounded by all of its launches)
+    pairs = (pl.DataFrame({"code": code, "col": col}).filter(pl.col("code") >= 0)
+             .unique(["code", "col"]))
+    k = L.join(pairs, on="code", how="inner")
+    if k.height == 0:
+        return lo, hi
+
+    def f64(name: str) -> np.ndarray:
+        return k[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
+
+    return occupancy.rate_bounds(d.keys, lo, hi, k["col"].to_numpy(), f64("time"),
+                                 f64("sms"), f64("sm_ceiling"), f64("warps_ceiling"),
+                                 len(d.labels) if n_cols is None else n_cols)
+
+
 # -- the tables -----------------------------------------------------------------------------
 
-def _rates_table(d: _Device) -> pl.DataFrame:
+def _rates_table(d: _Device) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per kernel name and metric, per kernel name, launch class and metric): the rates of
+    the model's columns, and of each name the mean of its classes' weighted by their launch
+    time (what Paraver's per-kernel tables average over the launches)."""
     f = d.fit
     K1 = f.n_cols + 1
-    labels = d.labels + ["(idle)"]
+    split = [occupancy.split_label(x) for x in d.labels] + [("(idle)", 0)]
+    labels = [x for x, _ in split]
     kinds = d.names.group_by("key").agg(pl.col("kind").first(), pl.col("short").first())
     kind_of = dict(zip(kinds["key"].to_list(), kinds["kind"].to_list()))
     short_of = dict(zip(kinds["key"].to_list(), kinds["short"].to_list()))
     group_label = [labels[g] if g >= 0 else None for g in f.group]
+    launch_time = np.bincount(d.col, weights=(d.acts["end"] - d.acts["start"]).to_numpy()
+                              .astype(np.float64), minlength=K1)
     frames = []
     for m, key in enumerate(d.keys):
         mf = f.metrics[m]
         frames.append(pl.DataFrame({
             "device": [d.name] * K1, "kernel": labels,
+            "grid_class": [k for _, k in split],
             "short": [short_of.get(x, rm.OTHER if x == rm.OTHER else x) for x in labels],
             "kind": [kind_of.get(x, "other" if x == rm.OTHER else "idle") for x in labels],
             "metric": [key] * K1, "rate": mf.rates, "se": mf.se, "direct": mf.direct,
-            "method": list(f.method), "group": group_label, "time": f.time},
-            schema={"device": pl.Utf8, "kernel": pl.Utf8, "short": pl.Utf8, "kind": pl.Utf8,
+            "method": list(f.method), "group": group_label, "time": f.time,
+            "range_lo": mf.range_lo, "range_hi": mf.range_hi, "determined": mf.determined,
+            "lo": mf.lo, "hi": mf.hi, "launch_time": launch_time,
+            "wide": [rm.UNDETERMINED * mf.span] * K1},
+            schema={"device": pl.Utf8, "kernel": pl.Utf8, "grid_class": pl.Int64,
+                    "short": pl.Utf8, "kind": pl.Utf8,
                     "metric": pl.Utf8, "rate": pl.Float64, "se": pl.Float64,
                     "direct": pl.Float64, "method": pl.Utf8, "group": pl.Utf8,
-                    "time": pl.Float64}))
-    return pl.concat(frames)
+                    "time": pl.Float64, "range_lo": pl.Float64, "range_hi": pl.Float64,
+                    "determined": pl.Boolean, "lo": pl.Float64, "hi": pl.Float64,
+                    "launch_time": pl.Float64, "wide": pl.Float64}))
+    per_class = pl.concat(frames)
+    c = pl.col
+    several = per_class.filter(c("grid_class") > 0)["kernel"].unique()
+    if several.len() == 0:
+        return per_class.drop("grid_class", "launch_time", "wide"), per_class.clear()
+    one = per_class.filter(~c("kernel").is_in(several.implode()))
+    live = per_class.filter(c("kernel").is_in(several.implode()))
+    ok = c("rate").is_not_nan() & c("rate").is_not_null()
+    w = pl.when(ok).then(c("launch_time")).otherwise(0.0)
+
+    def mean(name: str) -> pl.Expr:
+        return (pl.when(ok).then(c(name) * w).otherwise(0.0).sum() / w.sum()).alias(name)
+
+    merged = (live.group_by("device", "kernel", "metric", maintain_order=True)
+              .agg(c("short").first(), c("kind").first(),
+                   pl.when(w.sum() > 0).then(mean("rate")).otherwise(float("nan"))
+                   .alias("rate"),
+                   ((pl.when(ok).then(c("se") * w).otherwise(0.0) ** 2).sum().sqrt()
+                    / w.sum()).alias("se"), mean("direct"),
+                   c("method").sort_by(c("launch_time"), descending=True,
+                                       maintain_order=True).first(),
+                   c("group").drop_nulls().first(), c("time").sum(),
+                   mean("range_lo"), mean("range_hi"), c("wide").first(), mean("lo"),
+                   mean("hi"))
+              # the name's range: its classes' weighted by time; undetermined as a column's
+              .with_columns((~(c("range_hi") - c("range_lo") > c("wide")))
+                            .alias("determined")))
+    cols = [x for x in one.columns if x not in ("grid_class", "launch_time", "wide")]
+    return (pl.concat([one.select(cols), merged.select(cols)]),
+            live.filter(c("kind") != "idle").drop("wide").with_columns(
+                c("grid_class").replace_strict(
+                    {k: occupancy.class_label(k) for k in range(occupancy.MAX_CLASS + 1)},
+                    return_dtype=pl.Utf8).alias("grid")))
 
 
 def _fits_table(d: _Device) -> pl.DataFrame:
@@ -324,47 +442,99 @@ def _job_rates(rates: pl.DataFrame) -> pl.DataFrame:
                  (c("rate") * w).sum().alias("rate"),
                  ((c("se") * w) ** 2).sum().sqrt().alias("se"),
                  (c("direct") * w).sum().alias("direct"),
-                 c("method").mode().first().alias("method"),
-                 c("group").drop_nulls().first().alias("group"), c("time").sum())
+                 # the method of the GPU with most of its time (the mode of two GPUs that
+                 # differ came in either order: the printed method changed run to run)
+                 c("method").sort_by(c("time"), descending=True, maintain_order=True)
+                 .first().alias("method"),
+                 c("group").drop_nulls().first().alias("group"), c("time").sum(),
+                 (c("range_lo") * w).sum().alias("range_lo"),
+                 (c("range_hi") * w).sum().alias("range_hi"),
+                 c("determined").all().alias("determined"),
+                 (c("lo") * w).sum().alias("lo"), (c("hi") * w).sum().alias("hi"))
             .with_columns(pl.lit("job").alias("device"))
             .select(rates.columns))
 
 
-def bound(rates: dict[str, float]) -> str:
+def bound(rates: dict[str, float], ranges: dict[str, tuple[float, float]] | None = None,
+          launch: dict | None = None) -> str:
     """A kernel's bound from its rates (percent of peak; thresholds in docs/kernel_metrics.md):
     memory-bound (DRAM read + write bandwidth near its peak), tensor-bound, compute-bound
     (issue slots busy), under-filled (SMs idle while it runs: too few blocks), latency-bound
-    (SMs active but issuing little, few warps), else mixed; '' without the metrics."""
-    def get(*names):
+    (SMs active but issuing little, few warps), else mixed; '' without the metrics.
+
+    `ranges` gives, for the rates the samples do not pin down, the range of values
+    consistent with them: a rule is taken only when it holds over the whole range, and a
+    kernel whose label depends on where in its range a rate lies is 'undetermined', unless
+    its launch decides (`launch`: the grid's SM Active and warps ceilings in %, its
+    theoretical occupancy and limiter): a grid that cannot keep half the SMs busy is
+    under-filled whatever the rates. The label says the cause when it is the launch:
+    'under-filled (grid)', 'latency-bound (registers)'."""
+    ranges = ranges or {}
+
+    def span(*names):
+        """(lo, hi) of the first rate present: its range, or its value twice."""
         for n in names:
             v = rates.get(n)
             if v is not None and v == v:
-                return v
+                lo_hi = ranges.get(n)
+                return lo_hi if lo_hi is not None else (v, v)
         return None
-    dram = [rates.get(n) for n in ("DRAM Read Bandwidth", "DRAM Write Bandwidth")]
-    dram = sum(v for v in dram if v is not None and v == v) if any(
-        v is not None and v == v for v in dram) else None
-    tensor = get("Tensor Active", "Tensor Active / FP16 Active")
-    issue = get("SM Issue")
-    sm = get("SM Active")
-    warps = get("Compute Warps in Flight")
+
+    reads = [span(n) for n in ("DRAM Read Bandwidth", "DRAM Write Bandwidth")]
+    reads = [r for r in reads if r is not None]
+    dram = (sum(r[0] for r in reads), sum(r[1] for r in reads)) if reads else None
+    tensor = span("Tensor Active", "Tensor Active / FP16 Active")
+    issue = span("SM Issue")
+    sm = span("SM Active")
+    warps = span("Compute Warps in Flight")
     if dram is None and tensor is None and issue is None and sm is None:
         return ""
-    if dram is not None and dram >= MEMORY_BOUND_DRAM:
-        return "memory-bound"
-    if tensor is not None and tensor >= TENSOR_BOUND:
-        return "tensor-bound"
-    if issue is not None and issue >= COMPUTE_BOUND_ISSUE:
-        return "compute-bound"
-    if sm is not None and sm < UNDERFILLED_SM:
-        return "under-filled"
-    if issue is not None and issue < LATENCY_ISSUE and (warps is None or warps < LATENCY_WARPS):
-        return "latency-bound"
-    return "mixed"
+
+    def at_least(x, t):  # True, False, or None (depends on where in its range)
+        if x is None:
+            return False
+        return True if x[0] >= t else (False if x[1] < t else None)
+
+    def below(x, t):
+        r = at_least(x, t)
+        return None if r is None else (x is not None and not r)
+
+    latency_warps = True if warps is None else below(warps, LATENCY_WARPS)
+    latency_issue = below(issue, LATENCY_ISSUE)
+    latency = (False if latency_issue is False or latency_warps is False else
+               (True if latency_issue and latency_warps else None))
+    label = "mixed"
+    for name, holds in (("memory-bound", at_least(dram, MEMORY_BOUND_DRAM)),
+                        ("tensor-bound", at_least(tensor, TENSOR_BOUND)),
+                        ("compute-bound", at_least(issue, COMPUTE_BOUND_ISSUE)),
+                        ("under-filled", below(sm, UNDERFILLED_SM)),
+                        ("latency-bound", latency)):
+        if holds is None:
+            label = "undetermined"
+            break
+        if holds:
+            label = name
+            break
+    launch = launch or {}
+    sm_cap, warps_cap = launch.get("sm_ceiling"), launch.get("warps_ceiling")
+    grid_starves = sm_cap is not None and sm_cap == sm_cap and sm_cap < UNDERFILLED_SM
+    if label == "undetermined" and grid_starves:
+        label = "under-filled"
+    if label == "under-filled" and grid_starves:
+        return "under-filled (grid)"
+    if label == "latency-bound" and warps_cap is not None and warps_cap == warps_cap \
+            and warps_cap < LATENCY_WARPS:
+        occ_ = launch.get("occupancy")
+        if occ_ is not None and occ_ == occ_ and occ_ < LATENCY_WARPS:
+            limiter = launch.get("limiter")
+            cause = {"warps": "block size", "blocks": "block size"}.get(limiter, limiter)
+            return f"latency-bound ({cause})" if cause else label
+        return "latency-bound (grid)"
+    return label
 
 
 def _kernels_table(devices: list[_Device], rates: pl.DataFrame,
-                   fits: pl.DataFrame | None = None) -> pl.DataFrame:
+                   fits: pl.DataFrame | None = None, launches=None) -> pl.DataFrame:
     """Per GPU and for the job, per kernel name: time, launches, mean duration, duration /
     sampling interval, method, group and bound (kernels and NCCL kernels; memory
     operations too, for their time)."""
@@ -384,7 +554,7 @@ def _kernels_table(devices: list[_Device], rates: pl.DataFrame,
     per = pl.concat(parts)
     if len(devices) == 1:
         table = per.rename({"key": "kernel"})
-        return _kernel_columns(table, rates, fits)
+        return _kernel_columns(table, rates, fits, launches)
     interval = float(np.median([d.periods.interval for d in devices]))
     job = (per.group_by("key").agg(c("short").first(), c("kind").first(), c("time").sum(),
                                    c("launches").sum())
@@ -392,13 +562,14 @@ def _kernels_table(devices: list[_Device], rates: pl.DataFrame,
                          pl.lit("job").alias("device"))
            .with_columns((c("mean_dur") / max(interval, 1.0)).alias("periods")))
     table = pl.concat([per.select(job.columns), job]).rename({"key": "kernel"})
-    return _kernel_columns(table, rates, fits)
+    return _kernel_columns(table, rates, fits, launches)
 
 
 def _kernel_columns(table: pl.DataFrame, rates: pl.DataFrame,
-                    fits: pl.DataFrame | None = None) -> pl.DataFrame:
+                    fits: pl.DataFrame | None = None, launches=None) -> pl.DataFrame:
     """The kernels table with each kernel's method, group, bound and share of its GPU's
-    (or the job's) activity time."""
+    (or the job's) activity time, and its launch (`launches`: `launch.Launches`): the
+    blocks, occupancy and waves of its main configuration."""
     c = pl.col
     meta = rates.filter(c("metric") == rates["metric"][0]).select(
         "device", "kernel", "method", "group")
@@ -414,18 +585,39 @@ def _kernel_columns(table: pl.DataFrame, rates: pl.DataFrame,
         trusted = pl.concat([
             rates.filter(c("device") != "job").join(per_dev, on=["device", "metric"]),
             rates.filter((c("device") == "job") & c("metric").is_in(good.implode()))])
-    wide = (trusted.filter(c("metric").is_in(KEY_METRICS))
-            .select("device", "kernel", "metric", "rate")
-            .pivot(on="metric", index=["device", "kernel"], values="rate"))
+    key = trusted.filter(c("metric").is_in(KEY_METRICS))
+    wide = key.select("device", "kernel", "metric", "rate").pivot(
+        on="metric", index=["device", "kernel"], values="rate")
+    # the ranges of the rates the samples do not pin down, and the grid's ceilings (the
+    # bounds the fit took), per (device, kernel); a few rows per kernel name
+    ranges: dict[tuple, dict] = {}
+    for r in key.filter(~c("determined").fill_null(True)).iter_rows(named=True):
+        ranges.setdefault((r["device"], r["kernel"]), {})[r["metric"]] = (r["range_lo"],
+                                                                          r["range_hi"])
+    caps: dict[tuple, dict] = {}
+    for r in rates.filter(c("metric").is_in(["SM Active", "Compute Warps in Flight"])
+                          ).iter_rows(named=True):
+        name = "sm_ceiling" if r["metric"] == "SM Active" else "warps_ceiling"
+        caps.setdefault((r["device"], r["kernel"]), {})[name] = r["hi"]
+    occ_of = {}
+    if launches is not None and launches.kernels.height:
+        occ_of = {r["kernel"]: r for r in launches.kernels.select(
+            "kernel", "occupancy", "limiter").iter_rows(named=True)}
     kinds = dict(zip(zip(table["device"].to_list(), table["kernel"].to_list()),
                      table["kind"].to_list()))
-    labels = [bound({k: r.get(k) for k in KEY_METRICS})
+    labels = [bound({k: r.get(k) for k in KEY_METRICS}, ranges.get((r["device"], r["kernel"])),
+                    {**caps.get((r["device"], r["kernel"]), {}),
+                     **occ_of.get(r["kernel"], {})})
               if kinds.get((r["device"], r["kernel"])) in ("kernel", "nccl") else ""
               for r in wide.iter_rows(named=True)]
     wide = wide.with_columns(pl.Series("bound", labels, dtype=pl.Utf8))
     table = table.join(wide.select("device", "kernel", "bound"), on=["device", "kernel"],
                        how="left")
     total = c("time").sum().over("device")
+    if launches is not None and launches.kernels.height:
+        table = table.join(launches.kernels.select(
+            "kernel", "configs", "blocks", "occupancy", "limiter", "waves"), on="kernel",
+            how="left")
     return (table.with_columns((c("time") / total).alias("share"))
             .sort(["device", "time", "kernel"], descending=[False, True, False]))
 
@@ -544,9 +736,13 @@ def _interference(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
         for code in both.to_list():
             label_of[code + split_at] = label_of[code] + "\x00overlapped"
         start, end = a2["start"].to_numpy(), a2["end"].to_numpy()
-        col, labels = rm.design_codes(a2["code"].to_numpy(), label_of, memop_of, end - start)
-        lo, hi = rm.bounds([greg.is_percent(x) for x in keys], d.values)
-        fit, _ = rm.fit_device(d.periods, d.values, start, end, col, len(labels), lo, hi)
+        codes = a2["code"].to_numpy()
+        col, labels = rm.design_codes(codes, label_of, memop_of, end - start)
+        lo, hi = _bounds(d, np.where(codes >= split_at, codes - split_at, codes), col,
+                         len(labels))
+        # the two cases' rates alone: their ranges are not reported
+        fit, _ = rm.fit_device(d.periods, d.values, start, end, col, len(labels), lo, hi,
+                               with_ranges=False)
         index = {lab: i for i, lab in enumerate(labels)}
         stats = d.with_names(
             k.filter(c("code").is_in(both.implode()))
@@ -658,15 +854,24 @@ def _steps(devices: list[_Device], keys: list[str], steps: pl.DataFrame) -> pl.D
                            .alias("differs")).sort(["device", "instance", "metric"])
 
 
-def kernel_metrics(acts: Activities, samples: SampleCollector,
-                   steps: pl.DataFrame | None = None) -> KernelMetrics:
+def kernel_metrics(acts: Activities | None, samples: SampleCollector | None,
+                   steps: pl.DataFrame | None = None,
+                   launches: pl.DataFrame | None = None,
+                   classes: pl.DataFrame | None = None) -> KernelMetrics:
     """The tables of the module docstring from a trace's activities and samples (both
     collected on the analysis' pass); `steps` (instance, start, end) adds the per-step
-    table."""
-    keys = samples.keys
-    data = samples.result()
-    empty = KernelMetrics()
-    if not keys or not data:
+    table; `launches` (a `launch.LaunchCollector` result, same pass) the launch statistics
+    and the bounds they set on the rates, `classes` (its `kernel_classes`) each kernel's
+    launch class. Without samples, the launch statistics alone."""
+    from .launch import Launches, launch_tables
+
+    launch = Launches()
+    if launches is not None and acts is not None:
+        launch = launch_tables(launches, acts.path, acts.rows)
+    keys = samples.keys if samples is not None else []
+    data = samples.result() if samples is not None else {}
+    empty = KernelMetrics(launch=launch)
+    if not keys or not data or acts is None:
         empty.note = NO_METRICS
         return empty
     devices = _devices(acts, data, keys)
@@ -675,15 +880,22 @@ def kernel_metrics(acts: Activities, samples: SampleCollector,
         empty.note = "GPU metrics, but no kernel ran on a sampled GPU"
         return empty
     for d in devices:
+        if launches is not None:
+            d.launches = launches.filter(pl.col("row").is_in(d.streams))
+        if classes is not None:
+            d.classes = classes.filter(pl.col("row").is_in(d.streams))
         _fit(d, predict=steps is not None and steps.height > 0)
-    rates = pl.concat([_rates_table(d) for d in devices])
+    tables = [_rates_table(d) for d in devices]
+    rates = pl.concat([t[0] for t in tables])
+    by_launch = pl.concat([t[1] for t in tables], how="diagonal_relaxed")
     job = _job_rates(rates) if len(devices) > 1 else rates.clear()
     rates = pl.concat([rates, job])
     fits = pl.concat([_fits_table(d) for d in devices])
-    kernels = _kernels_table(devices, rates, fits)
+    kernels = _kernels_table(devices, rates, fits, launch)
     spread, outliers = _spread(rates, kernels)
     result = KernelMetrics(fits, rates, kernels, spread, outliers,
-                           _interference(devices, keys), _folding(devices, keys))
+                           _interference(devices, keys), _folding(devices, keys),
+                           launch=launch, rates_by_launch=by_launch)
     parts = []
     for d in devices:  # every launch of the kernels that ran beside others at least once
         f = _overlap_flags(d)
@@ -711,7 +923,8 @@ def _label(result: KernelMetrics) -> None:
     tells it apart from kernels of the same short name (`labels.distinct_labels`)."""
     k = result.kernels.filter(pl.col("kind").is_in(["kernel", "nccl"])).unique("kernel")
     names = distinct_labels(k["kernel"].to_list(), k["short"].to_list())
-    for attr in ("rates", "kernels", "spread", "outliers", "interference", "folding"):
+    for attr in ("rates", "kernels", "spread", "outliers", "interference", "folding",
+                 "rates_by_launch"):
         df = getattr(result, attr)
         if df.height and "kernel" in df.columns:
             label = pl.col("kernel").replace_strict(names, default=pl.col("short"),
@@ -727,10 +940,14 @@ def read_kernel_metrics(path: Source | Path) -> KernelMetrics:
     """The tables of a trace file, on one pass of its own."""
     from ..paraver.read import windows
     from .activities import ActivityCollector
+    from .launch import LaunchCollector
 
     acts = ActivityCollector(path)
     samples = SampleCollector(path)
-    for w in windows(path, acts.types | samples.types, state_rows="cpu"):
+    launches = LaunchCollector(path, per_kernel=True)
+    for w in windows(path, acts.types | samples.types | launches.types, state_rows="cpu"):
         acts.add(w)
         samples.add(w)
-    return kernel_metrics(acts.result(), samples)
+        launches.add(w)
+    return kernel_metrics(acts.result(), samples, launches=launches.result(),
+                          classes=launches.kernel_classes())

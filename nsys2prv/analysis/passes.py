@@ -52,13 +52,16 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
 
         graph = GraphCollector(path)
         observers.append(graph)
-    samples = None
+    samples = launches = None
     if kernel_metrics:
         from .kernel_metrics import SampleCollector
+        from .launch import LaunchCollector
 
         samples = SampleCollector(path)
         if samples.types:
             observers.append(samples)
+        launches = LaunchCollector(path, per_kernel=bool(samples.types))
+        observers.append(launches)
     collector = ActivityCollector(path)
     if layers is not None and not collector.nvtx_types:
         layers = None  # no NVTX range: nothing to project
@@ -129,14 +132,17 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     if samples is not None:
         from .kernel_metrics import NO_METRICS, KernelMetrics
         from .kernel_metrics import kernel_metrics as km
+        from .launch import launch_tables
 
-        if acts is None or not samples.types:
-            extras.kernel_metrics = KernelMetrics(note=NO_METRICS)
+        if acts is None or not samples.types:  # the launch statistics, without rates
+            extras.kernel_metrics = KernelMetrics(
+                note=NO_METRICS, launch=launch_tables(launches.result(), path))
         else:
             steps = None
             if extras.iterations is not None and not isinstance(extras.iterations, str):
                 steps = extras.iterations.steps.select("instance", "start", "end")
-            extras.kernel_metrics = km(acts, samples, steps)
+            extras.kernel_metrics = km(acts, samples, steps, launches.result(),
+                                       launches.kernel_classes())
     if layers is not None:
         found_layers = state["layers"]
         found_layers.add_idle(result.idle)

@@ -1,4 +1,5 @@
-"""Pictures of an analysis: per-device time split (both forms) and the overlap histogram.
+"""Pictures of an analysis: per-device time split (both forms) and the overlap histogram;
+with GPU metrics, each kernel's speed of light (compute against memory, % of peak).
 
 matplotlib is optional: imported here only, with a one-line error when missing.
 """
@@ -24,16 +25,25 @@ def pyplot():
     return plt
 
 
-def plot_analysis(a: Analysis, path: str | Path | None, layers=None):
+def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, layers=None):
     """Stacked bars useful / communication / idle per device for the TALP-compatible and
     NCCL-aware forms, and the time per number of kernels at once, as % of the trace; with
-    `layers` (`layers.Layers` with a layer level), their picture beside (`plot_layers`,
-    PATH's stem + '_layers.png'). Without a path, the figure (a notebook shows it)."""
+    `kernel_metrics` (`kernel_metrics.KernelMetrics` with rates), the kernels' speed of
+    light below (`speed_of_light`); with `layers` (`layers.Layers` with a layer level),
+    their picture beside (`plot_layers`, PATH's stem + '_layers.png'). Without a path, the
+    figure (a notebook shows it)."""
     plt = pyplot()
     T = a.end or 1
     names = [g.name for g in a.devices]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 0.6 * max(len(names), 2) + 2.2),
-                             constrained_layout=True)
+    height = 0.6 * max(len(names), 2) + 2.2
+    sol = kernel_metrics is not None and not kernel_metrics.empty
+    if sol:
+        fig = plt.figure(figsize=(15, height + 7.5), constrained_layout=True)
+        grid = fig.add_gridspec(2, 3, height_ratios=[height, 7.5])
+        axes = [fig.add_subplot(grid[0, i]) for i in range(3)]
+        speed_of_light(kernel_metrics, fig.add_subplot(grid[1, :]))
+    else:
+        fig, axes = plt.subplots(1, 3, figsize=(15, height), constrained_layout=True)
     for ax, form, title in ((axes[0], "talp", "TALP-compatible"),
                             (axes[1], "nccl", "NCCL-aware")):
         useful = [100 * getattr(g, f"useful_{form}") / T for g in a.devices]
@@ -145,6 +155,102 @@ def plot_layers(layers, path: str | Path | None):
         ax.legend(fontsize="x-small", loc="upper right")
     if path is None:
         return fig
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# bound label -> colour (the labels of kernel_metrics.bound, the cause in parentheses aside)
+BOUND_COLOURS = {"memory-bound": "#d62728", "tensor-bound": "#2ca02c",
+                 "compute-bound": "#1f77b4", "under-filled": "#ff7f0e",
+                 "latency-bound": "#9467bd", "mixed": "#7f7f7f", "undetermined": "#bcbd22",
+                 "": "#c7c7c7"}
+LABELLED = 10  # the kernels with most time are named on the chart
+
+
+def speed_of_light_points(km):
+    """One row per kernel (the job's rates where there are several GPUs): its label, GPU
+    time, bound, compute = max(SM Issue, Tensor Active) and memory = DRAM read + write (%
+    of peak) with the ranges the samples allow (lo, hi; the rate itself where it is pinned
+    down). A polars frame; what `speed_of_light` draws."""
+    import polars as pl
+
+    c = pl.col
+    r = km.rates
+    scope = "job" if "job" in r["device"].to_list() else r["device"][0]
+    r = r.filter((c("device") == scope) & c("kind").is_in(["kernel", "nccl"]))
+
+    def metric(*names: str) -> pl.DataFrame:
+        part = r.filter(c("metric").is_in(list(names)))
+        lo = pl.when(c("determined")).then(c("rate")).otherwise(c("range_lo"))
+        hi = pl.when(c("determined")).then(c("rate")).otherwise(c("range_hi"))
+        return part.select("kernel", "metric", c("rate").fill_nan(None), lo.alias("lo"),
+                           hi.alias("hi"))
+
+    comp = (metric("SM Issue", "Tensor Active", "Tensor Active / FP16 Active")
+            .group_by("kernel").agg(c("rate").max().alias("compute"),
+                                    c("lo").max().alias("compute_lo"),
+                                    c("hi").max().alias("compute_hi")))
+    mem = (metric("DRAM Read Bandwidth", "DRAM Write Bandwidth")
+           .group_by("kernel").agg(c("rate").sum().clip(0, 100).alias("memory"),
+                                   c("lo").sum().clip(0, 100).alias("memory_lo"),
+                                   c("hi").sum().clip(0, 100).alias("memory_hi")))
+    k = km.kernels.filter((c("device") == scope) & c("kind").is_in(["kernel", "nccl"]))
+    return (k.select("kernel", "label", "time", "bound")
+            .join(comp, on="kernel", how="inner").join(mem, on="kernel", how="inner")
+            .filter(c("compute").is_not_null() & c("memory").is_not_null())
+            .sort("time", descending=True))
+
+
+def speed_of_light(km, ax) -> None:
+    """Nsight Compute's speed-of-light chart for every kernel at once: compute (the busier
+    of SM Issue and Tensor Active) against memory (DRAM read + write), in % of peak, a
+    point per kernel with an area for its GPU time, coloured by its bound; a kernel whose
+    rates the samples cannot pin down is drawn as the box of the values they allow."""
+    from matplotlib.patches import Rectangle
+
+    p = speed_of_light_points(km)
+    if p.height == 0:
+        ax.text(0.5, 0.5, "no kernel with both compute and memory metrics",
+                ha="center", va="center", transform=ax.transAxes)
+        return
+    total = max(float(p["time"].max()), 1.0)
+    seen = set()
+    for i, r in enumerate(p.iter_rows(named=True)):
+        base = (r["bound"] or "").split(" (")[0]
+        colour = BOUND_COLOURS.get(base, BOUND_COLOURS[""])
+        if r["memory_hi"] - r["memory_lo"] > 0.05 or r["compute_hi"] - r["compute_lo"] > 0.05:
+            ax.add_patch(Rectangle((r["memory_lo"], r["compute_lo"]),
+                                   max(r["memory_hi"] - r["memory_lo"], 0.2),
+                                   max(r["compute_hi"] - r["compute_lo"], 0.2),
+                                   fill=False, edgecolor=colour, linewidth=1.0, alpha=0.8))
+        seen.add(base)
+        ax.scatter([r["memory"]], [r["compute"]], s=20 + 900 * r["time"] / total,
+                   color=colour, alpha=0.7, edgecolors="black", linewidths=0.4, zorder=3)
+        if i < LABELLED:
+            ax.annotate((r["label"] or r["kernel"])[:40], (r["memory"], r["compute"]),
+                        xytext=(4, 4), textcoords="offset points", fontsize=7)
+    ax.plot([0, 100], [0, 100], color="#999999", linewidth=0.6, linestyle=":")
+    ax.set_xlim(-2, 102)
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("memory: DRAM read + write bandwidth (% of peak)")
+    ax.set_ylabel("compute: max(SM Issue, Tensor Active) (% of peak)")
+    ax.set_title("Speed of light per kernel (area: GPU time; boxes: the range the samples "
+                 "allow)")
+    from matplotlib.lines import Line2D
+
+    ax.legend(handles=[Line2D([], [], marker="o", linestyle="", color=BOUND_COLOURS[b],
+                              markeredgecolor="black", markersize=8, label=b)
+                       for b in BOUND_COLOURS if b and b in seen],
+              loc="upper right", fontsize="small")
+
+
+def plot_speed_of_light(km, path: str | Path) -> Path:
+    """The speed-of-light chart alone (the documentation's figure)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 7), constrained_layout=True)
+    speed_of_light(km, ax)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -51,6 +51,11 @@ GROUP_COSINE = 0.9995
 # period is cut to one median interval (samples lost, or sampling paused)
 GAP_FACTOR = 1.5
 PAIRS_PER_CHUNK = 500_000
+# a rate's range: the values whose fit is at most RANGE_Z^2 sigma^2 worse than the best
+# (RANGE_Z = 2: about 95 % for a normal error); a range wider than UNDETERMINED of the
+# metric's span (10 points of a percentage) is an undetermined rate
+RANGE_Z = 2.0
+UNDETERMINED = 0.10
 
 
 @dataclass
@@ -290,23 +295,158 @@ def accumulate(ent: Entries, values: np.ndarray) -> Sums:
 
 # -- the fit --------------------------------------------------------------------------------
 
+class _FreeInverse:
+    """inv(G[f, f]) for a set f of columns (sorted) that changes one column at a time, as
+    the active-set methods below free and fix columns: each change is an O(|f|^2) update
+    instead of a new O(|f|^3) factorisation (the benchmarks' synthetic metrics: 600
+    columns, half of them ending at their grids' ceilings). Refactorised every REFRESH
+    changes and whenever a pivot is too small to trust; every solve is checked by its
+    residual, and where the inverse cannot be trusted (G[f, f] singular or too
+    ill-conditioned: kernels that nearly always run together) each solve is done
+    directly, as `_solve` does it."""
+
+    REFRESH = 48
+
+    def __init__(self, G: np.ndarray, free: np.ndarray, H: np.ndarray | None = None) -> None:
+        self.G = G
+        self.direct = False
+        if H is None:
+            self.reset(np.flatnonzero(free))
+        else:  # the inverse the caller already has (and checked) for these columns
+            self.idx, self.H, self.changes = np.flatnonzero(free), H.copy(), 0
+
+    def reset(self, idx: np.ndarray) -> None:
+        self.idx = np.asarray(idx, dtype=np.int64)
+        self.changes = 0
+        self.H = np.zeros((self.idx.size, self.idx.size))
+        if self.direct or self.idx.size == 0:
+            return
+        A = self.G[np.ix_(self.idx, self.idx)]
+        if _well_conditioned(A) is None:
+            self.direct = True
+            return
+        self.H = np.linalg.inv(A)
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        """G[f, f]^-1 rhs (rhs over the sorted free columns)."""
+        A = self.G[np.ix_(self.idx, self.idx)]
+        if not self.direct:
+            y = self.H @ rhs
+            if _accurate(A, y, rhs):
+                return y
+            if self.changes:  # the updates drifted: once more from a factorisation
+                self.reset(self.idx)
+                y = self.H @ rhs
+                if not self.direct and _accurate(A, y, rhs):
+                    return y
+            self.direct = True
+        return _solve(A, rhs)
+
+    def fix(self, j: int) -> None:
+        """Column j leaves the free set."""
+        p = int(np.searchsorted(self.idx, j))
+        keep = np.ones(self.idx.size, dtype=bool)
+        keep[p] = False
+        h = 0.0 if self.direct else self.H[p, p]
+        if self.direct or self.changes >= self.REFRESH or not h > 0:
+            self.reset(self.idx[keep])
+            return
+        col = self.H[keep, p]
+        self.H = self.H[np.ix_(keep, keep)] - np.outer(col, col) / h
+        self.idx = self.idx[keep]
+        self.changes += 1
+
+    def free(self, j: int) -> None:
+        """Column j joins the free set."""
+        p = int(np.searchsorted(self.idx, j))
+        new_idx = np.insert(self.idx, p, j)
+        if self.direct or self.changes >= self.REFRESH:
+            self.reset(new_idx)
+            return
+        B = self.G[self.idx, j]
+        HB = self.H @ B
+        s = float(self.G[j, j] - B @ HB)
+        if not s > PIVOT * abs(float(self.G[j, j])):  # (nearly) dependent on the free ones
+            self.reset(new_idx)
+            return
+        n = self.idx.size
+        H = np.empty((n + 1, n + 1))
+        H[:n, :n] = self.H + np.outer(HB, HB) / s
+        H[:n, n] = H[n, :n] = -HB / s
+        H[n, n] = 1.0 / s
+        order = np.insert(np.arange(n), p, n)
+        self.H = H[np.ix_(order, order)]
+        self.idx = new_idx
+        self.changes += 1
+
+
+# the least pivot (relative to its column's own) that the updated inverse is trusted with:
+# below it the free columns (nearly) depend on each other and the direct solves decide
+PIVOT = 1e-8
+
+
+def _well_conditioned(A: np.ndarray) -> np.ndarray | None:
+    """A's Cholesky factor where A is positive definite with no pivot below PIVOT of its
+    diagonal (no column nearly a mix of the others), else None."""
+    try:
+        chol = np.linalg.cholesky(A)
+    except np.linalg.LinAlgError:
+        return None
+    pivots = np.diag(chol) ** 2
+    return chol if np.all(pivots > PIVOT * np.diag(A)) else None
+
+
+def _accurate(A: np.ndarray, y: np.ndarray, rhs: np.ndarray) -> bool:
+    """Whether y solves A y = rhs to a residual a direct solve would also leave (a backward
+    stable solve: a few n x eps of |A| |y|; an inverse of an ill-conditioned A does not)."""
+    r = A @ y - rhs
+    scale = float(np.abs(A).max(initial=0.0)) * float(np.abs(y).sum()) \
+        + float(np.abs(rhs).max(initial=0.0))
+    return bool(np.all(np.isfinite(r))) and float(np.abs(r).max(initial=0.0)) <= 1e-9 * scale
+
+
 def bounded_lsq(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                max_iter: int = 500, x0: np.ndarray | None = None) -> np.ndarray:
+                max_iter: int = 500, x0: np.ndarray | None = None,
+                start: np.ndarray | None = None) -> np.ndarray:
     """argmin 1/2 x'Gx - b'x subject to lo <= x <= hi, for G symmetric positive
     semi-definite: the unconstrained minimum when it is within the bounds, else an active
-    set method (Lawson-Hanson's, with two bounds) started from the clipped unconstrained
-    minimum (`x0`, where the caller has it). Singular blocks are solved by least squares
-    (minimum norm)."""
+    set method (Lawson-Hanson's, with two bounds) started from `start` (a near solution:
+    the fit on all samples for a fold's) or the clipped unconstrained minimum (`x0`, where
+    the caller has it). The steps run on an inverse of the free columns' system updated
+    column by column (`_FreeInverse`: many columns at their bounds, kernels whose grids
+    cap them, cost one factorisation instead of one each); the answer is then checked,
+    and finished if need be, with a factorisation per step, so that the result is that of
+    direct solves. Singular blocks are solved by least squares (minimum norm)."""
     n = b.size
     if n == 0:
         return b.copy()
     x = _solve(G, b) if x0 is None else np.array(x0, dtype=np.float64)
     if np.all((x >= lo) & (x <= hi)):
         return x
-    x = np.clip(x, lo, hi)
+    x = np.clip(x if start is None else np.where(np.isfinite(start), start, x), lo, hi)
     free = (x > lo) & (x < hi)
+    inverse = _FreeInverse(G, free)
+    if not inverse.direct:
+        x, free, _ = _active_set(G, b, lo, hi, x, free, max_iter, inverse)
+    x, _, _ = _active_set(G, b, lo, hi, x, free, max_iter, None)
+    return x
+
+
+def _active_set(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                x: np.ndarray, free: np.ndarray, max_iter: int,
+                inverse: _FreeInverse | None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """`bounded_lsq`'s iterations from x, whose columns strictly inside their bounds are
+    `free`: on `inverse` (kept equal to the free set), or solving each step directly.
+    Returns x, the free columns and whether x is the minimum (False: the inverse could not
+    be trusted; x is feasible, with `free` the columns inside their bounds, for the direct
+    iterations to go on from)."""
+    n = b.size
+    free = free.copy()
     scale = max(float(np.abs(G).max()), 1e-300)
     tol = 1e-10 * scale * max(1.0, float(np.abs(hi[np.isfinite(hi)]).max(initial=1.0)))
+    with np.errstate(invalid="ignore"):  # infinite bounds: inf - inf is never hit
+        near_lo = lo + 1e-12 * (1 + np.abs(lo))
+        near_hi = hi - 1e-12 * (1 + np.abs(hi))
     for _ in range(max_iter):
         # inner loop: the minimum over the free set, stepping back to the bounds it crosses
         for _ in range(n + 1):
@@ -314,7 +454,10 @@ def bounded_lsq(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
             fixed = ~free
             if free.any():
                 rhs = b[free] - G[np.ix_(free, fixed)] @ x[fixed]
-                z[free] = _solve(G[np.ix_(free, free)], rhs)
+                z[free] = (inverse.solve(rhs) if inverse is not None
+                           else _solve(G[np.ix_(free, free)], rhs))
+                if inverse is not None and inverse.direct:
+                    return x, free, False  # the inverse cannot be trusted
             out = free & ((z < lo) | (z > hi))
             if not out.any():
                 x = z
@@ -325,10 +468,13 @@ def bounded_lsq(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                 to_hi = np.where(out & (z > hi), (hi - x) / d, np.inf)
             alpha = float(np.clip(np.min(np.minimum(to_lo, to_hi)), 0.0, 1.0))
             x = np.clip(x + alpha * d, lo, hi)
-            hit = free & ((x <= lo + 1e-12 * (1 + abs(lo))) | (x >= hi - 1e-12 * (1 + abs(hi))))
+            hit = free & ((x <= near_lo) | (x >= near_hi))
             hit |= out & (np.minimum(to_lo, to_hi) <= alpha + 1e-15)
             x = np.where(hit & (z < lo), lo, np.where(hit & (z > hi), hi, x))
             free &= ~hit
+            if inverse is not None:
+                for j in np.flatnonzero(hit):
+                    inverse.fix(int(j))
         # outer loop: free the bound variable whose gradient points inside most
         w = b - G @ x
         at_lo = ~free & (x <= lo)
@@ -336,8 +482,82 @@ def bounded_lsq(G: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         viol = np.where(at_lo & (w > tol), w, 0.0) - np.where(at_hi & (w < -tol), w, 0.0)
         if not (viol > 0).any():
             break
-        free[int(np.argmax(viol))] = True
-    return x
+        j = int(np.argmax(viol))
+        free[j] = True
+        if inverse is not None:
+            inverse.free(j)
+            if inverse.direct:
+                return x, free, False  # singular from here: the direct iterations go on
+    return x, free, True
+
+
+def _profile_end(G: np.ndarray, b: np.ndarray, x: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, k: int, direction: float, allowed: float,
+                 max_steps: int = 200, inverse: _FreeInverse | None = None) -> float:
+    """How far column k's rate can move in `direction` (+1 up, -1 down) from the bounded
+    minimum `x` of q = x'Gx/2 - b'x while the minimum of q over the other columns (each
+    within its bounds) grows by at most `allowed`: the end of the column's profile range.
+    The profile is followed exactly: between two changes of which columns sit at a bound,
+    the others move along -G_FF^-1 G_Fk and q grows as a quadratic in the step; a free
+    column that reaches a bound stops there, one at a bound whose gradient turns follows
+    again (a parametric active set). `inverse`: the free columns' inverse Gram matrix
+    where the caller has it (updated column by column along the way)."""
+    x = x.copy()
+    g = G @ x - b
+    tol = 1e-9 * (1.0 + np.abs(x))
+    at_lo = x <= lo + tol
+    at_hi = x >= hi - tol
+    free = ~(at_lo | at_hi)
+    free[k] = False
+    if inverse is None or not np.array_equal(inverse.idx, np.flatnonzero(free)):
+        inverse = _FreeInverse(G, free)
+    grown = 0.0
+    for _ in range(max_steps):
+        room = (hi[k] - x[k]) if direction > 0 else (x[k] - lo[k])
+        if room <= 0:
+            break
+        f = np.flatnonzero(free)
+        d = np.zeros(x.size)
+        d[k] = direction
+        if f.size:
+            d[f] = -inverse.solve(G[f, k]) * direction
+        Gd = G @ d
+        slope, curve = float(g @ d), float(d @ Gd)
+        # the step at which q has grown by `allowed`
+        left = allowed - grown
+        if curve > 1e-300:
+            s_end = (-slope + np.sqrt(max(slope * slope + 2 * curve * left, 0.0))) / curve
+        elif slope > 0:
+            s_end = left / slope
+        else:
+            s_end = np.inf
+        # the first change of the active set: a free column at a bound, a bound one freed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            to_hi = np.where(free & (d > 0), (hi - x) / d, np.inf)
+            to_lo = np.where(free & (d < 0), (lo - x) / d, np.inf)
+            off_lo = np.where(at_lo & ~free & (Gd < 0), -g / Gd, np.inf)
+            off_hi = np.where(at_hi & ~free & (Gd > 0), -g / Gd, np.inf)
+        off_lo[k] = off_hi[k] = np.inf
+        stops = np.minimum(np.minimum(to_hi, to_lo), np.minimum(off_lo, off_hi))
+        j = int(np.argmin(stops))
+        s_set = max(float(stops[j]), 0.0)
+        step = min(s_end, s_set, room)
+        x += step * d
+        g += step * Gd
+        grown += slope * step + 0.5 * curve * step * step
+        if step >= s_end or step >= room:
+            break
+        # the active set changes at j
+        if free[j]:
+            free[j] = False
+            x[j] = hi[j] if d[j] > 0 else lo[j]
+            at_hi[j], at_lo[j] = d[j] > 0, d[j] < 0
+            inverse.fix(j)
+        else:
+            free[j] = True
+            at_lo[j] = at_hi[j] = False
+            inverse.free(j)
+    return float(np.clip(x[k], lo[k], hi[k]))
 
 
 def _solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -361,6 +581,14 @@ class MetricFit:
     rmse: float  # held-out root mean square error (all valid samples)
     samples: int  # valid samples
     busy_samples: int
+    # (K1,) the range of rates consistent with the samples and the bounds (`fit`), whether
+    # it is narrow enough to call the rate determined, the bounds the fit took
+    range_lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    range_hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    determined: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    span: float = float("nan")  # the metric's own range (100 for a percentage)
 
 
 @dataclass
@@ -440,13 +668,90 @@ class _System:
             return np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, B[self.live]))
         return np.linalg.lstsq(self.G, B[self.live], rcond=None)[0]
 
-    def bounded(self, b: np.ndarray, x0: np.ndarray, lo: float, hi: float) -> np.ndarray:
-        """The merged columns' rates (NaN for those without time) within [lo, hi]."""
+    def bounded(self, b: np.ndarray, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                start: np.ndarray | None = None) -> np.ndarray:
+        """The merged columns' rates (NaN for those without time) within [lo, hi] (one
+        bound per merged column); `start`: a near solution over the merged columns."""
         out = np.full(self.live.size, np.nan)
-        n = int(self.live.sum())
-        out[self.live] = bounded_lsq(self.G, b[self.live], np.full(n, lo), np.full(n, hi),
-                                     x0=x0)
+        out[self.live] = bounded_lsq(self.G, b[self.live], lo[self.live], hi[self.live],
+                                     x0=x0, start=None if start is None else start[self.live])
         return out
+
+    def ranges(self, b: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               allowed: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per merged column, the range of rates whose fit is at most `allowed` worse (sum
+        of squares) than the bounded fit `x`, every column within its bounds (NaN for the
+        columns without time): the ends of the fit's profile along the column, every other
+        column re-fitted within its bounds. The first stretch of every profile comes from
+        one inverse of the free columns' Gram matrix (a free column moves the others along
+        its column of that inverse); a profile that meets a bound of another column before
+        its end is followed further by `_profile_end`."""
+        n = self.live.size
+        rlo, rhi = np.full(n, np.nan), np.full(n, np.nan)
+        if not self.G.size or not np.isfinite(allowed):
+            return rlo, rhi
+        G, bl = self.G, b[self.live]
+        xl, lol, hil = x[self.live], lo[self.live], hi[self.live]
+        K = xl.size
+        tol = 1e-9 * (1.0 + np.abs(xl))
+        at_lo, at_hi = xl <= lol + tol, xl >= hil - tol
+        free = ~(at_lo | at_hi)
+        g = G @ xl - bl
+        g[free] = 0.0
+        f = np.flatnonzero(free)
+        # D[:, k]: how every column moves per unit of column k (others re-fitted)
+        D = np.zeros((K, K))
+        D[np.arange(K), np.arange(K)] = 1.0
+        H = H_exact = None  # the free columns' inverse, for the profiles that go on
+        if f.size:
+            try:
+                H = np.linalg.inv(G[np.ix_(f, f)])
+            except np.linalg.LinAlgError:
+                H = np.linalg.pinv(G[np.ix_(f, f)], hermitian=True)
+            if _well_conditioned(G[np.ix_(f, f)]) is not None:
+                H_exact = H  # can be updated along the profiles that go on
+            h = np.diag(H)
+            ok = h > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                D[np.ix_(f, f)] = np.where(ok[None, :], H / np.where(ok, h, 1.0)[None, :], 0.0)
+            a = np.flatnonzero(~free)
+            if a.size:
+                D[np.ix_(f, a)] = -H @ G[np.ix_(f, a)]
+        GD = G @ D
+        curve = np.einsum("ij,ij->j", D, GD)
+        slope = g @ D
+        for direction, out in ((1.0, rhi), (-1.0, rlo)):
+            sl = slope * direction
+            left = allowed / 2  # q = x'Gx/2 - b'x: half the sum of squares
+            with np.errstate(divide="ignore", invalid="ignore"):
+                s_end = np.where(curve > 1e-300,
+                                 (-sl + np.sqrt(np.maximum(sl * sl + 2 * curve * left, 0)))
+                                 / np.where(curve > 1e-300, curve, 1.0),
+                                 np.where(sl > 0, left / np.where(sl > 0, sl, 1.0), np.inf))
+                Dd = D * direction
+                step_hi = np.where(free[:, None] & (Dd > 0), (hil - xl)[:, None] / Dd, np.inf)
+                step_lo = np.where(free[:, None] & (Dd < 0), (lol - xl)[:, None] / Dd, np.inf)
+                GDd = GD * direction
+                g_col = g[:, None]
+                off_lo = np.where((at_lo & ~free)[:, None] & (GDd < 0), -g_col / GDd, np.inf)
+                off_hi = np.where((at_hi & ~free)[:, None] & (GDd > 0), -g_col / GDd, np.inf)
+            stops = np.minimum(np.minimum(step_hi, step_lo), np.minimum(off_lo, off_hi))
+            stops[np.arange(K), np.arange(K)] = np.inf
+            first = stops.min(axis=0)
+            room = (hil - xl) if direction > 0 else (xl - lol)
+            step = np.minimum(np.minimum(s_end, room), np.maximum(first, 0))
+            end = np.clip(xl + direction * step, lol, hil)
+            # profiles that reach another column's bound before their end go on
+            for k in np.flatnonzero((first < s_end) & (first < room)):
+                inverse = None
+                if H_exact is not None:
+                    inverse = _FreeInverse(G, free, H_exact)
+                    if free[k]:
+                        inverse.fix(int(k))
+                end[k] = _profile_end(G, bl, xl, lol, hil, int(k), direction, left,
+                                      inverse=inverse)
+            out[self.live] = end
+        return rlo, rhi
 
     def inverse_diagonal(self) -> np.ndarray:
         out = np.full(self.live.size, np.nan)
@@ -459,19 +764,48 @@ class _System:
         return out
 
 
-def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
-    """Rates of every column for every metric (bounds lo/hi per metric), their standard
-    errors, the cross-validated R^2 of the model and of the direct attribution, the groups
-    of columns that cannot be told apart and how each rate was found. The matrices are
-    factorised once for all the metrics with the same valid samples (all of them, unless
-    some values are missing)."""
+def _column_bounds(lo: np.ndarray, hi: np.ndarray, K1: int, M: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds per (column, metric): `lo`/`hi` given per metric (M,) or per column and
+    metric (K1, M)."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    return (np.array(np.broadcast_to(lo, (K1, M)) if lo.ndim == 2 else
+                     np.broadcast_to(lo[None, :], (K1, M))),
+            np.array(np.broadcast_to(hi, (K1, M)) if hi.ndim == 2 else
+                     np.broadcast_to(hi[None, :], (K1, M))))
+
+
+def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True) -> DeviceFit:
+    """Rates of every column for every metric (bounds lo/hi per metric, or per column and
+    metric: a kernel's grid caps what it can do), their standard errors and ranges, the
+    cross-validated R^2 of the model and of the direct attribution, the groups of columns
+    that cannot be told apart and how each rate was found. The matrices are factorised
+    once for all the metrics with the same valid samples (all of them, unless some values
+    are missing).
+
+    The standard errors and ranges take sigma from the held-out error of the busy samples:
+    the idle ones, which the idle rate predicts to the point, say nothing of the kernels
+    and would shrink it (on aiprof_opt2, 95 % of the samples). A rate's range is the set
+    of values whose fit is at most RANGE_Z^2 sigma^2 worse than the best, within the
+    column's bounds (`_System.ranges`); a rate whose range is wider than UNDETERMINED of
+    the metric's span is `determined` False. Without `with_ranges` (the translation, which
+    writes the rates alone) the ranges are NaN and every rate is `determined`."""
     F, K1, _ = sums.G.shape
     M = sums.b.shape[2]
+    lo_c, hi_c = _column_bounds(lo, hi, K1, M)
     Gall = sums.G.sum(0)
     group = _groups(Gall)
     grouped = bool((group >= 0).any())
     P, keep = _merge_matrix(K1, group)
     target = np.searchsorted(keep, np.where(group >= 0, group, np.arange(K1)))
+    # a merged column (a group) takes the tightest of its members' bounds
+    K = keep.size
+    lo_k = np.full((K, M), -np.inf)
+    hi_k = np.full((K, M), np.inf)
+    np.maximum.at(lo_k, target, lo_c)
+    np.minimum.at(hi_k, target, hi_c)
+    lo_k = np.minimum(lo_k, hi_k)
 
     def merged(G: np.ndarray) -> np.ndarray:
         return P.T @ G @ P if grouped else G
@@ -516,17 +850,18 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
         bf = sums.b[:, :, m]
         bm = bm_all[:, m] if m not in sums.missing else merged_b(bf.sum(0))
         start = x0.get(("full", m))
-        rm = full.bounded(bm, start if start is not None else full.solve(bm), lo[m], hi[m])
+        rm = full.bounded(bm, start if start is not None else full.solve(bm), lo_k[:, m],
+                          hi_k[:, m])
         rates = rm[target]
         # cross-validation: fit on one fold, score on the other (busy periods only)
         sse = sst = sse_d = 0.0
-        sse_all = n_all = 0.0
+        sse_all = n_all = n_busy = 0.0
         for held, (train, Gh) in enumerate(folds):
             tr = [f for f in range(F) if f != held]
             bt = merged_b(bf[tr].sum(0))
             start = x0.get((held, m))
-            rt = train.bounded(bt, start if start is not None else train.solve(bt), lo[m],
-                               hi[m])
+            rt = train.bounded(bt, start if start is not None else train.solve(bt),
+                               lo_k[:, m], hi_k[:, m], start=rm)
             st = merged_b(sums.share[tr].sum(0))
             fallback = bt.sum() / st.sum() if st.sum() > 0 else 0.0
             rt = np.where(np.isnan(rt), fallback, rt)
@@ -551,18 +886,31 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
                 sse += max(e, 0.0)
                 sse_d += max(d_, 0.0)
                 sst += max(vv - svb * svb / nb, 0.0)
+                n_busy += nb
         r2 = 1 - sse / sst if sst > 0 else float("nan")
         r2d = 1 - sse_d / sst if sst > 0 else float("nan")
         sigma2 = sse_all / n_all if n_all > 0 else float("nan")
+        # the kernels' uncertainty: the error of the samples they are in
+        sigma2_busy = sse / n_busy if n_busy > 0 else sigma2
         # standard errors: sigma^2 (G^-1)_kk over the merged columns with time
-        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2)
+        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2_busy)
+        allowed = RANGE_Z ** 2 * sigma2_busy if sigma2_busy == sigma2_busy else np.inf
+        natural = _natural_span(lo, hi, m)
+        if with_ranges:
+            r_lo, r_hi = full.ranges(bm, rm, lo_k[:, m], hi_k[:, m], allowed)
+        else:
+            r_lo = r_hi = np.full(K, np.nan)
+        width = (r_hi - r_lo)[target]
+        determined = ~(width > UNDETERMINED * natural) if natural == natural else \
+            np.ones(K1, dtype=bool)
         with np.errstate(invalid="ignore", divide="ignore"):
             direct = np.where(share_all > 0, bf.sum(0) / share_all, np.nan)
         n_valid = int(sums.n[:, m].sum())
         busy = int((sums.n[:, m] - sums.idle_n[:, m]).sum())
         out.append(MetricFit(rates, se_m[target], direct, float(r2), float(r2d),
                              float(np.sqrt(sigma2)) if sigma2 == sigma2 else float("nan"),
-                             n_valid, busy))
+                             n_valid, busy, r_lo[target], r_hi[target], determined,
+                             lo_c[:, m].copy(), hi_c[:, m].copy(), natural))
     method = np.where(share_all <= 0, "none",
                       np.where(group >= 0, "group",
                                np.where(sums.full >= DIRECT_PERIODS, "direct", "model")))
@@ -571,13 +919,22 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray) -> DeviceFit:
                      0, 0)
 
 
+def _natural_span(lo: np.ndarray, hi: np.ndarray, m: int) -> float:
+    """The width of metric m's own range (100 for a percentage), NaN when unbounded."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    a = float(np.min(lo[..., m])) if lo.ndim == 2 else float(lo[m])
+    b = float(np.max(hi[..., m])) if hi.ndim == 2 else float(hi[m])
+    return b - a if np.isfinite(b - a) else float("nan")
+
+
 def fit_device(periods: Periods, values: np.ndarray, start: np.ndarray, end: np.ndarray,
-               col: np.ndarray, n_cols: int, lo: np.ndarray, hi: np.ndarray
-               ) -> tuple[DeviceFit, Entries]:
+               col: np.ndarray, n_cols: int, lo: np.ndarray, hi: np.ndarray,
+               with_ranges: bool = True) -> tuple[DeviceFit, Entries]:
     """The model of one GPU: `values` (periods x metrics, NaN = missing) sampled over
     `periods`, the intervals [start, end) of columns `col` (0..n_cols-1)."""
     ent = entries(periods, start, end, col, n_cols)
-    result = fit(accumulate(ent, values), lo, hi)
+    result = fit(accumulate(ent, values), lo, hi, with_ranges)
     length = (periods.end - periods.start).astype(np.float64)
     result.time = np.bincount(ent.col, weights=ent.share * length[ent.period],
                               minlength=n_cols + 1)

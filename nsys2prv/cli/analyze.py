@@ -613,7 +613,7 @@ def main(argv: list[str]) -> int:
     if args.plot:
         from ..analysis.plot import plot_analysis
 
-        plot_analysis(result, args.plot, layers=extras.layers)
+        plot_analysis(result, args.plot, extras.kernel_metrics, layers=extras.layers)
     return 0
 
 
@@ -637,6 +637,7 @@ def format_kernel_metrics(km, list_all: bool = False, top: int = 10) -> str:
                "samples by the sample-mixing model (docs/kernel_metrics.md)"]
     if km.empty:
         out.append(f"###   {km.note}")
+        out += _launch_lines(km.launch, list_all, top)
         return "\n".join(out) + "\n"
     c = pl.col
     devices = km.fits["device"].unique(maintain_order=True).to_list()
@@ -670,29 +671,44 @@ def format_kernel_metrics(km, list_all: bool = False, top: int = 10) -> str:
     table = km.kernels.filter((c("device") == scope) & c("kind").is_in(["kernel", "nccl"]))
     shown = table if list_all else table.head(top)
     wide = (km.rates.filter((c("device") == scope) & c("metric").is_in(metrics))
-            .select("kernel", "metric", "rate", "se"))
-    rate_of = {(r["kernel"], r["metric"]): (r["rate"], r["se"])
-               for r in wide.iter_rows(named=True)}
-    heads = " ".join(f"{_RATE_HEADS[m]:>6}" for m in metrics)
+            .select("kernel", "metric", "rate", "se", "range_lo", "range_hi", "determined"))
+    rate_of = {(r["kernel"], r["metric"]): r for r in wide.iter_rows(named=True)}
+    heads = " ".join(f"{_RATE_HEADS[m]:>9}" for m in metrics)
+    launch = "blocks" in table.columns
     job = ", the job: each rate averaged over the GPUs, weighted by time" \
         if scope == "job" else ""
     which = "all" if list_all else f"top {shown.height}"
     out.append(f"###   kernels by GPU time ({which} of {table.height}{job}; rates in % of "
-               "peak):")
+               "peak, lo-hi: the range the samples allow, where they cannot pin the rate "
+               "down; blocks, occupancy, waves: the launch with most time, + when it has "
+               "others):")
+    launch_heads = f" {'blocks':>7} {'occ':>5} {'waves':>6}" if launch else ""
     out.append(f"###     {'kernel':<44} {'time':>10} {'share':>6} {'launches':>8} "
-               f"{'mean':>9} {'/period':>7} {heads}  {'bound':<13} how")
+               f"{'mean':>9} {'/period':>7}{launch_heads} {heads}  {'bound':<25} how")
     for r in shown.iter_rows(named=True):
-        rates = [rate_of.get((r["kernel"], m), (None, None)) for m in metrics]
-        se = max((x[1] for x in rates if x[1] is not None and x[1] == x[1]), default=None)
+        rates = [rate_of.get((r["kernel"], m), {}) for m in metrics]
+        # ± half the widest range of the row's determined rates (about 2 standard errors
+        # where no bound binds)
+        se = max(((x["range_hi"] - x["range_lo"]) / 2 for x in rates
+                  if x.get("determined") and x.get("range_lo") is not None
+                  and x["range_hi"] - x["range_lo"] == x["range_hi"] - x["range_lo"]),
+                 default=None)
         how = {"direct": "measured", "model": "model", "group": f"group of {r['group']}"[:30],
                "none": "not sampled"}.get(r["method"] or "none", r["method"])
         if se is not None and r["method"] in ("direct", "model"):
             how += f" ±{se:.1f}"
+        cols = ""
+        if launch:
+            more = "+" if (r.get("configs") or 0) > 1 else ""
+            blocks = "-" if r["blocks"] is None else f"{r['blocks']}{more}"
+            occ_ = "-" if r["occupancy"] is None else f"{r['occupancy']:.0f}%"
+            waves = "-" if r["waves"] is None else f"{r['waves']:.2f}"
+            cols = f" {blocks:>7} {occ_:>5} {waves:>6}"
         out.append(f"###     {(r['label'] or r['kernel'])[:44]:<44} {_ms(r['time']):>10} "
                    f"{100 * r['share']:5.1f}% {r['launches']:>8} {_us(r['mean_dur']):>9} "
-                   f"{r['periods']:>7.2f} "
-                   + " ".join(f"{_rate(x[0]):>6}" for x in rates)
-                   + f"  {r['bound'] or '-':<13} {how}")
+                   f"{r['periods']:>7.2f}{cols} "
+                   + " ".join(f"{_rate_cell(x):>9}" for x in rates)
+                   + f"  {r['bound'] or '-':<25} {how}")
     if table.height > shown.height:
         out.append(f"###     ... {table.height - shown.height} more kernels (all in --json, "
                    "or --list-all)")
@@ -769,6 +785,7 @@ def format_kernel_metrics(km, list_all: bool = False, top: int = 10) -> str:
     for what, per in km.dropped.items():
         out.append(f"###   dropped: {what}: "
                    + ", ".join(f"{dev} {n}" for dev, n in per.items()))
+    out += _launch_lines(km.launch, list_all, top)
     return "\n".join(out) + "\n"
 
 
@@ -857,3 +874,63 @@ def format_layers(lay, list_all: bool = False, top: int = 10) -> str:
                        f"{_ms(r['sum']):>12} {_ms(r['mean']):>12} {_ms(r['median']):>12} "
                        f"{_ms(r['max']):>12}")
     return "\n".join(out) + "\n"
+
+
+def _rate_cell(r: dict) -> str:
+    """A rate, or the range the samples allow where they cannot pin it down."""
+    if not r or r.get("rate") is None or r["rate"] != r["rate"]:
+        return "-"
+    if r.get("determined") is False and r["range_lo"] is not None:
+        return f"{r['range_lo']:.1f}-{r['range_hi']:.1f}"
+    return f"{r['rate']:.1f}"
+
+
+def _launch_lines(launch, list_all: bool, top: int) -> list[str]:
+    """What the kernels' launches allow: the findings, then the launch configurations of
+    the kernels with most time (analysis/launch.py)."""
+    if launch is None:
+        return []
+    if launch.empty:
+        return [f"###   launch statistics: {launch.note}"] if launch.note else []
+    from ..analysis.launch import FINDING_TIME
+
+    out = ["###   launch statistics: what each kernel's launch allows on its GPU (blocks per "
+           "SM and what limits them, theoretical occupancy, waves of blocks, the last "
+           "wave's fill; docs/kernel_metrics.md):"]
+    f = launch.findings
+    if f.height:
+        out.append(f"###     findings (launches with at least {FINDING_TIME:.0%} of their GPU's "
+                   "kernel time):")
+        for r in (f if list_all else f.head(2 * top)).iter_rows(named=True):
+            gpus = f" (on {r['devices']} GPUs)" if r["devices"] > 1 else ""
+            out.append(f"###       {(r['label'] or r['kernel'])[:44]:<44} "
+                       f"{100 * r['share']:5.1f}%  {r['text']}{gpus}")
+    else:
+        out.append("###     findings: none (no grid smaller than its GPU, no occupancy held "
+                   "low by registers or shared memory, no large tail)")
+    cfg = launch.configs
+    shown = cfg if list_all else cfg.head(top)
+    which = "all" if list_all else f"top {shown.height}"
+    out.append(f"###     launch configurations by GPU time ({which} of {cfg.height}):")
+    out.append(f"###       {'kernel':<40} {'blocks':>7} {'thr':>5} {'regs':>4} "
+               f"{'shared':>7} {'carve':>5} {'blk/SM':>6} {'limiter':<13} {'occ':>5} "
+               f"{'waves':>7} {'tail':>5} {'SM<=':>6} {'warps<=':>7} {'launches':>8} "
+               f"{'of time':>7}")
+
+    def num(v, fmt: str) -> str:
+        return "-" if v is None or v != v else format(v, fmt)
+
+    for r in shown.iter_rows(named=True):
+        carve = "-" if r["carveout"] is None else f"{r['carveout'] // 1024}K"
+        shared = "-" if r["shared"] is None else f"{r['shared']}"
+        tail = "-" if r["tail"] is None else f"{r['tail']:.0f}%"
+        out.append(f"###       {(r['label'] or r['kernel'])[:40]:<40} {num(r['blocks'], 'd'):>7} "
+                   f"{num(r['threads'], 'd'):>5} {num(r['registers'], 'd'):>4} {shared:>7} "
+                   f"{carve:>5} {num(r['blocks_per_sm'], 'd'):>6} {r['limiter'] or '-':<13} "
+                   f"{num(r['occupancy'], '.1f'):>5} {num(r['waves'], '.2f'):>7} {tail:>5} "
+                   f"{num(r['sm_ceiling'], '.1f'):>6} {num(r['warps_ceiling'], '.1f'):>7} "
+                   f"{r['launches']:>8} {100 * (r['time_share'] or 0):6.1f}%")
+    if cfg.height > shown.height:
+        out.append(f"###       ... {cfg.height - shown.height} more (all in --json, or "
+                   "--list-all)")
+    return out

@@ -158,6 +158,14 @@ def format_text(c, top: int = 15) -> str:
                 cells = ", ".join(f"{m['metric']} {_rate(m['before'])} -> {_rate(m['after'])}"
                                   for m in part.iter_rows(named=True))
                 w(f"  {fit[name]:<44}{cells}\n")
+    launches = c.launches
+    if launches is not None and launches.height:
+        w(f"\nkernels whose launch changed ({launches.height}; the launch with most time; "
+          "docs/kernel_metrics.md)\n")
+        labels = dict(zip(k["kernel"].to_list(), k["label"].to_list()))
+        for r in launches.head(top).iter_rows(named=True):
+            w(f"  {_short(labels.get(r['kernel'], r['kernel']), 43):<44}{r['before']} -> "
+              f"{r['after']}: {r['change']}\n")
     n = c.nvtx
     if n.height:
         w(f"\nNVTX ranges ({n.height}; digits folded to #; {top} largest changes; ms)\n")

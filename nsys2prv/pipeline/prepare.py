@@ -30,8 +30,10 @@ from .tiling import tile
 from .window import attribute_types
 
 # what a partial that is only analysed leaves out: the attributes, but the memory kinds of
-# copies (the comparison splits copies by them: pageable or pinned host memory)
-_ATTRIBUTES = frozenset(attribute_types()) - {reg.MEMORY_SRC_KIND, reg.MEMORY_DST_KIND}
+# copies (the comparison splits copies by them: pageable or pinned host memory) and the
+# kernels' launch statistics (analysis/launch.py, the bounds of the GPU metric rates)
+_ATTRIBUTES = frozenset(attribute_types()) - {reg.MEMORY_SRC_KIND, reg.MEMORY_DST_KIND,
+                                             *reg.LAUNCH_TYPES}
 
 PARTIAL_FORMAT = 2  # 2: engine run files (1: Arrow IPC runs)
 META_FILE = "partial.json"
@@ -52,10 +54,11 @@ class PrepareOptions:
     # records); the merge cuts the exact window (pipeline/window.py)
     window: tuple[int, int] | None = None
     present: list[str] | None = None  # the kinds the report has, when already known
-    # the attributes of activities (launch geometry, correlation ids, bytes, return values:
-    # numbers the trace's views show and no analysis reads; not the memory kinds of copies,
-    # which the comparison reads); False leaves them out of a partial that is only analysed
-    # (`api.translate_stream`), never of one written as a trace
+    # the attributes of activities (grid dimensions, local memory, correlation ids, bytes,
+    # return values: numbers the trace's views show and no analysis reads; not the memory
+    # kinds of copies, which the comparison reads, nor the kernels' launch statistics);
+    # False leaves them out of a partial that is only analysed (`api.translate_stream`),
+    # never of one written as a trace
     attributes: bool = True
 
 

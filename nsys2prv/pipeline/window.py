@@ -252,8 +252,8 @@ def attribute_types() -> list[int]:
 
     holding = {osrt.THREAD_CPU, graphs.GRAPH_ID, graphs.GRAPH_EXEC_ID, graphs.GRAPH_NODE_ID,
                openacc.OPENACC_LINE, *(t.type for t in gpu_memory.EVENT_TYPES)}
-    named = {cuda.MEMORY_SRC_KIND, cuda.MEMORY_DST_KIND, nvtx.NVTX_CATEGORY, nvtx.NVTX_MARK,
-             nccl.NCCL_DATATYPE, nccl.NCCL_REDUCTION}
+    named = {cuda.MEMORY_SRC_KIND, cuda.MEMORY_DST_KIND, cuda.KERNEL_OCCUPANCY_LIMITER,
+             nvtx.NVTX_CATEGORY, nvtx.NVTX_MARK, nccl.NCCL_DATATYPE, nccl.NCCL_REDUCTION}
     plain = {t.type for t in reg.EVENT_TYPES if t.values is None}
     return sorted((plain - holding) | named)
 

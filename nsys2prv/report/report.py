@@ -228,6 +228,33 @@ class Report:
         return pl.DataFrame({"device": [r[0] for r in rows], "gpu_name": [r[1] for r in rows]},
                             schema=schema).unique("device", keep="first", maintain_order=True)
 
+    # TARGET_INFO_GPU column -> name in `gpu_limits` (the per-SM limits the occupancy
+    # calculator takes from the export; 2020-era exports lack the compute capability)
+    GPU_LIMITS = {"smCount": "sms", "maxWarpsPerSm": "max_warps",
+                  "maxBlocksPerSm": "max_blocks", "maxRegistersPerSm": "max_registers",
+                  "maxShmemPerSm": "max_shared", "computeMajor": "cc_major",
+                  "computeMinor": "cc_minor"}
+
+    @cached_property
+    def gpu_limits(self) -> pl.DataFrame:
+        """(gpu = TARGET_INFO_GPU id, gpu_name, sms, max_warps, max_blocks, max_registers,
+        max_shared, cc_major, cc_minor) per GPU; a column the export lacks is null, and an
+        export without the table gives no row."""
+        schema = {"gpu": pl.Int64, "gpu_name": pl.Utf8,
+                  **{v: pl.Int64 for v in self.GPU_LIMITS.values()}}
+        real = self.table("TARGET_INFO_GPU")
+        if not real:
+            return pl.DataFrame(schema=schema)
+        cols = set(self.db.columns(real))
+        idcol = "id" if "id" in cols else ("deviceId" if "deviceId" in cols else None)
+        if idcol is None:
+            return pl.DataFrame(schema=schema)
+        select = [f'"{idcol}"', '"name"' if "name" in cols else "NULL"] + [
+            f'"{c}"' if c in cols else "NULL" for c in self.GPU_LIMITS]
+        rows = self.db.rows(f'SELECT {", ".join(select)} FROM "{real}"')
+        return pl.DataFrame(rows, schema=schema, orient="row").unique(
+            "gpu", keep="first", maintain_order=True)
+
     def describe(self) -> dict:
         """A JSON-friendly summary (no environment content)."""
         return {

@@ -26,7 +26,7 @@ class Column:
     `transform` is applied in polars when it is a function (fast: the raw column goes through
     connectorx with its declared type) or in SQL when it is a template with {c}. `fallback`
     is a literal (NULL or a number) filled in polars when no candidate exists. An
-    `attribute` (a kernel's launch geometry: numbers the trace's views show, no analysis
+    `attribute` (a kernel's local memory sizes: numbers the trace's views show, no analysis
     reads) is read only when the attributes are kept (`read_chunks`), else it is null.
     """
 

@@ -15,15 +15,22 @@ TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 COLUMNS = GPU_ACTIVITY + (
     Column("short_name_id", ("shortName",)),
     Column("name_id", ("demangledName", "shortName")),
-    Column("grid_x", ("gridX",), attribute=True),
-    Column("grid_y", ("gridY",), attribute=True),
-    Column("grid_z", ("gridZ",), attribute=True),
-    Column("block_x", ("blockX",), attribute=True),
-    Column("block_y", ("blockY",), attribute=True),
-    Column("block_z", ("blockZ",), attribute=True),
-    Column("registers", ("registersPerThread",), attribute=True),
-    Column("static_smem", ("staticSharedMemory",), attribute=True),
-    Column("dynamic_smem", ("dynamicSharedMemory",), attribute=True),
+    # the launch configuration: read even for a stream that is only analysed (the launch
+    # statistics and the GPU metric rates' bounds come from it)
+    Column("grid_x", ("gridX",)),
+    Column("grid_y", ("gridY",)),
+    Column("grid_z", ("gridZ",)),
+    Column("block_x", ("blockX",)),
+    Column("block_y", ("blockY",)),
+    Column("block_z", ("blockZ",)),
+    Column("registers", ("registersPerThread",)),
+    Column("static_smem", ("staticSharedMemory",)),
+    Column("dynamic_smem", ("dynamicSharedMemory",)),
+    Column("carveout", ("sharedMemoryExecuted",)),
+    Column("cluster_x", ("clusterX",)),
+    Column("cluster_y", ("clusterY",)),
+    Column("cluster_z", ("clusterZ",)),
+    Column("max_active_clusters", ("maxActiveClusters",)),
     Column("local_mem_thread", ("localMemoryPerThread",), attribute=True),
     Column("local_mem_total", ("localMemoryTotal",), attribute=True),
     Column("graph_node_id", ("graphNodeId",)),
@@ -38,6 +45,7 @@ def available(report: Report) -> bool:
 def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS, attributes: bool = True
          ) -> Iterator[pl.DataFrame]:
     """Normalised kernel rows; names are StringIds ids (`short_name_id`, `name_id`);
-    without `attributes`, the launch geometry is null."""
+    without `attributes`, the local memory sizes are null (the launch configuration is
+    always read: the launch statistics need it)."""
     yield from read_chunks(report, TABLE, COLUMNS, chunk_rows, windowed=True,
                            attributes=attributes)

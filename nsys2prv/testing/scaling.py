@@ -62,7 +62,9 @@ def gpu_run(n: int, directory: str | Path, metrics: bool = True) -> list[Path]:
         for k in range(KERNELS_PER_RANK):
             spec.api.append(ApiCall(FIRST_RECORD + 100 * k, FIRST_RECORD + 50 + 100 * k, pid, pid,
                                     "cudaLaunchKernel_v7000", k + 1))
-            spec.kernels.append(Kernel(t, t + step, pid, 0, 7, "gemm", k + 1))
+            # a grid that fills the GPU: the metrics' values are the GEMM's own
+            spec.kernels.append(Kernel(t, t + step, pid, 0, 7, "gemm", k + 1,
+                                       grid=(4096, 1, 1), block=(256, 1, 1)))
             t += step
         path = write_export(directory / f"rank{rank}.sqlite", spec)
         if metrics:

@@ -43,7 +43,9 @@ def _columns(layout: str) -> dict[str, list[str]]:
         "StringIds": ["id", "value"],
         "ThreadNames": ["nameId", "priority", "globalTid"],
         "TARGET_INFO_GPU": ["vmId", "id", "name", "busLocation", "isDiscrete", "totalMemory",
-                            "smCount", "cuDevice", "computeMajor", "computeMinor"],
+                            "smCount", "cuDevice", "computeMajor", "computeMinor"]
+        + ([] if layout == "legacy" else ["maxShmemPerSm", "maxRegistersPerSm",
+                                          "maxWarpsPerSm", "maxBlocksPerSm"]),
         "TARGET_INFO_CUDA_STREAM": ["streamId", "hwId", "vmId", "processId", "contextId",
                                     "priority", "flag"],
         "CUPTI_ACTIVITY_KIND_KERNEL": _KERNEL_COMMON_HEAD + green + _KERNEL_TAIL + mangled
@@ -109,6 +111,14 @@ SYNC_TYPES = ["UNKNOWN", "EVENT_SYNCHRONIZE", "STREAM_WAIT_EVENT", "STREAM_SYNCH
               "CONTEXT_SYNCHRONIZE"]
 
 
+# an A100-SXM4's TARGET_INFO_GPU limits (as aiprof_opt2's export has them), every synthetic
+# GPU's unless `Spec.gpu_facts` says otherwise
+A100 = {"smCount": 108, "computeMajor": 8, "computeMinor": 0, "maxShmemPerSm": 167936,
+        "maxRegistersPerSm": 65536, "maxWarpsPerSm": 64, "maxBlocksPerSm": 32}
+_CLUSTER = ["clusterX", "clusterY", "clusterZ", "clusterSchedulingPolicy",
+            "maxPotentialClusterSize", "maxActiveClusters"]
+
+
 def global_tid(pid: int, tid: int, vm: int = 1) -> int:
     """nsys' serialised id: VM id in bits 48-55, PID in 24-47, TID in 0-23."""
     return (vm << 48) | (pid << 24) | tid
@@ -147,6 +157,9 @@ class Kernel:
     dynamic_smem: int = 0
     local_mem_thread: int = 0
     local_mem_total: int = 0
+    carveout: int | None = 32768  # sharedMemoryExecuted (bytes); None: NULL
+    cluster: tuple[int, int, int] | None = None  # cluster dimensions (nsys 2024.2+ columns)
+    max_active_clusters: int = 0
 
 
 @dataclass
@@ -252,6 +265,8 @@ class Spec:
     sync: list[Sync] = field(default_factory=list)
     cuda_events: list[CudaEvent] = field(default_factory=list)
     nvtx: list[Nvtx] = field(default_factory=list)
+    # TARGET_INFO_GPU columns per GPU id, over the A100's (`A100`); None leaves a column NULL
+    gpu_facts: dict[int, dict] = field(default_factory=dict)
     categories: dict[tuple[int, str | None, int], str] = field(default_factory=dict)
     thread_nvtx_names: dict[tuple[int, int], str] = field(default_factory=dict)
     osrt: list[Osrt] = field(default_factory=list)
@@ -287,6 +302,8 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
     path = Path(path)
     path.unlink(missing_ok=True)
     cols = _columns(layout)
+    if any(k.cluster for k in spec.kernels):  # as exports of nsys 2024.2 on have them
+        cols["CUPTI_ACTIVITY_KIND_KERNEL"] = cols["CUPTI_ACTIVITY_KIND_KERNEL"] + _CLUSTER
     con = sqlite3.connect(path)
     for table, names in cols.items():
         defs = ", ".join(
@@ -350,8 +367,9 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
     # target info ---------------------------------------------------------------------------
     gpu_rows = []
     for gid, name in spec.gpus:
+        facts = {**A100, **spec.gpu_facts.get(gid, {})}
         gpu_rows.append({"vmId": 1, "id": gid, "name": name, "busLocation": f"0000:{gid:02x}:00.0",
-                         "isDiscrete": 1, "cuDevice": gid, "smCount": 108})
+                         "isDiscrete": 1, "cuDevice": gid, **facts})
     _insert(con, "TARGET_INFO_GPU", cols["TARGET_INFO_GPU"], gpu_rows)
     _insert(con, "ThreadNames", cols["ThreadNames"],
             [{"nameId": s.id(n), "priority": 0, "globalTid": global_tid(p, t)}
@@ -376,7 +394,10 @@ def write_export(path: str | os.PathLike[str], spec: Spec, layout: str = "3.17.1
          "gridZ": k.grid[2], "blockX": k.block[0], "blockY": k.block[1], "blockZ": k.block[2],
          "staticSharedMemory": k.static_smem, "dynamicSharedMemory": k.dynamic_smem,
          "localMemoryPerThread": k.local_mem_thread, "localMemoryTotal": k.local_mem_total,
-         "gridId": i, "sharedMemoryExecuted": 0} for i, k in enumerate(spec.kernels)])
+         "gridId": i, "sharedMemoryExecuted": k.carveout,
+         **({"clusterX": k.cluster[0], "clusterY": k.cluster[1], "clusterZ": k.cluster[2],
+             "maxActiveClusters": k.max_active_clusters} if k.cluster else {})}
+        for i, k in enumerate(spec.kernels)])
     _insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", cols["CUPTI_ACTIVITY_KIND_MEMCPY"], [
         {"start": m.start, "end": m.end, "deviceId": m.device, "contextId": m.context,
          "streamId": m.stream, "correlationId": m.correlation, "globalPid": global_pid(m.pid),

@@ -157,7 +157,9 @@ def two_gpu_scenario() -> tuple[Spec, MetricsSpec]:
         (PID_B, 0, 7, "conv", 230 * us, 560 * us),
         (PID_B, 0, 7, "relu", 900 * us, 1200 * us),  # runs past GPU 1's last sample
     ]
-    spec.kernels = [Kernel(s, e, p, d, st, n, correlation=i + 1)
+    # grids that fill the GPU: the samples' values are the kernels' own (no grid caps them)
+    spec.kernels = [Kernel(s, e, p, d, st, n, correlation=i + 1, grid=(4096, 1, 1),
+                           block=(256, 1, 1))
                     for i, (p, d, st, n, s, e) in enumerate(ks)]
     m = MetricsSpec(names={0: METRIC_NAMES, 1: METRIC_NAMES},
                     cuda_devices=[(0, 0, PID_A), (1, 1, PID_A), (1, 0, PID_B)])

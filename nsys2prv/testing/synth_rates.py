@@ -35,6 +35,11 @@ class KernelKind:
     shortest: int
     longest: int
     weight: float = 1.0  # how often it is picked
+    # its launch (the export's grid and block): 4096 blocks of 256 threads fill an A100, so
+    # the grid caps none of the rates; a small grid caps SM Active (blocks / 108 SMs)
+    blocks: int = 4096
+    threads: int = 256
+    registers: int = 32
 
 
 @dataclass
@@ -63,6 +68,15 @@ class RateScenario:
     # kind index -> (from, to): the kind's rates are full up to `from` of its duration, then
     # fall linearly to `to` x rate at its end (a tail: the last wave of thread blocks)
     tails: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # kind index -> kind index: every kernel of the first is followed at once (after
+    # `follow_gap` ns) by one of the second on its stream: the second never runs apart
+    followers: dict[int, int] = field(default_factory=dict)
+    follow_gap: int = 1_000
+    # the samples lag the kernels' timestamps by this many ns (what the GPU did in a period
+    # is what ran `lag` ns earlier): the leader's last microseconds land in its follower's
+    # share of a period, as on real exports, so a model without the grids' bounds hands the
+    # follower part of its leader's activity
+    lag: int = 0
 
 
 @dataclass
@@ -94,6 +108,15 @@ def simulate(sc: RateScenario) -> Simulation:
             ends.append(t + d)
             streams.append(s)
             kinds.append(k)
+            if k in sc.followers:  # its follower, at once
+                j = sc.followers[k]
+                kj = sc.kinds[j]
+                t += d + sc.follow_gap
+                d = int(np.exp(rng.uniform(np.log(kj.shortest), np.log(kj.longest))))
+                starts.append(t)
+                ends.append(t + d)
+                streams.append(s)
+                kinds.append(j)
             t += d + int(rng.exponential(sc.gap_mean))
     start = np.array(starts, dtype=np.int64)
     end = np.array(ends, dtype=np.int64)
@@ -105,7 +128,7 @@ def simulate(sc: RateScenario) -> Simulation:
     n = int(sc.span / interval) + 2
     steps = interval * (1 + rng.uniform(-sc.jitter, sc.jitter, n))
     times = np.round(np.concatenate([[0.0], np.cumsum(steps)[:-1]])).astype(np.int64)
-    values = _closed_form(sc, start, end, kind, times)
+    values = _closed_form(sc, start + sc.lag, end + sc.lag, kind, times)
     values += rng.normal(0, sc.noise, values.shape)
     values = np.clip(values, 0, 100)
     if sc.quantise:
@@ -185,10 +208,11 @@ def write_export(sim: Simulation, path: str | os.PathLike[str], pid: int = 4242,
     sc = sim.scenario
     spec = Spec(processes=[(pid, "trainer")], threads=[(pid, pid, "trainer")],
                 gpus=[(device, "NVIDIA A100-SXM4-80GB")])
-    spec.kernels = [Kernel(int(s), int(e), pid, device, 7 + int(st), sc.kinds[int(k)].name,
-                           correlation=i + 1)
-                    for i, (s, e, st, k) in enumerate(zip(sim.start, sim.end, sim.stream,
-                                                          sim.kind))]
+    spec.kernels = [Kernel(int(s), int(e), pid, device, 7 + int(st), kk.name,
+                           correlation=i + 1, grid=(kk.blocks, 1, 1),
+                           block=(kk.threads, 1, 1), registers=kk.registers)
+                    for i, (s, e, st, kk) in enumerate(zip(
+                        sim.start, sim.end, sim.stream, (sc.kinds[int(k)] for k in sim.kind)))]
     spec.api = [ApiCall(int(s) - 3000, int(s) - 1000, pid, pid, "cudaLaunchKernel", i + 1)
                 for i, s in enumerate(sim.start)]
     path = Path(path)

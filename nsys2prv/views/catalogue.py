@@ -668,6 +668,48 @@ LAYERS = [
                  "Average value != 0")),
 ]
 
+# analysis/: what each kernel's launch allows (registry/cuda.py, docs/kernel_metrics.md)
+# ------------------------------------------------------------------------------------------
+
+
+def launch_windows(name: str, type_: int, y_range: tuple[float, float] | None
+                   ) -> tuple[Window, Window, Window]:
+    """A launch statistic as written on each kernel's start (the histograms' data: read
+    while a kernel runs), whether a compute kernel runs, and their product, '<name> of
+    kernels': the value drawn only while kernels run."""
+    last = f"{name} (last kernel)"
+    running = f"Compute kernel running ({name})"
+    return (Window(last, thread="Last Evt Val", types=(type_,), gradient=True,
+                   zero_unpainted=True, y_range=y_range),
+            on_row(running, (KERNEL,)),
+            replace(derived(f"{name} of kernels", "product", last, running),
+                    zero_unpainted=True, y_range=y_range))
+
+
+for _stem, _name, _type, _scale, _what in (
+        ("occupancy", "Theoretical occupancy (%)", cuda.KERNEL_OCCUPANCY, (0.0, 100.0),
+         "theoretical occupancy (blocks per SM x warps per block / warps per SM, the "
+         "occupancy calculator on the kernel's launch and GPU"),
+        ("waves", "Waves", cuda.KERNEL_WAVES, None,
+         "waves of blocks (blocks of the grid / blocks the GPU holds at once; the part "
+         "above a whole number is the last wave's fill"),
+        ("sm_active_ceiling", "SM Active ceiling (%)", cuda.KERNEL_SM_ACTIVE_CEILING,
+         (0.0, 100.0),
+         "SM Active ceiling (the most SM Active its grid allows: min(blocks, SMs) / SMs; "
+         "the bound of its SM Active rate")):
+    _windows = launch_windows(_name, _type, _scale)
+    ANALYSIS.append(
+        Cfg(f"analysis/{_stem}_per_kernel.cfg", f"Launch per kernel: {_name}",
+            f"Columns = compute kernel names, rows = GPU stream rows, cells = the kernels' "
+            f"{_what}; type {_type}, written on every kernel's start: the average over a "
+            "name's launches, weighted by their time, what `nsys2prv analyze` weighs the "
+            "rates' bounds with; docs/kernel_metrics.md). The timeline draws it while "
+            "compute kernels run.",
+            (*_windows, kernels_anchor(),
+             spanning("Kernels or their launch", (*_windows, kernels_anchor()))),
+            _profile(f"{_name} per kernel", "CUDA kernels", f"{_name} (last kernel)",
+                     "Average value")))
+
 CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS + LAYERS
 
 

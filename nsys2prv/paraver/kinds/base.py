@@ -63,10 +63,11 @@ METRICS_ACTIVITIES = "gpu_metrics_activities"  # ctx.shared: the model's interva
 
 
 def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) -> None:
-    """Keep the GPU activities of a chunk (start, end, pid, device, row, row_id and the
-    column that names them) for the GPU metrics model, when the report's metrics are
-    translated: it then needs not read the tables again (every read through connectorx
-    costs a connection pool whose threads outlive it)."""
+    """Keep the GPU activities of a chunk (start, end, pid, device, row, row_id, the
+    column that names them and, for kernels, the grid's ceilings) for the GPU metrics
+    model, when the report's metrics are translated: it then needs not read the tables
+    again (every read through connectorx costs a connection pool whose threads outlive
+    it)."""
     wanted = ctx.shared.get(METRICS_ACTIVITIES + ".wanted")
     if wanted is None:
         from . import available
@@ -79,7 +80,8 @@ def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) 
         df = df.filter(c("end") > c("start")).select(
             "start", "end", c("pid").cast(pl.Int32), c("device").cast(pl.Int32),
             c("row").cast(pl.Int32), "row_id",
-            *[c(n).cast(pl.Int32) for n in df.columns if n in ("name_id", "copy_kind")])
+            *[c(n).cast(pl.Int32) for n in df.columns
+              if n in ("name_id", "copy_kind", "sms", "sm_ceiling_pv", "warps_ceiling_pv")])
         ctx.shared.setdefault(METRICS_ACTIVITIES, {}).setdefault(what, []).append(df)
 
 REPORT_END = object()  # fix_times(open_end=REPORT_END): unterminated regions end with the report

@@ -42,10 +42,13 @@ from ...sources import kernels as kernel_source
 from .. import records as R
 from ..registry import cuda as reg_cuda
 from ..registry import gpu_metrics as greg
+from . import _launch
 from .base import METRICS_ACTIVITIES, Context, Translator
 
 SRC_GPU_METRICS = R.SRC_GPU_METRICS
 EARLIEST_NS = -1_000_000_000
+# what each kernel's launch allows, kept with its interval: the bounds of its rates
+LAUNCH_BOUNDS = ("sms", "sm_ceiling_pv", "warps_ceiling_pv")
 
 
 def translate(report: Report, ctx: Context) -> None:
@@ -205,10 +208,14 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
     for g in gpus:
         mine = by_gpu_acts.pop(g)
         start, end = mine["start"].to_numpy(), mine["end"].to_numpy()
-        col, names = rm.design_codes(mine["code"].to_numpy(), labels, memop_of, end - start)
+        code, code_labels, code_memop = model_codes(mine, labels, memop_of)
+        col, names = rm.design_codes(code, code_labels, code_memop, end - start)
+        del code
         keys = columns[g]["key"].to_list()
-        lo, hi = rm.bounds([greg.is_percent(k) for k in keys], values[g])
-        result, ent = rm.fit_device(periods[g], values[g], start, end, col, len(names), lo, hi)
+        lo, hi = launch_bounds(mine, col, keys, len(names), values[g])
+        # the trace holds the rates alone: their ranges are analyze's (the same fit)
+        result, ent = rm.fit_device(periods[g], values[g], start, end, col, len(names), lo, hi,
+                                    with_ranges=False)
         if periods[g].cut:
             ctx.warn("GPU metrics: samples followed by a gap in the sampling (their period "
                      "cut to one sampling interval)", periods[g].cut)
@@ -228,6 +235,39 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
                           columns[g][live])
         values[g] = None  # done with this GPU
     ctx.count("gpu_metrics_gpus_modelled", fitted)
+
+
+def model_codes(acts: pl.DataFrame, labels: dict, memop_of: dict
+                ) -> tuple[np.ndarray, dict, dict]:
+    """The model's code of every activity (a kernel's: its name and its launch class,
+    `analysis.occupancy.grid_class` of its SM Active ceiling as written; a memory
+    operation's as it is) and their labels."""
+    from ...analysis import occupancy as occ
+
+    code = acts["code"].to_numpy()
+    ceiling = acts["sm_ceiling_pv"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    mcode = np.where(code >= 0, occ.model_code(code, occ.grid_class(ceiling)), code)
+    return (mcode, *occ.model_labels(labels, memop_of, mcode))
+
+
+def launch_bounds(acts: pl.DataFrame, col: np.ndarray, keys: list[str], n_cols: int,
+                  values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds of the model's rates per column and metric: the metric's range, and for
+    the kernels what their grids allow (`analysis.occupancy.rate_bounds`, on the ceilings
+    as the trace writes them, so that the analysis finds the same bounds)."""
+    from ...analysis import occupancy as occ
+    from ...analysis import rate_model as rm
+
+    lo, hi = rm.bounds([greg.is_percent(k) for k in keys], values)
+    kernel = (acts["code"] >= 0).to_numpy()
+
+    def pct(name: str) -> np.ndarray:
+        return acts[name].cast(pl.Float64).fill_null(np.nan).to_numpy()[kernel] / occ.SCALE
+
+    dur = (acts["end"] - acts["start"]).to_numpy()[kernel]
+    sms = acts["sms"].cast(pl.Float64).fill_null(np.nan).to_numpy()[kernel]
+    return occ.rate_bounds(keys, lo, hi, col[kernel], dur, sms, pct("sm_ceiling_pv"),
+                           pct("warps_ceiling_pv"), n_cols)
 
 
 def _activities(report: Report, ctx: Context, owners: pl.DataFrame
@@ -271,12 +311,16 @@ def _activities(report: Report, ctx: Context, owners: pl.DataFrame
             df = df.filter(c("row").is_not_null())
             if what == "kernel":
                 code = c("name_id").fill_null(-1_000_000)  # '(unnamed)'
-            elif what == "memcpy":
-                code = -1 - (c("copy_kind").fill_null(0) + 1)
+                if "sm_ceiling_pv" not in df.columns:  # read again: the launch's ceilings
+                    df = _launch.statistics(df, report, ctx, warn=False)
+                launch = [c(n).cast(pl.Int32) for n in LAUNCH_BOUNDS]
             else:
-                code = pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64)
+                code = (-1 - (c("copy_kind").fill_null(0) + 1) if what == "memcpy" else
+                        pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64))
+                launch = [pl.lit(None, pl.Int32).alias(n) for n in LAUNCH_BOUNDS]
             frames.append(df.select(c("gpu").cast(pl.Int32), c("row").cast(pl.Int32), "row_id",
-                                    "start", "end", code.cast(pl.Int64).alias("code")))
+                                    "start", "end", code.cast(pl.Int64).alias("code"),
+                                    *launch))
     if not frames:
         return pl.DataFrame(), {}
     acts = pl.concat(frames)

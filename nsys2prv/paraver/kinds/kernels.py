@@ -1,5 +1,7 @@
 """CUDA kernels -> kernel events on GPU stream rows (NCCL kernels with their own type),
-Running states, and launch arrows from the CUDA call that started them."""
+Running states, and launch arrows from the CUDA call that started them. A kernel's start
+carries its launch configuration and what it allows on its GPU (blocks per SM, occupancy,
+waves, the grid's ceilings: `_launch.py`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from ...report.report import Report
 from ...sources import kernels as source
 from .. import records as R
 from .. import registry as reg
-from . import cuda_api
+from . import _launch, cuda_api
 from ._projected import keep_work
 from .base import Context, NameClassifier, Translator, arrows, fix_times, intervals, \
     keep_for_metrics, name_value, push, start_end
@@ -29,6 +31,7 @@ def translate(report: Report, ctx: Context) -> None:
     ctx.shared[NCCL_KERNELS] = []
     for chunk in source.read(report, ctx.chunk_rows, attributes=ctx.options.attributes):
         df = fix_times(chunk, ctx, "kernels")
+        df = _launch.statistics(df, report, ctx)
         df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
                              nccl(df["short_name_id"]).alias("is_nccl"))
         df = name_value(df, ctx, "kernel_names", "short_name_id", "kernels")
@@ -36,7 +39,8 @@ def translate(report: Report, ctx: Context) -> None:
         ctx.spans.add(df["row"], df["start"], df["end"])
         ctx.count("kernels", df.height)
         keep_for_metrics(ctx, report, "kernel", df.select(
-            "start", "end", "pid", "device", "row", "row_id", "name_id"))
+            "start", "end", "pid", "device", "row", "row_id", "name_id", "sms",
+            "sm_ceiling_pv", "warps_ceiling_pv"))
         ktype = pl.when(c("is_nccl")).then(pl.lit(reg.NCCL_KERNEL)).otherwise(
             pl.lit(reg.CUDA_KERNEL))
         geometry = R.numeric_pairs(
@@ -49,7 +53,14 @@ def translate(report: Report, ctx: Context) -> None:
             (reg.KERNEL_REGISTERS, c("registers")), (reg.KERNEL_STATIC_SHMEM, c("static_smem")),
             (reg.KERNEL_LOCAL_MEM_THREAD, c("local_mem_thread")),
             (reg.KERNEL_LOCAL_MEM_TOTAL, c("local_mem_total")),
-            (reg.CORRELATION_ID, c("correlation")))
+            (reg.CORRELATION_ID, c("correlation")),
+            (reg.KERNEL_CARVEOUT, c("carveout")), (reg.KERNEL_CLUSTER_SIZE, c("cluster_size")),
+            (reg.KERNEL_GPU_SMS, c("sms")), (reg.KERNEL_BLOCKS_PER_SM, c("blocks_per_sm")),
+            (reg.KERNEL_OCCUPANCY_LIMITER, c("limiter")),
+            (reg.KERNEL_OCCUPANCY, c("occupancy_pv")),
+            (reg.KERNEL_RESIDENT_BLOCKS, c("resident")), (reg.KERNEL_WAVES, c("waves_pv")),
+            (reg.KERNEL_SM_ACTIVE_CEILING, c("sm_ceiling_pv")),
+            (reg.KERNEL_WARPS_CEILING, c("warps_ceiling_pv")))
         frames = start_end(df, R.SRC_KERNEL, ktype, c("value_short_name_id"),
                            start_text=geometry, end_text=R.numeric_pairs((reg.KERNEL_FULL_NAME, pl.lit(0))),
                            start_type2=reg.KERNEL_FULL_NAME, start_value2=c("value_name_id"))

@@ -33,6 +33,18 @@ KERNEL_REGISTERS = 67_000_017
 KERNEL_STATIC_SHMEM = 67_000_018
 KERNEL_LOCAL_MEM_THREAD = 67_000_019
 KERNEL_LOCAL_MEM_TOTAL = 67_000_020
+# what the launch allows (analysis/occupancy.py), on each kernel's start record
+KERNEL_CARVEOUT = 67_000_022
+KERNEL_CLUSTER_SIZE = 67_000_023
+KERNEL_GPU_SMS = 67_000_024
+KERNEL_BLOCKS_PER_SM = 67_000_025
+KERNEL_OCCUPANCY_LIMITER = 67_000_026
+KERNEL_OCCUPANCY = 67_000_027
+KERNEL_RESIDENT_BLOCKS = 67_000_028
+KERNEL_WAVES = 67_000_029
+KERNEL_SM_ACTIVE_CEILING = 67_000_030
+KERNEL_WARPS_CEILING = 67_000_031
+LAUNCH_PRECISION = 2  # percentages and waves: value x 100
 
 # Memory operations (GPU rows) ----------------------------------------------------------------
 MEMORY_OPERATION = 67_100_001
@@ -99,6 +111,41 @@ EVENT_TYPES = (
                "Local memory per thread (bytes).", kinds=KERNELS),
     event_type(KERNEL_LOCAL_MEM_TOTAL, "CUDA kernel local memory total", "CUDA kernels",
                "Local memory reserved for the kernel (bytes).", kinds=KERNELS),
+    event_type(KERNEL_CARVEOUT, "CUDA kernel shared memory carveout", "CUDA kernels",
+               "Shared memory per SM the driver configured for the launch "
+               "(`sharedMemoryExecuted`, bytes).", kinds=KERNELS),
+    event_type(KERNEL_CLUSTER_SIZE, "CUDA kernel cluster size", "CUDA kernels",
+               "Blocks per thread block cluster (clusterX*clusterY*clusterZ), on kernels "
+               "launched with clusters (compute capability 9.0 on).", kinds=KERNELS),
+    event_type(KERNEL_GPU_SMS, "CUDA kernel SMs of its GPU", "CUDA kernels",
+               "Streaming multiprocessors of the GPU the kernel ran on (TARGET_INFO_GPU "
+               "smCount: a MIG instance's own).", kinds=KERNELS),
+    event_type(KERNEL_BLOCKS_PER_SM, "CUDA kernel blocks per SM", "CUDA kernels",
+               "Blocks of the kernel one SM holds at once (the occupancy calculator: the "
+               "least that warps, registers, shared memory and the SM's block slots allow; "
+               "docs/kernel_metrics.md).", kinds=KERNELS),
+    event_type(KERNEL_OCCUPANCY_LIMITER, "CUDA kernel occupancy limiter", "CUDA kernels",
+               "What limits the blocks per SM: 1 the SM's warp slots (block size), 2 "
+               "registers, 3 shared memory, 4 the SM's block slots.",
+               values="occupancy_limiter", kinds=KERNELS),
+    event_type(KERNEL_OCCUPANCY, "CUDA kernel theoretical occupancy", "CUDA kernels",
+               "Blocks per SM x warps per block / warps per SM, in % (value x 100).",
+               precision=LAUNCH_PRECISION, kinds=KERNELS),
+    event_type(KERNEL_RESIDENT_BLOCKS, "CUDA kernel blocks per wave", "CUDA kernels",
+               "Blocks the GPU holds at once: SMs x blocks per SM, or for a cluster launch "
+               "CUPTI's maximum active clusters x cluster size.", kinds=KERNELS),
+    event_type(KERNEL_WAVES, "CUDA kernel waves", "CUDA kernels",
+               "Blocks of the grid / blocks per wave (value x 100); the fraction above a "
+               "whole number is the last wave's fill (the tail).",
+               precision=LAUNCH_PRECISION, kinds=KERNELS),
+    event_type(KERNEL_SM_ACTIVE_CEILING, "CUDA kernel SM Active ceiling", "CUDA kernels",
+               "The most SM Active the grid allows: min(blocks, blocks per wave, SMs) / SMs, "
+               "in % (value x 100, rounded up).", precision=LAUNCH_PRECISION,
+               kinds=KERNELS),
+    event_type(KERNEL_WARPS_CEILING, "CUDA kernel warps in flight ceiling", "CUDA kernels",
+               "The most Compute Warps in Flight the grid allows: min(blocks, blocks per "
+               "wave) x warps per block / (SMs x warps per SM), in % (value x 100, rounded "
+               "up).", precision=LAUNCH_PRECISION, kinds=KERNELS),
     event_type(MEMORY_OPERATION, "CUDA memory operation", "CUDA memory",
                "memcpy (value = direction) or memset on a GPU stream row; 0 = end.",
                values="memory_operation", kinds=MEMORY),
@@ -172,7 +219,15 @@ ENUMS: dict[str, dict[int, str]] = {
     },
     "memory_kind": {k + 1: v for k, v in MEMORY_KINDS.items()},
     "sync_type": {k + 1: v for k, v in SYNC_TYPES.items()},
+    "occupancy_limiter": {1: "warps (block size)", 2: "registers", 3: "shared memory",
+                          4: "blocks per SM"},
 }
+# the launch statistics a stream that is only analysed keeps (pipeline/prepare.py): the
+# launch's own numbers and what the occupancy calculator made of them
+LAUNCH_TYPES = (CUDA_KERNEL_BLOCKS, CUDA_KERNEL_THREADS, CUDA_KERNEL_DYN_SHMEM,
+                KERNEL_REGISTERS, KERNEL_STATIC_SHMEM, KERNEL_CARVEOUT, KERNEL_CLUSTER_SIZE,
+                KERNEL_GPU_SMS, KERNEL_BLOCKS_PER_SM, KERNEL_OCCUPANCY_LIMITER,
+                KERNEL_OCCUPANCY, KERNEL_RESIDENT_BLOCKS, KERNEL_WARPS_CEILING)
 
 # Communication tags: the tag of an arrow is the event type of the activity it points to.
 TAG_KERNEL_LAUNCH = CUDA_KERNEL
