@@ -356,8 +356,14 @@ class Run:
         km = ex.kernel_metrics
         frames = {k: v for k, v in vars(km).items()
                   if isinstance(v, pl.DataFrame) and v.height}
-        return Tables("Inside the kernels", frames, [km.note] if km.note else [],
-                      source=km)
+        launch = getattr(km, "launch", None)  # what each kernel's launch allows
+        if launch is not None:
+            frames.update({f"launch.{k}": v for k, v in vars(launch).items()
+                           if isinstance(v, pl.DataFrame) and v.height})
+        notes = [n for n in (km.note, getattr(launch, "note", "")) if n]
+        return Tables("Inside the kernels", frames, notes, source=km,
+                      plot=None if km.empty else
+                      (lambda path=None: _plot(lambda q: _plot_speed_of_light(km, q), path)))
 
     def layers(self, level: str | None = None) -> Tables:
         """Layers on the GPU (docs/layers.md): every NVTX range projected onto the GPU
@@ -532,6 +538,20 @@ def _plot_analysis(a, path):
     from .analysis.plot import plot_analysis
 
     return plot_analysis(a, path)
+
+
+def _plot_speed_of_light(km, path):
+    """Nsight Compute's speed-of-light chart of the kernels (`analysis.plot.speed_of_light`)."""
+    from .analysis.plot import pyplot, speed_of_light
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 7), constrained_layout=True)
+    speed_of_light(km, ax)
+    if path is None:
+        return fig
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
 
 
 def _plot_layers(lay, path):
