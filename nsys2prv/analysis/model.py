@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..lifeline import signals_held
 from ..paraver.registry import cuda
 from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
@@ -349,15 +350,16 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     one_pass = explain and not detail
     late_steps = one_pass and steps is not None  # a second pass only if there are steps
     kept = None
-    if explain and spill and not one_pass:
-        try:
-            kept = idle.WindowSpill(cause_types)
-        except OSError:  # no temporary directory: pass 2 reads the trace again
-            pass
-    if kept is not None or one_pass:
-        types = types | cause_types
     comms = explain or any(getattr(o, "comms", False) for o in observers)
     try:
+        if explain and spill and not one_pass:
+            try:  # made inside the try that removes it, with Ctrl-C held (lifeline)
+                with signals_held():
+                    kept = idle.WindowSpill(cause_types)
+            except OSError:  # no temporary directory: pass 2 reads the trace again
+                pass
+        if kept is not None or one_pass:
+            types = types | cause_types
         for window in source(types=types, comms=comms):
             for o in observers:
                 o.add(window)

@@ -22,6 +22,7 @@ import polars as pl
 
 from .. import engine
 from ..errors import InputError
+from ..lifeline import signals_held
 from ..model.resources import ResourceModel, build_model, combine_models
 from ..paraver import pcf as pcf_mod
 from ..paraver import prv as prv_mod
@@ -865,9 +866,11 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
                    writer: TraceWriter, warns: dict[str, int], progress, end_time: int) -> None:
     """Merge each window in its own process into a file next to the output, then append the
     files in order (a window's file is removed as soon as it is copied)."""
-    tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
-    register_temp(tmp)
+    tmp = None
     try:
+        with signals_held():  # made and noted before an interruption can leave it behind
+            tmp = Path(tempfile.mkdtemp(prefix=".nsys2prv-merge-", dir=writer.directory))
+            register_temp(tmp)
         from ..lifeline import process_pool  # only for windows in processes
 
         with worker_environment(), process_pool(len(windows)) as pool:
@@ -887,7 +890,8 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
                 if progress is not None:
                     progress(min(hi, end_time), end_time)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def merge_window(partials: list[str], options: MergeOptions, window: tuple[int, int],
