@@ -528,6 +528,15 @@ def test_diff_shows_a_changed_launch(tmp_path):
     text = format_text(c)
     assert "kernels whose launch changed (1" in text
     assert "4096 x 256, 32 regs -> 4096 x 256, 128 regs: occupancy 100.0 % -> 25.0 %" in text
+    # the paragraph names the GEMM among the kernels that moved most, then its new launch
+    # (the elementwise kernel, named too, kept its launch)
+    assert "Kernels that moved most: gemm" in c.paragraph
+    sentence = [s for s in c.paragraph.split(". ") if s.startswith("Launched differently")]
+    assert sentence == ["Launched differently after: gemm 4096 x 256, 32 regs -> 4096 x 256, "
+                        "128 regs (occupancy 100.0 % -> 25.0 %, limiter registers; waves "
+                        f"{r['waves_before']:.2f} -> {r['waves_after']:.2f})"]
+    from test_story import assert_numbers_from_tables
+    assert_numbers_from_tables(c)
 
 
 def test_speed_of_light_points_are_the_rates(tmp_path):

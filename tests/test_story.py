@@ -19,7 +19,7 @@ from nsys2prv.testing import synth_story as S
 # what each change may be named by in the paragraph, and what it must not mention
 SENTENCES = {"kernels": "Kernels whose time per step moved", "copies": "Copies:",
              "waits": "waits", "device": "One device moved apart",
-             "per step": "Per step, beyond noise"}
+             "per step": "Per step, beyond noise", "launch": "Launched differently"}
 NAMED = {"kernel_2x": {"kernels", "per step"}, "pinned": {"copies", "per step"},
          "launch_halved": {"waits", "per step"},
          "rank_slowed": {"kernels", "device", "per step"}, "noise": set()}
@@ -207,3 +207,28 @@ def test_a_number_not_in_the_tables_is_caught(story):
     bad = dataclasses.replace(c, paragraph=c.paragraph + " Made up: 12.345 ms (+98.7 %).")
     with pytest.raises(AssertionError):
         assert_numbers_from_tables(bad)
+
+
+def test_a_kernel_launched_differently_is_said(tmp_path):
+    """The GEMM made 2x faster by a new launch (a grid 4x as large, half the block, half the
+    registers: twice the occupancy): after the kernels whose time per step moved, the paragraph gives the GEMM's
+    launch before and after with what it allows (the kernel_launches table's words), and no
+    other kernel's; every number in it comes from the tables."""
+    old = {"grid": (108, 1, 1), "block": (256, 1, 1), "registers": 128}
+    new = {"grid": (432, 1, 1), "block": (128, 1, 1), "registers": 64}
+    eb = S.story_run(tmp_path / "before.sqlite", gemm_launch=old)
+    ea = S.story_run(tmp_path / "after.sqlite", gemm_launch=new, scale={S.GEMM: 0.5})
+    c = D.compare(str(eb.path), str(ea.path), workdir=tmp_path, rules=False)
+    assert c.launches["kernel"].to_list() == [S.GEMM]
+    r = c.launches.row(0, named=True)
+    assert (r["blocks_before"], r["threads_before"], r["registers_before"]) == (108, 256, 128)
+    assert (r["blocks_after"], r["threads_after"], r["registers_after"]) == (432, 128, 64)
+    label = c.kernels.filter(pl.col("kernel") == S.GEMM)["label"].item()
+    assert "Kernels whose time per step moved: " + label in c.paragraph
+    assert (f"Launched differently after: {label} {r['before']} -> {r['after']} "
+            f"({r['change']}).") in c.paragraph, c.paragraph
+    # A100: 65,536 registers an SM hold 2 blocks of 256 x 128 (16 of 64 warps), 8 of 128 x 64
+    # (32 warps); both grids fill half a wave of 108 SMs, every SM busy (waves, ceiling same)
+    assert r["change"] == "occupancy 25.0 % -> 50.0 %, limiter registers"
+    assert (r["waves_before"], r["waves_after"]) == (0.5, 0.5)
+    assert_numbers_from_tables(c)

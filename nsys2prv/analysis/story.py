@@ -206,12 +206,16 @@ def _inside_step(c) -> list[str]:
     kernels = _step_kernels(c)
     if kernels:
         parts.append(kernels)
-        rate = rate_sentence(c, [k for k in it.kernels.filter(
-            pl.col("verdict").is_in(["faster", "slower"])
-            & ((pl.col("median_after") - pl.col("median_before")).abs()
-               >= _material(c)))["kernel"]])
+        moved = (pl.col("median_after") - pl.col("median_before")).abs()
+        named = (it.kernels.filter(pl.col("verdict").is_in(["faster", "slower"])
+                                   & (moved >= _material(c)))
+                 .sort(moved, "kernel", descending=[True, False])["kernel"].to_list())
+        rate = rate_sentence(c, named)
         if rate:
             parts.append(rate)
+        launch = launch_sentence(c, named[:3])  # the kernels _step_kernels names
+        if launch:
+            parts.append(launch)
     return parts
 
 
@@ -279,6 +283,9 @@ def _whole_run(c) -> list[str]:
         rate = rate_sentence(c, k["kernel"].to_list())
         if rate:
             parts.append(rate)
+        launch = launch_sentence(c, k["kernel"].to_list())
+        if launch:
+            parts.append(launch)
     idle = c.models.filter(pl.col("metric").str.starts_with("idle.")
                            & (pl.col("delta") != 0))
     if idle.height:
@@ -390,6 +397,25 @@ def rate_sentence(c, kernels: list[str]) -> str | None:
     ratio = "" if k["ratio"] is None else f" {_pct(k['ratio'] - 1)}"
     return (f"Largest rate change among them: {k['label']}{ratio}: "
             f"{top['metric']} {top['before']:.1f} % -> {top['after']:.1f} %.")
+
+
+def launch_sentence(c, kernels: list[str], k: int = 3) -> str | None:
+    """Of `kernels` (those the paragraph named as moving), the ones launched differently
+    after (`launch.launch_changes`: their main configuration) with what the change allows:
+    a kernel that got slower because its registers halved its occupancy reads as such."""
+    t = getattr(c, "launches", None)
+    if t is None or t.height == 0 or not kernels:
+        return None
+    t = t.filter(pl.col("kernel").is_in(kernels))
+    if t.height == 0:
+        return None
+    order = {name: i for i, name in enumerate(kernels)}
+    label = dict(zip(c.kernels["kernel"].to_list(), c.kernels["label"].to_list()))
+    rows = sorted(t.iter_rows(named=True), key=lambda r: order[r["kernel"]])
+    items = [f"{label.get(r['kernel'], r['kernel'])} {r['before']} -> {r['after']} "
+             f"({r['change']})" for r in rows[:k]]
+    return ("Launched differently after: " + "; ".join(items)
+            + (f"; and {len(rows) - k} more" if len(rows) > k else "") + ".")
 
 
 # ------------------------------------------------------------------ layers on the GPU --

@@ -105,10 +105,13 @@ def story_run(path: str | os.PathLike[str], *, epochs: int = 2, batches: int = 8
               scale: dict[str, float] | None = None, pinned: bool = False,
               launch_ns: int = LAUNCH_NS, host_ns: int = HOST_NS,
               rank_scale: dict[int, float] | None = None,
+              gemm_launch: dict | None = None,
               layout: str = "3.17.1") -> Expected:
     """Write one run (see the module's docstring): `scale` multiplies a kernel's durations
     (after the noise, so runs of one seed differ by exactly that factor), `rank_scale`
-    every kernel of a rank; `pinned` copies from pinned memory."""
+    every kernel of a rank; `pinned` copies from pinned memory; `gemm_launch` gives the
+    GEMM's launches `synth.Kernel`'s launch fields (grid, block, registers, ...)."""
+    gemm_launch = gemm_launch or {}
     scale = scale or {}
     rank_scale = rank_scale or {}
     steps = epochs * batches
@@ -175,7 +178,8 @@ def story_run(path: str | os.PathLike[str], *, epochs: int = 2, batches: int = 8
                 spec.api.append(ApiCall(int(h[i]), int(h[i]) + launch_ns, pid, pid,
                                         "cudaLaunchKernel_v7000", corr[r]))
                 spec.kernels.append(Kernel(int(s[i]), int(e[i]), pid, 0, STREAM, short,
-                                           corr[r], full_name=n))
+                                           corr[r], full_name=n,
+                                           **(gemm_launch if n == GEMM else {})))
                 corr[r] += 1
             plans.append((int(h[-1]) + per_launch, int(e[-1])))
         if ranks > 1:  # the all-reduce: each rank launches it, all end together
