@@ -539,6 +539,45 @@ def test_diff_shows_a_changed_launch(tmp_path):
     assert_numbers_from_tables(c)
 
 
+def test_diff_of_launches_without_the_gpu_limits(tmp_path):
+    """Reports of older nsys leave TARGET_INFO_GPU's limits and compute capability empty
+    (the corpus' darknet pair): a kernel launched with 480 blocks, then 120, is in kernel_launches with
+    occupancy and waves unknown on both sides, not 'the same', and the paragraph says so;
+    analyze says its findings cannot be made rather than that there are none."""
+    from nsys2prv.analysis.diff import compare
+
+    def run(blocks: int, name: str):
+        spec = Spec(processes=[(7, "app")], threads=[(7, 7, "app")], gpus=[(0, "V100")],
+                    gpu_facts={0: dict.fromkeys(("smCount", "computeMajor", "computeMinor",
+                                                 "maxWarpsPerSm", "maxBlocksPerSm",
+                                                 "maxRegistersPerSm", "maxShmemPerSm"))})
+        spec.kernels = [Kernel(10_000 + 100_000 * i, 60_000 + 100_000 * i * (blocks // 120),
+                               7, 0, 7, "k", i + 1, grid=(blocks, 1, 1), block=(256, 1, 1))
+                        for i in range(4)]
+        spec.api = [ApiCall(1000 + 100_000 * i, 2000 + 100_000 * i, 7, 7, "cudaLaunchKernel",
+                            i + 1) for i in range(4)]
+        return write_export(tmp_path / name, spec)
+
+    c = compare(str(run(480, "b.sqlite")), str(run(120, "a.sqlite")), rules=False)
+    r = c.launches.row(0, named=True)
+    assert (r["blocks_before"], r["blocks_after"]) == (480, 120)
+    assert r["occupancy_before"] is None and r["waves_after"] is None
+    assert r["change"] == ("occupancy and waves unknown on both sides (the export has no SM "
+                           "limits of the GPU)")
+    assert (f"Launched differently after: k 480 x 256, 32 regs -> 120 x 256, 32 regs "
+            f"({r['change']}).") in c.paragraph, c.paragraph
+    # analyze: the launches as written, and no finding said to be none
+    from nsys2prv.analysis.launch import NO_LIMITS
+    from nsys2prv.cli.analyze import _launch_lines
+
+    nsys2prv.translate(tmp_path / "b.sqlite", tmp_path / "b.prv")
+    launches = read_launches(tmp_path / "b.prv")
+    assert launches.configs["blocks"].to_list() == [480]
+    assert launches.note == NO_LIMITS and launches.findings.height == 0
+    text = "\n".join(_launch_lines(launches, list_all=False, top=10))
+    assert NO_LIMITS in text and "findings: none (" not in text
+
+
 def test_speed_of_light_points_are_the_rates(tmp_path):
     """The speed-of-light chart's points are the kernels' rates: compute = the larger of SM
     Issue and Tensor Active, memory = DRAM read + write; the PNG is written (matplotlib)."""

@@ -58,6 +58,9 @@ TAIL_FILL = 0.5  # ... whose last one is filled below this: a large tail
 NO_LAUNCH = ("no launch statistics in this trace: translated before they were written, or "
              "from an export without the kernels' launch configuration or GPU limits")
 
+NO_LIMITS = ("findings: none can be made: the GPUs' SM limits and compute capability are not "
+             "in this export (reports of older nsys leave them empty), so occupancy, waves "
+             "and tails are unknown; the launches as written")
 
 _COLUMN_OF_TYPE = np.full(max(CONFIG) - min(CONFIG) + 1, -1, dtype=np.int64)
 for _i, _t in enumerate(CONFIG):
@@ -300,7 +303,15 @@ def launch_tables(collected: pl.DataFrame, path: Source, rows: pl.DataFrame | No
     kernels = _kernel_summary(configs)
     gpu_time = df.group_by("device").agg(c("time").sum().alias("gpu_time"))
     findings = _findings(df, gpu_time, labels)
-    return Launches(configs, kernels, findings)
+    unknown = configs.filter(c("occupancy").is_null())
+    note = ""
+    if unknown.height == configs.height:
+        note = NO_LIMITS
+    elif unknown.height:
+        note = (f"{unknown.height} of {configs.height} launch configurations on a GPU whose "
+                "SM limits are not in this export: their occupancy, waves and findings "
+                "unknown")
+    return Launches(configs, kernels, findings, note)
 
 
 def _device_rows(rows: pl.DataFrame) -> pl.DataFrame:
@@ -480,4 +491,11 @@ def _change_text(r: dict) -> str:
     s1, s2 = r["sm_ceiling"], r["sm_ceiling_after"]
     if s1 is not None and s2 is not None and abs(s2 - s1) >= 0.05:
         out.append(f"SM Active ceiling {s1:.1f} % -> {s2:.1f} %")
+    # reports of older nsys leave TARGET_INFO_GPU's limits empty: occupancy and waves are
+    # then unknown, which is not 'the same'
+    sides = [side for side, v in (("before", o1), ("after", o2)) if v is None]
+    if sides:
+        out.append("occupancy and waves unknown " + ("on both sides" if len(sides) == 2 else
+                                                     sides[0])
+                   + " (the export has no SM limits of the GPU)")
     return "; ".join(out) or "same occupancy, waves and ceilings"

@@ -905,7 +905,9 @@ def _launch_lines(launch, list_all: bool, top: int) -> list[str]:
             gpus = f" (on {r['devices']} GPUs)" if r["devices"] > 1 else ""
             out.append(f"###       {(r['label'] or r['kernel'])[:44]:<44} "
                        f"{100 * r['share']:5.1f}%  {r['text']}{gpus}")
-    else:
+    if launch.note:  # GPUs without their SM limits: findings unknown, not none
+        out.append(f"###     {launch.note}")
+    elif not f.height:
         out.append("###     findings: none (no grid smaller than its GPU, no occupancy held "
                    "low by registers or shared memory, no large tail)")
     cfg = launch.configs
