@@ -390,7 +390,8 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
         rows.append(("operators", by_time["family"].to_list(),
                      float(ops.select(pl.sum_horizontal(*CATEGORIES)).sum().item() or 0),
                      float(ops["level"].mean() or 0),
-                     f"{ops['family'].n_unique()} operator ranges (aten::, autograd)"))
+                     _count(ops['family'].n_unique(), "operator range")
+                     + " (aten::, autograd)"))
     order = {"numbered": 0, "children of the step": 1, "operators": 2}
     cand = pl.DataFrame(
         [(k, f, g, g / total, d, note) for k, f, g, d, note in rows],
@@ -619,6 +620,10 @@ class Layers:
                 "pick": self.pick.to_dict(), "total": self.total,
                 "layers": self.layers.to_dicts(), "per_step": self.per_step.to_dicts(),
                 "outliers": self.outliers.to_dicts(), "notes": self.notes}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def layer_label(layer: str) -> str:
