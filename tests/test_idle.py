@@ -54,10 +54,13 @@ def test_each_gap_is_attributed_to_its_known_cause(traces, cause):
 
 
 def test_nvtx_range_open_during_the_gaps(traces):
+    """The range open on the launching thread, by its whole name (a .pcf value label holds
+    spaces: read to the end of the line)."""
     r = analyze_path(traces["io"]).idle
     # the range covers the phase that every gap starts with; each gap's middle is inside
-    assert r.job.nvtx == {"dataloader": gen.gaps("io") * (gen.PHASE + gen.LAUNCH - gen.KERNEL)}
-    assert all(f.nvtx == "dataloader" for f in r.top)
+    assert r.job.nvtx == {gen.LOADER_RANGE: gen.gaps("io") * (gen.PHASE + gen.LAUNCH
+                                                             - gen.KERNEL)}
+    assert all(f.nvtx == gen.LOADER_RANGE for f in r.top)  # whole: it holds spaces
 
 
 def test_launch_statistics(traces):

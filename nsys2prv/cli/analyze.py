@@ -240,6 +240,11 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
+def _clip(text: str, n: int = 60) -> str:
+    """A name cut to `n` characters for one line (NVTX texts can be whole stack dumps)."""
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
 def _cause_list(causes: dict[str, int], total: int, n: int = 3) -> str:
     """The main causes of `total` ns of idle time, largest first: 'label 61%, ...'."""
     parts = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
@@ -270,7 +275,7 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
         out.append(f"###     {share}  {label}")
     if j.nvtx:
         out.append("###   NVTX ranges open on the launching thread (share of idle time): "
-                   + ", ".join(f"{n} {t / j.idle:.0%}" for n, t in j.nvtx.items()))
+                   + "; ".join(f"{_clip(n)} {t / j.idle:.0%}" for n, t in j.nvtx.items()))
     for note in r.notes:
         out.append(f"###   note: {note}")
     if len(r.processes) > 1:
@@ -294,7 +299,7 @@ def format_idle(r: IdleReport, list_all: bool = False) -> str:
         out.append("###   largest gaps (times in the trace's time base):")
         for i, f in enumerate(r.top, start=1):
             who = f.host_thread or "host unknown"
-            nv = f" [NVTX {f.nvtx}]" if f.nvtx else ""
+            nv = f" [NVTX {_clip(f.nvtx)}]" if f.nvtx else ""
             out.append(f"###   {i:3d}. {_ms(f.duration)} at {f.start / 1e6:.6f}-"
                        f"{f.end / 1e6:.6f} ms, {f.device} <- {who}: "
                        f"{_cause_list(f.causes, f.duration)}{nv}")

@@ -131,7 +131,8 @@ def parse_header(line: str) -> Header:
 
 
 def parse_pcf(text: str) -> tuple[dict[int, dict[int, str]], list[str]]:
-    """type -> {value: label} (empty dict for types without VALUES), and problems found."""
+    """type -> {value: label} (empty dict for types without VALUES; labels whole, tabs read
+    as spaces), and problems found."""
     problems = []
     types: dict[int, dict[int, str]] = {}
     section = None
@@ -153,7 +154,7 @@ def parse_pcf(text: str) -> tuple[dict[int, dict[int, str]], list[str]]:
             continue
         if line.startswith("PRECISION"):
             continue
-        parts = line.split(None, 2)
+        parts = line.split(None, 1 if in_values else 2)  # a value's label holds spaces
         try:
             if in_values:
                 v = int(parts[0])

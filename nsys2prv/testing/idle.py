@@ -12,7 +12,7 @@ gap (closed form, `expected`).
     sync       cudaDeviceSynchronize
     memcpy     cudaMemcpy from pageable memory, its copy running at the call's end (which
                splits the gap: the copy's own launch is the memcpy call)
-    io         read() (OS runtime), inside an NVTX push/pop range "dataloader"
+    io         read() (OS runtime), inside an NVTX push/pop range LOADER_RANGE
     compute    nothing traced (Running)
     mpi        MPI_Barrier (native MPI tables)
     launch     PHASE = 0 and kernels shorter than their launch: back-to-back launches
@@ -28,6 +28,7 @@ from .synth_mpi import MpiCall, add_mpi, world
 
 US = 1_000
 LAUNCH, DELAY, KERNEL, PHASE = 10 * US, 5 * US, 100 * US, 1_000 * US
+LOADER_RANGE = "data loading, batch"  # a name with spaces and a comma, read whole
 PID = 7100
 CAUSES = ("sync", "memcpy", "io", "compute", "mpi", "launch")
 COPY = 10 * US  # the pageable copy on the GPU, ending COPY before the memcpy call returns
@@ -63,7 +64,7 @@ def spec_of(cause: str, n: int = 20) -> tuple[Spec, list[MpiCall]]:
                                       bytes=64 << 20, copy_kind=1, src_kind=0, dst_kind=2))
             corr += 1
         elif cause == "io":
-            spec.nvtx.append(Nvtx(t, end, PID, PID, "pushpop", "dataloader", None))
+            spec.nvtx.append(Nvtx(t, end, PID, PID, "pushpop", LOADER_RANGE, None))
             spec.osrt.append(Osrt(t, end, PID, PID, "read", ret=4096))
         elif cause == "mpi":
             mpi.append(MpiCall(t, end, PID, PID, "MPI_Barrier"))
