@@ -498,6 +498,35 @@ def test_cluster_launches(tmp_path):
     assert cfg["b"]["sm_ceiling"] == 100.0
 
 
+def test_nccl_kernels_are_not_findings(tmp_path):
+    """An all-gather of 4 blocks (NCCL's channels) beside a compute kernel of 50 blocks on an
+    A100's 108 SMs: both are launch configurations, only the compute kernel is a finding
+    (the corpus' alcf_seqpar: 'ncclDevKernel_AllGather_RING_LL under-filled' was noise)."""
+    nccl = "ncclDevKernel_AllGather_RING_LL"
+    spec = Spec(processes=[(7, "app")], threads=[(7, 7, "app")], gpus=[(0, "A100")])
+    spec.kernels = [Kernel(10_000, 90_000, 7, 0, 7, "small", 1, grid=(50, 1, 1),
+                           block=(128, 1, 1)),
+                    Kernel(100_000, 300_000, 7, 0, 7, nccl, 2, grid=(4, 1, 1),
+                           block=(544, 1, 1), registers=96)]
+    spec.api = [ApiCall(x.start - 900, x.start - 100, 7, 7, "cudaLaunchKernel", x.correlation)
+                for x in spec.kernels]
+    nsys2prv.translate(write_export(tmp_path / "n.sqlite", spec), tmp_path / "n.prv")
+    launches = read_launches(tmp_path / "n.prv")
+    assert sorted(launches.configs["kernel"].to_list()) == [nccl, "small"]
+    assert launches.configs.filter(pl.col("kernel") == nccl)["nccl"].item() is True
+    assert launches.findings["kernel"].to_list() == ["small"]
+    assert launches.findings["text"].item().startswith("under-filled by its launch: 50 blocks")
+    # the all-gather alone: no finding, and analyze says NCCL kernels are not judged
+    from nsys2prv.cli.analyze import _launch_lines
+
+    spec.kernels, spec.api = spec.kernels[1:], spec.api[1:]
+    nsys2prv.translate(write_export(tmp_path / "o.sqlite", spec), tmp_path / "o.prv")
+    alone = read_launches(tmp_path / "o.prv")
+    assert alone.configs["kernel"].to_list() == [nccl] and alone.findings.height == 0
+    text = "\n".join(_launch_lines(alone, list_all=False, top=10))
+    assert "findings: none (" in text and "NCCL kernels are not judged" in text
+
+
 def test_diff_shows_a_changed_launch(tmp_path):
     """The GEMM's registers go from 32 to 128 a thread between the runs: diff's
     kernel_launches has both launches and what the change does (occupancy 100 % -> 25 %,

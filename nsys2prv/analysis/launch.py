@@ -343,12 +343,14 @@ def _findings(df: pl.DataFrame, gpu_time: pl.DataFrame, labels: dict[str, str]
     """The configurations that hold at least FINDING_TIME of their GPU's kernel time and
     whose launch leaves the GPU idle: fewer blocks than SMs, occupancy below OCCUPANCY_LOW
     held by registers or shared memory, one or two waves whose last is filled below
-    TAIL_FILL."""
+    TAIL_FILL. NCCL kernels are left out: their grid is one block per channel, kept small
+    by NCCL so that the compute kernels they overlap keep the SMs (not a launch to fix)."""
     c = pl.col
     keys = ["device", "kernel", *CONFIG_COLUMNS]
-    per = (df.group_by(keys).agg(c("short").first(), c("launches").sum(), c("time").sum())
+    per = (df.group_by(keys).agg(c("short").first(), c("nccl").any(), c("launches").sum(),
+                                 c("time").sum())
            .join(gpu_time, on="device"))
-    per = per.filter(c("time") >= FINDING_TIME * c("gpu_time"))
+    per = per.filter((c("time") >= FINDING_TIME * c("gpu_time")) & ~c("nccl"))
     if per.height == 0:
         return pl.DataFrame()
     per = _derived(per).with_columns((c("time") / c("gpu_time")).alias("share"))

@@ -813,8 +813,8 @@ def format_layers(lay, list_all: bool = False, top: int = 10) -> str:
                   "work outside every range" if un.get("ops") else ""))
     pick = lay.pick
     if pick.kind is None:
-        out.append(f"###   layers: none found: {pick.why} (name them with --layers "
-                   "NAME|DEPTH)")
+        hint = (" (name them with --layers NAME|DEPTH)" if p.instances.height else "")
+        out.append(f"###   layers: none found: {pick.why}{hint}")
     else:
         out.append(f"###   layers: {pick.why}")
         lost = pick.candidates.filter(~c("families").list.eval(pl.element()).list.join("|")
@@ -913,8 +913,10 @@ def _launch_lines(launch, list_all: bool, top: int) -> list[str]:
     if launch.note:  # GPUs without their SM limits: findings unknown, not none
         out.append(f"###     {launch.note}")
     elif not f.height:
+        nccl = ("; NCCL kernels are not judged: one block per channel, by design"
+                if "nccl" in launch.configs.columns and launch.configs["nccl"].any() else "")
         out.append("###     findings: none (no grid smaller than its GPU, no occupancy held "
-                   "low by registers or shared memory, no large tail)")
+                   f"low by registers or shared memory, no large tail{nccl})")
     cfg = launch.configs
     shown = cfg if list_all else cfg.head(top)
     which = "all" if list_all else f"top {shown.height}"
