@@ -29,6 +29,7 @@ import polars as pl
 
 from .analysis.passes import AUTO, Extras, analyze_trace_all
 from .errors import InputError, UsageError
+from .report.inputs import is_trace
 
 PathLike = str | os.PathLike[str]
 
@@ -166,7 +167,7 @@ class Run:
     @property
     def is_trace(self) -> bool:
         """Given as a trace (.prv), not as reports."""
-        return len(self.inputs) == 1 and _is_trace(self.inputs[0])
+        return len(self.inputs) == 1 and is_trace(self.inputs[0])
 
     @property
     def trace(self):
@@ -186,7 +187,7 @@ class Run:
         if self.is_trace:
             if self.span is None:
                 return Path(self.inputs[0])
-            return _cut(self.inputs[0], place, self.span, self.allow_empty)
+            return _cut(self.inputs[0], place / "window.prv", self.span, self.allow_empty)
         return translate_stream(self.inputs, place, name="trace",
                                 jobs=self.jobs or os.cpu_count() or 1, window=self.span,
                                 allow_empty=self.allow_empty, on_report=self.on_report,
@@ -202,11 +203,7 @@ class Run:
         if self.is_trace:
             if self.span is None:
                 raise UsageError(f"{self.inputs[0]} is already a trace")
-            from .pipeline.window import cut_trace
-
-            window = self.span
-            cut_trace(self.inputs[0], out, window.start or 0, window.end, self.allow_empty)
-            return out
+            return _cut(self.inputs[0], out, self.span, self.allow_empty)
         options.setdefault("jobs", self.jobs or os.cpu_count() or 1)
         options.setdefault("on_report", self.on_report)
         options.setdefault("on_merge", self.on_merge)
@@ -218,9 +215,7 @@ class Run:
         """The same run cut to a window: 'START/END' (nsys' --filter-time syntax, times of
         the run) or 'RANGE[@DOMAIN][/INDEX]' (--filter-nvtx: reports only), or a
         `pipeline.window` filter."""
-        from .api import _window_filter
-
-        return Run(self.inputs, _window_filter(spec), self.label, self.jobs,
+        return Run(self.inputs, _span(self.inputs, spec), self.label, self.jobs,
                    self.allow_empty, self.source, self.on_report, self.on_merge)
 
     # ---------------------------------------------------------------- the passes --
@@ -422,26 +417,14 @@ def load(inputs: PathLike | Sequence[PathLike], *, window=None, label: str | Non
     translation (default: every core); `on_report`/`on_merge`: progress callbacks, as
     `translate` takes them. Use it as a context manager, or `close()` it, to remove its
     temporary files at once."""
-    from .api import _window_filter
-    from .report.inputs import expand_inputs
+    from .report.inputs import run_inputs
 
     given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    paths = [str(p) for p in expand_inputs([str(p) for p in given])]
-    if not paths:
-        raise UsageError("no input given")
-    traces = [p for p in paths if _is_trace(p)]
-    if traces and len(paths) > 1:
-        raise UsageError("give either one trace (.prv) or reports, not both")
+    paths, _ = run_inputs(given)
     for p in paths:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file")
-    span = _window_filter(window)
-    if traces and span is not None:
-        from .pipeline.window import TimeFilter
-
-        if not isinstance(span, TimeFilter):
-            raise UsageError("--filter-nvtx needs the reports (an NVTX range is looked up in "
-                             "them); on a trace use --filter-time with the trace's times")
+    span = _span(paths, window)
     name = label or Path(paths[0]).name.split(".")[0]
     return Run(paths, span, name, jobs, allow_empty, source, on_report, on_merge)
 
@@ -490,18 +473,25 @@ def scaling(runs: Sequence[Run | PathLike | Sequence[PathLike]], weak: bool = Fa
 
 # ------------------------------------------------------------------------ helpers --
 
-def _is_trace(path: str) -> bool:
-    return path.endswith(".prv") or path.endswith(".prv.gz")
+def _span(inputs: list[str], window):
+    """The run's window as a filter (None: the whole run); on a trace a time window only
+    (an NVTX range is looked up in the reports), said when the run is made."""
+    from .api import _window_filter
+    from .pipeline.window import TimeFilter
 
-
-def _cut(trace: str, place: Path, window, allow_empty: bool = False) -> Path:
-    """A trace given with a window: its cut (time windows only: the trace's own time)."""
-    from .pipeline.window import TimeFilter, cut_trace
-
-    if not isinstance(window, TimeFilter):
+    span = _window_filter(window)
+    if span is not None and len(inputs) == 1 and is_trace(inputs[0]) \
+            and not isinstance(span, TimeFilter):
         raise UsageError("--filter-nvtx needs the reports (an NVTX range is looked up in "
                          "them); on a trace use --filter-time with the trace's times")
-    out = place / "window.prv"
+    return span
+
+
+def _cut(trace: str, out: Path, window, allow_empty: bool = False) -> Path:
+    """A trace given with a time window (`_span`): its cut into `out`, in the trace's own
+    time."""
+    from .pipeline.window import cut_trace
+
     cut_trace(trace, out, window.start or 0, window.end, allow_empty)
     return out
 

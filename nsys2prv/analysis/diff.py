@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..report.inputs import is_trace
 from .activities import Activities, read_activities
 from .labels import label_frame
 from .layers import comparison_rows
@@ -783,10 +784,6 @@ def gate(c: Comparison, pct: float) -> tuple[bool, str]:
 
 # ------------------------------------------------------------------------ sides --
 
-def _is_trace(path: str) -> bool:
-    return path.endswith(".prv") or path.endswith(".prv.gz")
-
-
 def is_nsys2prv_trace(path: Path) -> bool:
     """A trace written by nsys2prv: its second header line says so."""
     from ..paraver.read import open_text
@@ -834,15 +831,10 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     `iterations` names, else the one `steps.pick` finds on this side: the comparison's
     step whenever both sides find the same), on a second pass over what the first kept."""
     from ..errors import InputError, UsageError
-    from ..report.inputs import expand_inputs
+    from ..report.inputs import run_inputs
 
     try:
-        paths = [str(p) for p in expand_inputs([Path(i) for i in inputs])]
-        if not paths:
-            raise UsageError("no input given")
-        traces = [p for p in paths if _is_trace(p)]
-        if traces and len(paths) > 1:
-            raise UsageError("give either one trace (.prv) or reports, not both")
+        paths, traces = run_inputs(inputs)
         out = workdir / f"{label}.prv"
         exports: list[str] = []
         partials: list[str] = []
@@ -1022,7 +1014,7 @@ def compare(before: str | list[str], after: str | list[str], *, window=None,
 
         for side in (before, after):
             given = [side] if isinstance(side, (str, Path)) else list(side)
-            if any(_is_trace(str(p)) for p in expand_inputs([Path(i) for i in given])):
+            if any(is_trace(str(p)) for p in expand_inputs([Path(i) for i in given])):
                 raise UsageError("--trace needs the reports of each side (a side given as a "
                                  "trace cannot be translated again)")
     args = []

@@ -167,9 +167,8 @@ class KernelMetrics:
         return self.rates.height == 0
 
     def to_dict(self) -> dict:
-        def rows(df: pl.DataFrame) -> list[dict]:
-            return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-                    for r in df.to_dicts()]
+        from .launch import json_rows as rows
+
         return {"note": self.note, "fits": rows(self.fits), "kernels": rows(self.kernels),
                 "rates": rows(self.rates), "spread": rows(self.spread),
                 "outliers": rows(self.outliers), "interference": rows(self.interference),

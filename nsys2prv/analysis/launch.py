@@ -200,11 +200,14 @@ class Launches:
         return self.configs.height == 0
 
     def to_dict(self) -> dict:
-        def rows(df: pl.DataFrame) -> list[dict]:
-            return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-                    for r in df.to_dicts()]
-        return {"note": self.note, "configs": rows(self.configs),
-                "kernels": rows(self.kernels), "findings": rows(self.findings)}
+        return {"note": self.note, "configs": json_rows(self.configs),
+                "kernels": json_rows(self.kernels), "findings": json_rows(self.findings)}
+
+
+def json_rows(df: pl.DataFrame) -> list[dict]:
+    """A table's rows for --json: NaN (no value, in float columns) as null."""
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+            for r in df.to_dicts()]
 
 
 def sm_ceiling_pv(df: pl.DataFrame) -> np.ndarray:

@@ -203,32 +203,36 @@ def _inside_step(c) -> list[str]:
             parts.append(lead[0].upper() + lead[1:] + ", ".join(
                 f"{k[len('idle: '):]} {_dt(s.median_after - s.median_before)}"
                 for k, s in groups) + " per step.")
-    kernels = _step_kernels(c)
-    if kernels:
-        parts.append(kernels)
-        moved = (pl.col("median_after") - pl.col("median_before")).abs()
-        named = (it.kernels.filter(pl.col("verdict").is_in(["faster", "slower"])
-                                   & (moved >= _material(c)))
-                 .sort(moved, "kernel", descending=[True, False])["kernel"].to_list())
+    moved = _step_kernels_moved(c)
+    if moved.height:
+        parts.append(_step_kernels(moved))
+        named = moved["kernel"].to_list()
         rate = rate_sentence(c, named)
         if rate:
             parts.append(rate)
-        launch = launch_sentence(c, named[:3])  # the kernels _step_kernels names
+        launch = launch_sentence(c, named[:STEP_KERNELS])  # those _step_kernels names
         if launch:
             parts.append(launch)
     return parts
 
 
-def _step_kernels(c, k: int = 3) -> str | None:
+STEP_KERNELS = 3  # kernels named per step
+
+
+def _step_kernels_moved(c) -> pl.DataFrame:
+    """The kernels whose time per step moved beyond noise and by MATERIAL of the step,
+    largest move first (empty when the step has no kernel table)."""
     t = c.iterations.kernels
     if t is None or t.height == 0:
-        return None
-    moved = (t.filter(pl.col("verdict").is_in(["faster", "slower"]))
-             .with_columns((pl.col("median_after") - pl.col("median_before")).abs()
-                           .alias("_m")).filter(pl.col("_m") >= _material(c))
-             .sort("_m", "kernel", descending=[True, False]))
-    if moved.height == 0:
-        return None
+        return pl.DataFrame({"kernel": []}, schema={"kernel": pl.Utf8})
+    return (t.filter(pl.col("verdict").is_in(["faster", "slower"]))
+            .with_columns((pl.col("median_after") - pl.col("median_before")).abs()
+                          .alias("_m")).filter(pl.col("_m") >= _material(c))
+            .sort("_m", "kernel", descending=[True, False]))
+
+
+def _step_kernels(moved: pl.DataFrame, k: int = STEP_KERNELS) -> str:
+    """'Kernels whose time per step moved: ...' of `_step_kernels_moved`'s first `k`."""
     items = []
     for r in moved.head(k).iter_rows(named=True):
         n = ("" if r["n_before"] == r["n_after"] else

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, UsageError
-from ..report.inputs import expand_inputs
+from ..report.inputs import expand_inputs, is_trace
 from ..supervise import stderr_is_terminal
 from ..analysis.idle import CAUSE_LABELS, UNKNOWN_HOST, IdleReport
 from ..analysis.labels import fit_labels
@@ -99,10 +99,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip 'Layers on the GPU'")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
-
-
-def _is_trace(path: str) -> bool:
-    return path.endswith(".prv") or path.endswith(".prv.gz")
 
 
 def analyze(inputs: list[str], explain: bool = True, top: int = 10,
@@ -491,7 +487,7 @@ def scaling_main(args) -> int:
             label = given.rstrip("/")  # as given: the table's heads drop what runs share
             for suffix in (".prv.gz", ".prv"):
                 label = label[: -len(suffix)] if label.endswith(suffix) else label
-            if not (len(files) == 1 and _is_trace(files[0])) and stderr_is_terminal():
+            if not (len(files) == 1 and is_trace(files[0])) and stderr_is_terminal():
                 print(f"nsys2prv analyze: translating run {label} ({len(files)} report"
                       f"{'s' if len(files) > 1 else ''})", file=sys.stderr)
             runs.append(load(files, window=window, allow_empty=args.allow_empty,
@@ -535,7 +531,7 @@ def main(argv: list[str]) -> int:
     args.inputs = expand_inputs(args.inputs)
     if args.weak or args.csv:
         raise UsageError("--weak and --csv go with --scaling")
-    if args.pop_trace and not (len(args.inputs) == 1 and _is_trace(args.inputs[0])):
+    if args.pop_trace and not (len(args.inputs) == 1 and is_trace(args.inputs[0])):
         raise UsageError("--pop-trace needs one trace (.prv) as input")
     if args.top < 0:
         raise UsageError("--top takes a number >= 0")

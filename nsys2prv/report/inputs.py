@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 
 REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
@@ -55,6 +55,23 @@ def expand_inputs(items: Sequence[str | os.PathLike[str]],
         else:
             out += _expand_one(text, directory)
     return out
+
+
+def is_trace(path: str) -> bool:
+    """A Paraver trace (.prv, .prv.gz), which is read as it is, rather than a report."""
+    return path.endswith(".prv") or path.endswith(".prv.gz")
+
+
+def run_inputs(items: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+    """The files of one run (`expand_inputs`) and the traces among them: one trace, or
+    reports; anything else is a usage error."""
+    paths = [str(p) for p in expand_inputs(items)]
+    if not paths:
+        raise UsageError("no input given")
+    traces = [p for p in paths if is_trace(p)]
+    if traces and len(paths) > 1:
+        raise UsageError("give either one trace (.prv) or reports, not both")
+    return paths, traces
 
 
 def _expand_one_list(name: str, directory: Callable[[Path], list[str]]) -> list[str]:
