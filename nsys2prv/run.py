@@ -119,6 +119,7 @@ class _Options:
     critical: bool = False
     kernel_metrics: bool = True
     layers: str | None = AUTO
+    samples: bool = True
 
     def covers(self, need: "_Options") -> bool:
         """Whether a pass with these options gives what `need` asks."""
@@ -127,7 +128,8 @@ class _Options:
                 and (self.modality or not need.modality)
                 and (not need.critical or (self.critical and self.what_if == need.what_if))
                 and (self.kernel_metrics or not need.kernel_metrics)
-                and (need.layers is None or self.layers == need.layers))
+                and (need.layers is None or self.layers == need.layers)
+                and (self.samples or not need.samples))
 
 
 @dataclass
@@ -223,7 +225,7 @@ class Run:
     def analysis(self, *, explain: bool = True, top: int = 10,
                  iterations: str | None = None, modality: bool = False,
                  what_if: Sequence | None = None, kernel_metrics: bool = True,
-                 layers: str | None = AUTO):
+                 layers: str | None = AUTO, samples: bool = True):
         """The efficiency model (`analysis.model.Analysis`) and what the other analyses add
         (`analysis.passes.Extras`), computed on one pass over the trace (two with
         `explain`: why the GPUs wait) and kept: what `nsys2prv analyze` prints with the same
@@ -231,7 +233,8 @@ class Run:
         scenarios, [] for the path alone; layers: a name or depth, '' to find the level,
         None to skip)."""
         opts = _Options(explain, top, iterations, modality,
-                        tuple(what_if or ()), what_if is not None, kernel_metrics, layers)
+                        tuple(what_if or ()), what_if is not None, kernel_metrics, layers,
+                        samples)
         for cached, result, extras in self._cache:
             if cached.covers(opts):
                 return result, extras
@@ -244,7 +247,7 @@ class Run:
             wi = [w if isinstance(w, WhatIf) else parse_what_if(w) for w in opts.what_if]
         try:
             result, extras = analyze_trace_all(self.trace, explain, top, iterations,
-                                               modality, wi, kernel_metrics, layers)
+                                               modality, wi, kernel_metrics, layers, samples)
         except LayersNotFound as e:
             raise InputError(f"--layers: {e}") from None
         result.trace = self.source or (" ".join(self.inputs) if len(self.inputs) <= 4 else
@@ -377,6 +380,37 @@ class Run:
         notes = [f"layers: {lay.pick.why}"] + lay.notes
         return Tables("Layers on the GPU", frames, notes, source=lay,
                       plot=lambda path=None: _plot(lambda q: _plot_layers(lay, q), path))
+
+    def samples(self, top: int = 10) -> Tables:
+        """Where in the code (docs/samples.md): the CPU samples' `threads`, `self` and
+        `inclusive` profiles by function (job-wide, per process and per thread), `modules`,
+        the `callers` of the top functions, the top-down `tree`, `folded` stacks, their
+        `quality`; and the GPU's idle gaps in the code: per device the launching threads'
+        functions (`gap_launching`), the call sites that blocked them (`gap_blocking`),
+        what ran meanwhile (`gap_running`) and the stacks sampled meanwhile
+        (`gap_folded`, the flame graph `plot` draws). Empty, with a note, without
+        samples."""
+        _, ex = self.analysis(top=top)
+        s = ex.samples
+        if s is None:
+            return Tables("Where in the code", {}, [
+                "no CPU sample in the trace (nsys profile samples every thread by default: "
+                "--sample=process-tree; call stacks with --backtrace)"])
+
+        def draw(path=None):
+            from .analysis.plot import plot_flame
+
+            gf = s.gap_folded if s.gap_folded is not None and s.gap_folded.height else None
+            if gf is not None:
+                whole = gf.filter(pl.col("device") == "job") \
+                    if "job" in gf["device"].to_list() else gf
+                stacks = whole.group_by("stack").agg(pl.col("samples").sum()).sort("stack")
+                title = "CPU samples while the GPU was idle"
+            else:
+                stacks, title = s.folded, "CPU samples"
+            return _plot(lambda q: plot_flame(stacks, q, title), path)
+
+        return Tables("Where in the code", s.tables(), s.lines + s.notes, source=s, plot=draw)
 
     def rules(self, rule: str = "all") -> Tables:
         """Nsight Systems' expert-system rules (docs/rules.md: gpu_gaps, gpu_time_util,

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..paraver.read import companion, source_path
 from ..report.inputs import is_trace
 from .activities import Activities, read_activities
 from .labels import label_frame
@@ -64,6 +65,9 @@ class Side:
     # its NVTX ranges projected onto the GPU, as the comparison reads them
     # (`layers.comparison_rows`), computed where its activities were read
     layer_rows: pl.DataFrame | None = None
+    # its CPU samples by leaf function, in the run and inside the GPU's gaps
+    # (`samples.Shares`; None: no sample)
+    samples: object | None = None
 
     @property
     def elapsed(self) -> int:
@@ -107,6 +111,8 @@ class Comparison:
     layers: pl.DataFrame | None = None
     # the kernels whose launch configuration changed (`launch.launch_changes`)
     launches: pl.DataFrame | None = None
+    # per function, its share of the CPU samples on each side (`sample_table`)
+    samples: pl.DataFrame | None = None
 
     @property
     def elapsed_change(self) -> float | None:
@@ -124,6 +130,8 @@ class Comparison:
             out["layers"] = self.layers
         if self.launches is not None:
             out["kernel_launches"] = self.launches
+        if self.samples is not None:
+            out["samples"] = self.samples
         if self.devices is not None:
             out["devices"] = self.devices
         if self.rules is not None:
@@ -755,8 +763,64 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
 
     comp.launches = launch_changes(kernels, getattr(before.kernel_metrics, "launch", None),
                                    getattr(after.kernel_metrics, "launch", None))
+    comp.samples = sample_table(before.samples, after.samples)
     comp.paragraph = explain(comp)
     return comp
+
+
+SAMPLE_MIN_SHARE = 0.01  # functions below this share of samples on both sides: left out
+
+
+def sample_table(b, a) -> pl.DataFrame | None:
+    """Per leaf function (function, module), its samples and share of the run's samples on
+    each side (`scope` 'run'), and of the launching threads' samples inside the GPU's idle
+    gaps (`scope` 'gaps'), the change of share (points) and the p-value that the two shares
+    are one (`stats.proportion_p`, Holm-adjusted within a scope); `moved`: beyond noise and
+    by at least `stats.SHARE_MOVE`. Functions under `SAMPLE_MIN_SHARE` on both sides are
+    left out. None when a side has no samples."""
+    from .stats import SHARE_MOVE, proportion_p
+
+    if b is None or a is None:
+        return None
+    parts = []
+    for scope, fb, fa in (("run", b.run, a.run), ("gaps", b.gaps, a.gaps)):
+        if fb is None or fa is None:
+            continue
+        nb = int(fb["samples"].sum()) if fb.height else 0
+        na = int(fa["samples"].sum()) if fa.height else 0
+        if nb == 0 or na == 0:
+            continue
+        t = (fb.rename({"samples": "samples_before"})
+             .join(fa.rename({"samples": "samples_after"}), on=["function", "module"],
+                   how="full", coalesce=True)
+             .with_columns(pl.col("samples_before").fill_null(0),
+                           pl.col("samples_after").fill_null(0))
+             .with_columns((pl.col("samples_before") / nb).alias("share_before"),
+                           (pl.col("samples_after") / na).alias("share_after"))
+             .filter((pl.col("share_before") >= SAMPLE_MIN_SHARE)
+                     | (pl.col("share_after") >= SAMPLE_MIN_SHARE))
+             .with_columns((pl.col("share_after") - pl.col("share_before")).alias("delta")))
+        p = [proportion_p(x, nb, y, na) for x, y in
+             t.select("samples_before", "samples_after").iter_rows()]
+        # Holm-Bonferroni within the scope: p_(i) x (m - i + 1), running maximum
+        order = sorted(range(len(p)), key=lambda i: (p[i], i))
+        adjusted = [1.0] * len(p)
+        running = 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, p[i] * (len(p) - rank)))
+            adjusted[i] = running
+        t = t.with_columns(pl.Series("p", adjusted, dtype=pl.Float64),
+                           pl.lit(scope).alias("scope"),
+                           pl.lit(nb).alias("total_before"), pl.lit(na).alias("total_after"))
+        t = t.with_columns(((pl.col("p") < 0.05) & (pl.col("delta").abs() >= SHARE_MOVE))
+                           .alias("moved"))
+        parts.append(t.sort(pl.col("delta").abs(), "function", "module",
+                            descending=[True, False, False]))
+    if not parts:
+        return None
+    return pl.concat(parts).select("scope", "function", "module", "samples_before",
+                                   "share_before", "samples_after", "share_after", "delta",
+                                   "p", "moved", "total_before", "total_after")
 
 
 def _range_tree(b: Activities, a: Activities) -> pl.DataFrame:
@@ -868,7 +932,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                                        on_report=on_report, attributes=attributes)
             exports = paths
             partials, facts = out.partials, out.facts
-        collector = samples = None
+        collector = samples = shares = None
         analysis = step = idle_steps = None
         if models:  # one pass for the model, the activities, the idle causes, the samples
             from .activities import ActivityCollector
@@ -877,11 +941,21 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             from .launch import LaunchCollector
 
+            from . import samples as code
+
             collector = ActivityCollector(out)
             samples = SampleCollector(out)
             launches = LaunchCollector(out, per_kernel=bool(samples.types))
             observers = [collector, launches] + ([samples] if samples.types else [])
             state: dict = {}
+            labels = code.read_labels(companion(source_path(out), ".pcf"))[0]
+            code_samples = code.SampleCollector() if labels else None
+            if code_samples is not None:
+                observers.append(code_samples)
+
+            def gap_samples(keys, rows):
+                state["gap_samples"] = found = code.OnePassGapSamples(keys, rows)
+                return found
 
             def steps() -> pl.DataFrame | None:
                 # the side's own step (the range named, else the one this side alone
@@ -898,7 +972,10 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                     instances(acts, *spec).select("instance", "start", "end")
 
             analysis = analyze_path(out, idle, 10, observers=observers, detail=False,
-                                    steps=steps if idle else None)
+                                    steps=steps if idle else None,
+                                    one_pass_code=gap_samples if code_samples else None)
+            if code_samples is not None:
+                shares = code.shares(code_samples, state.get("gap_samples"), labels)
             if "acts" in state:
                 acts = state["acts"]
                 step = state.get("step")
@@ -932,7 +1009,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     except (InputError, UsageError) as e:
         raise type(e)(f"{label} side: {e}") from None
     return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
-                step, idle_steps, cand, comparison_rows(acts))
+                step, idle_steps, cand, comparison_rows(acts), shares)
 
 
 PARALLEL_BYTES = 32 << 20

@@ -839,13 +839,15 @@ def explain(finder: GapFinder, launches: LaunchStats | None,
             source: Callable[..., Iterable[Trace]] | None, end: int, rows: pl.DataFrame,
             devices: pl.DataFrame, pcf: Path | None, top: int = 10,
             buckets: Buckets = None, nvtx: bool = True,
-            fold: GapFold | None = None) -> IdleReport:
+            fold: GapFold | None = None, code=None) -> IdleReport:
     """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
     report; or, with the gaps already folded on the first pass (`OnePassCauses`), the
     report of `fold`. Names come from the trace's .pcf when there is one. `buckets`
     (instance, start, end: the steps of the run) adds the idle time and causes of each
     step. Without `launches` (None) or `nvtx`, the report has no launch statistics or NVTX
-    ranges (what a comparison of two runs leaves out: the causes are the same)."""
+    ranges (what a comparison of two runs leaves out: the causes are the same). `code`
+    (`samples.GapCode`) sees the second pass too, its types read with the causes', once the
+    gaps are known: the code the host ran during them."""
     values: dict[int, dict[int, str]] = {}
     type_labels: dict[int, str] = {}
     if pcf is not None and pcf.exists():
@@ -860,11 +862,22 @@ def explain(finder: GapFinder, launches: LaunchStats | None,
         full = _names(pcf).get(cuda.KERNEL_FULL_NAME) if pcf is not None else None
         launch_list = launches.result(end, kernel_names, full)
     if fold is None:
-        sums = CauseSums(finder.gaps(), top, buckets, nvtx)
+        gaps = finder.gaps()
+        sums = CauseSums(gaps, top, buckets, nvtx)
         types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)
-        if sums.rows.len():
+        if code is not None:
+            if gaps.height:
+                code.begin(gaps, rows, end, bucket_sets(buckets).get("steps"))
+                types = types | code.types
+            else:
+                code = None
+        if sums.rows.len() or code is not None:
             for window in source(types=types, state_rows=sums.host_rows):
                 sums.add(window)
+                if code is not None:
+                    code.add(window)
+            if code is not None:
+                code.finish()
         fold = sums.result()
 
     def nvtx_label(t: int, v: int) -> str:

@@ -323,7 +323,8 @@ PROCESS_GROUP = pl.col("task_index")
 def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
              pcf: Path | None, observers: Sequence = (),
              steps: Callable[[], pl.DataFrame | None] | None = None,
-             detail: bool = True, spill: bool = False) -> Analysis:
+             detail: bool = True, spill: bool = False, code=None,
+             one_pass_code: Callable | None = None) -> Analysis:
     """The model over the windows `source(types=..., comms=...)` gives; with `explain`, the
     gaps and launches on the same pass and the host's causes on a second one
     (`idle.explain`): over the first pass's windows kept on disk with `spill`
@@ -338,13 +339,20 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     no per-process groups, launch statistics or NVTX range of each gap; there the causes
     are found on the first pass whatever `steps`, and only where `steps` gives some (the
     run has a step: a comparison's side) does a second pass read `source` again for their
-    sums (a run without a step pays nothing for it)."""
+    sums (a run without a step pays nothing for it). `code` (`samples.GapCode`, with
+    `detail`) sees the second pass: its types are kept for it; without `detail`,
+    `one_pass_code(device keys, rows)` makes an object whose `add(window, ended gaps, idle
+    devices)` sees the first pass (`samples.OnePassGapSamples`)."""
     model = ModelSums(processes=detail)
-    finder = launches = causes = None
+    finder = launches = causes = gap_code = None
     types = frozenset(TYPES.union(*(o.types for o in observers)))
     if explain and detail:  # the launch statistics are per demangled name
         types = types | {cuda.KERNEL_FULL_NAME}
     cause_types = idle.CAUSE_TYPES if detail else idle.CAUSE_TYPES - frozenset(idle.PUSHPOP)
+    if code is not None and detail:
+        cause_types = cause_types | code.types
+    else:
+        code = None
     # without the NVTX range of each gap or the steps' sums, the causes are found on this
     # pass (`idle.OnePassCauses`); else on a second one, over what this one kept
     one_pass = explain and not detail
@@ -377,9 +385,13 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                     launches = idle.LaunchStats() if detail else None
                     if one_pass:
                         causes = idle.OnePassCauses(finder, window.rows, top)
+                        if one_pass_code is not None:
+                            gap_code = one_pass_code(finder.keys, window.rows)
                 ended = finder.add(window, runs)
                 if causes is not None:
                     causes.add(window, ended)
+                if gap_code is not None:
+                    gap_code.add(window, ended, finder.idle(window.end))
                 if launches is not None:
                     launches.add(window)
         result = model.result()
@@ -393,7 +405,7 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                 fold = None  # the causes again, on a second pass, with the steps' sums
             result.idle = idle.explain(finder, launches, again, result.end, rows,
                                        device_keys(rows), pcf, top, buckets, nvtx=detail,
-                                       fold=fold)
+                                       fold=fold, code=code if fold is None else None)
     finally:
         if kept is not None:
             kept.close()
@@ -418,7 +430,7 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
 def analyze_path(path: Source, explain: bool = True, top: int = 10,
                  observers: Sequence = (),
                  steps: Callable[[], idle.Buckets] | None = None,
-                 detail: bool = True) -> Analysis:
+                 detail: bool = True, code=None, one_pass_code=None) -> Analysis:
     """The analysis of a trace file, read window by window (memory of one window): the
     model, and with `explain` why the GPUs wait (a second pass, over what the first one
     kept: the trace is read once). `observers` see the
@@ -426,4 +438,4 @@ def analyze_path(path: Source, explain: bool = True, top: int = 10,
     `detail=False` leaves out what a comparison does not read (see `_analyze`)."""
     return _analyze(lambda **kw: windows(path, **kw), explain, top,
                     companion(source_path(path), ".pcf"), observers, steps, detail,
-                    spill=True)
+                    spill=True, code=code, one_pass_code=one_pass_code)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from ..paraver.read import Source
 from .model import Analysis, analyze_path
 
@@ -30,18 +32,22 @@ class Extras:
     graph: object | None = None  # its analysis.critical_path.Graph
     kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
     layers: object | None = None  # analysis.layers.Layers
+    samples: object | None = None  # analysis.samples.Samples
 
 
 def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
                       iterations: str | None = None, modality: bool = False,
                       what_if: list | None = None, kernel_metrics: bool = True,
-                      layers: str | None = AUTO) -> tuple[Analysis, Extras]:
+                      layers: str | None = AUTO, samples: bool = True
+                      ) -> tuple[Analysis, Extras]:
     """The analysis of a trace and, on the same passes, what is asked: the steps of
     `iterations` ('RANGE[@DOMAIN]'; AUTO: picked; None: not asked), the kernels'
     `modality`, the critical path with its what-ifs (`what_if` not None), what the kernels
     do with the GPU (`kernel_metrics`, where the trace has GPU metrics) and the NVTX ranges
     projected onto the GPU with the layer level (`layers`: a name or depth, AUTO: found;
-    None: not asked; only where the trace has NVTX ranges)."""
+    None: not asked; only where the trace has NVTX ranges) and where in the code (`samples`:
+    the CPU samples' profiles and, with `explain`, the code the host ran during the GPU's
+    gaps; only where the trace has samples)."""
     from .activities import ActivityCollector
 
     extras = Extras()
@@ -62,6 +68,17 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
             observers.append(samples)
         launches = LaunchCollector(path, per_kernel=bool(samples.types))
         observers.append(launches)
+    code = sample_collector = labels = None
+    if samples:
+        from ..paraver.read import companion, source_path
+        from . import samples as code_samples
+
+        labels = code_samples.read_labels(companion(source_path(path), ".pcf"))
+        if labels[0]:
+            sample_collector = code_samples.SampleCollector()
+            observers.append(sample_collector)
+            if explain:
+                code = code_samples.GapCode()
     collector = ActivityCollector(path)
     if layers is not None and not collector.nvtx_types:
         layers = None  # no NVTX range: nothing to project
@@ -99,6 +116,12 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
 
             state["layers"] = found_layers = analyze_layers(acts, step, layers or None)
             buckets["layers"] = found_layers.buckets()
+            if code is not None and found_layers.members.height:
+                m = found_layers.members  # the layers' ranges on their CPU threads
+                code.layer_spans = m.select(
+                    "row", pl.col("cpu_start").alias("start"),
+                    (pl.col("cpu_start") + pl.col("cpu_dur")).alias("end"),
+                    pl.col("layer").cast(pl.Utf8))
             found_layers.release()  # the work sorted for the projection: not needed now
             if not keep_acts:  # nor the activities: only the layers read them
                 state["acts"] = None
@@ -106,12 +129,12 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
 
     if need_acts:
         result = analyze_path(path, explain, top, observers=[collector, *observers],
-                              steps=between)
+                              steps=between, code=code)
         if "acts" not in state:  # no second pass (no devices, or explain off)
             between()
         acts = state["acts"]
     else:
-        result = analyze_path(path, explain, top, observers=observers)
+        result = analyze_path(path, explain, top, observers=observers, code=code)
         acts = None
     if iterations is not None:
         from .iterations import iteration_report
@@ -150,6 +173,8 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
         if extras.iterations is not None and not isinstance(extras.iterations, str):
             found_layers.add_iterations(extras.iterations)
         extras.layers = found_layers
+    if sample_collector is not None:
+        extras.samples = _samples(result, sample_collector, code, labels)
     if what_if is not None:
         from .critical_path import critical_path, step_paths
 
@@ -160,3 +185,21 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     return result, extras
 
 
+
+
+def _samples(result: Analysis, collector, code, labels):
+    """Where in the code: the samples' profiles, and the code behind the GPU's gaps where
+    the second pass saw them (`code` begun: the run has gaps)."""
+    from .model import device_keys
+    from .samples import add_gaps, profiles
+
+    rows = collector.rows
+    found = profiles(collector.counts.result(), rows, labels[0], collector.markers)
+    if code is not None and getattr(code, "index", None) is not None and result.idle is not None:
+        causes = {}
+        for d in result.idle.devices:
+            causes[d.name] = d.causes
+        names = device_keys(rows).select("g", "name")
+        by_g = {g: causes.get(n, {}) for g, n in names.iter_rows()}
+        add_gaps(found, code, rows, labels[0], labels[1], names, by_g)
+    return found

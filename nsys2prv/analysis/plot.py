@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from ..errors import Nsys2PrvError
 from .model import CAP, Analysis
 
@@ -25,13 +27,16 @@ def pyplot():
     return plt
 
 
-def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, layers=None):
+def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, layers=None,
+                  samples=None):
     """Stacked bars useful / communication / idle per device for the TALP-compatible and
     NCCL-aware forms, and the time per number of kernels at once, as % of the trace; with
     `kernel_metrics` (`kernel_metrics.KernelMetrics` with rates), the kernels' speed of
     light below (`speed_of_light`); with `layers` (`layers.Layers` with a layer level),
-    their picture beside (`plot_layers`, PATH's stem + '_layers.png'). Without a path, the
-    figure (a notebook shows it)."""
+    their picture beside (`plot_layers`, PATH's stem + '_layers.png'); with `samples`
+    (`samples.Samples`) whose gaps were seen, the flame graph of the CPU samples taken
+    while the GPU was idle (PATH's stem + '_samples.png'). Without a path, the figure (a
+    notebook shows it)."""
     plt = pyplot()
     T = a.end or 1
     names = [g.name for g in a.devices]
@@ -78,6 +83,13 @@ def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, lay
     plt.close(fig)
     if layers is not None and layers.layers.height:
         plot_layers(layers, path.with_name(path.stem + "_layers" + path.suffix))
+    if samples is not None and samples.gap_folded is not None and samples.gap_folded.height:
+        gf = samples.gap_folded
+        whole = gf.filter(pl.col("device") == "job") if "job" in gf["device"].to_list() \
+            else gf
+        plot_flame(whole.group_by("stack").agg(pl.col("samples").sum()).sort("stack"),
+                   path.with_name(path.stem + "_samples" + path.suffix),
+                   "CPU samples while the GPU was idle (every thread of its node)")
     return path
 
 
@@ -255,3 +267,39 @@ def plot_speed_of_light(km, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_flame(folded, path: str | Path | None, title: str = "CPU samples"):
+    """A flame graph of folded stacks (stack 'root;...;leaf', samples): roots at the bottom,
+    each frame as wide as its samples, named where it is wide enough. Without a path, the
+    figure."""
+    import zlib
+
+    from .samples import flame
+
+    plt = pyplot()
+    rects = flame(folded)
+    total = int(folded["samples"].sum()) if folded.height else 0
+    depth = int(rects["depth"].max()) + 1 if rects.height else 1
+    fig, ax = plt.subplots(figsize=(15, 0.28 * depth + 1.5), constrained_layout=True)
+    if rects.height:
+        cmap = plt.get_cmap("YlOrRd")
+        for r in rects.iter_rows(named=True):  # frames drawn: bounded by min_share
+            shade = cmap(0.25 + 0.5 * (zlib.crc32(r["name"].encode()) % 97) / 97)
+            ax.barh(r["depth"], r["width"], left=r["start"], height=0.95, color=shade,
+                    edgecolor="white", linewidth=0.3)
+            if r["width"] >= total * 0.02:
+                chars = max(int(160 * r["width"] / total), 1)
+                text = r["name"] if len(r["name"]) <= chars else r["name"][:max(chars - 2, 1)] + ".."
+                ax.text(r["start"] + r["width"] / 2, r["depth"], text, ha="center",
+                        va="center", fontsize=7, clip_on=True)
+    ax.set_xlim(0, max(total, 1))
+    ax.set_ylim(-0.5, depth - 0.5)
+    ax.set_yticks([])
+    ax.set_xlabel("samples")
+    ax.set_title(f"{title} ({total} samples)")
+    if path is None:
+        return fig
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

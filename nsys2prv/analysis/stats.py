@@ -221,3 +221,45 @@ def holm(shifts: dict[str, Shift], alpha: float = ALPHA) -> dict[str, Shift]:
         out[k] = Shift(s.n_before, s.n_after, s.median_before, s.median_after, s.change,
                        running, s.interval, verdict)
     return out
+
+
+def proportion_p(k1: int, n1: int, k2: int, n2: int) -> float | None:
+    """Two-sided p-value that k1 of n1 and k2 of n2 come from one share (a function's
+    samples among two runs' samples): Fisher's exact test where an expected count of the
+    2x2 table is below 5, else the pooled two-proportion z test (the chi-square test of the
+    table). None when a side has no sample. Samples are read as independent draws, which
+    periodic samples of one program only approach: the comparison also asks a share to move
+    by `SHARE_MOVE` before it names it."""
+    if n1 <= 0 or n2 <= 0:
+        return None
+    k, n = k1 + k2, n1 + n2
+    expected = min(k * n1, k * n2, (n - k) * n1, (n - k) * n2) / n
+    if expected < 5:
+        return _fisher(k1, n1, k2, n2)
+    p = k / n
+    se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 1.0
+    z = (k1 / n1 - k2 / n2) / se
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def _fisher(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Fisher's exact test of the 2x2 table (k1, n1-k1; k2, n2-k2), two-sided: the
+    probability of the tables with the same margins no more likely than this one."""
+    k, n = k1 + k2, n1 + n2
+    lo, hi = max(0, k - n2), min(k, n1)
+
+    def logp(x: int) -> float:  # hypergeometric: x of the k successes in the first row
+        return (math.lgamma(n1 + 1) - math.lgamma(x + 1) - math.lgamma(n1 - x + 1)
+                + math.lgamma(n2 + 1) - math.lgamma(k - x + 1) - math.lgamma(n2 - k + x + 1)
+                - math.lgamma(n + 1) + math.lgamma(k + 1) + math.lgamma(n - k + 1))
+
+    xs = np.arange(lo, hi + 1)
+    logs = np.array([logp(int(x)) for x in xs])
+    here = logp(k1)
+    keep = logs <= here + 1e-7
+    return float(min(1.0, np.exp(logs[keep]).sum()))
+
+
+SHARE_MOVE = 0.05  # a function's share of samples must move this much to be named

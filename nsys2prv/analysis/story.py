@@ -67,6 +67,9 @@ def explain_changes(c) -> list[str]:
     copies = _copies(c)
     if copies:
         parts.append(copies)
+    code = _code(c)
+    if code:
+        parts.append(code)
     device = _device_apart(c)
     if device:
         parts.append(device)
@@ -308,6 +311,30 @@ CAUSE_WORDS = {"cuda_launch": "launching", "host_compute": "host compute",
                "cuda_alloc": "allocating", "cuda_other": "in other CUDA calls",
                "osrt_other": "in other OS calls", "descheduled": "descheduled",
                "no_data": "no record of the host", "unknown_host": "host unknown"}
+
+
+# ------------------------------------------------------------------ where in the code --
+
+def _code(c, k: int = 2) -> str | None:
+    """The functions whose share of the CPU samples moved beyond noise (`diff.sample_table`):
+    inside the GPU's idle gaps first (what the launching thread ran or waited in), else in
+    the whole run."""
+    t = getattr(c, "samples", None)
+    if t is None or not t.height:
+        return None
+    for scope, words in (("gaps", "the launching thread's samples inside the GPU's idle "
+                                  "gaps"), ("run", "the run's CPU samples")):
+        moved = t.filter((pl.col("scope") == scope) & pl.col("moved"))
+        if moved.height:
+            items = [f"{r['function']} {_pct_share(r['share_before'])} -> "
+                     f"{_pct_share(r['share_after'])}"
+                     for r in moved.head(k).iter_rows(named=True)]
+            return f"Where in the code, {words}: " + "; ".join(items) + "."
+    return None
+
+
+def _pct_share(x: float) -> str:
+    return f"{100 * x:.0f} %"
 
 
 # ------------------------------------------------------------------- copies, devices --

@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
                         "repeated children, or PyTorch's operators)")
     p.add_argument("--no-layers", action="store_true",
                    help="skip 'Layers on the GPU'")
+    p.add_argument("--no-samples", action="store_true",
+                   help="skip 'Where in the code' (the CPU samples' profiles and the code "
+                        "behind the GPU's idle gaps, printed by default when the trace has "
+                        "CPU samples)")
+    p.add_argument("--folded", metavar="OUT.txt",
+                   help="write the CPU samples as folded stacks ('root;...;leaf COUNT', one "
+                        "line per distinct stack), which FlameGraph and speedscope read")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -105,7 +112,7 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
             keep_in: Path | None = None, window=None,
             allow_empty: bool = False, iterations: str | None = None,
             modality: bool = False, what_if: list | None = None,
-            kernel_metrics: bool = True, layers: str | None = AUTO
+            kernel_metrics: bool = True, layers: str | None = AUTO, samples: bool = True
             ) -> tuple[Analysis, Path | None, Extras]:
     """The run of `inputs` (`nsys2prv.load`: one trace, or reports translated as they are
     read, into `keep_in` when given, with progress bars on a terminal) analysed as
@@ -126,7 +133,8 @@ def analyze(inputs: list[str], explain: bool = True, top: int = 10,
         with run:
             result, extras = run.analysis(explain=explain, top=top, iterations=iterations,
                                           modality=modality, what_if=what_if,
-                                          kernel_metrics=kernel_metrics, layers=layers)
+                                          kernel_metrics=kernel_metrics, layers=layers,
+                                          samples=samples)
     finally:
         bars.close()
     return result, kept, extras
@@ -548,10 +556,17 @@ def main(argv: list[str]) -> int:
     if args.layers is not None and args.no_layers:
         raise UsageError("--layers and --no-layers exclude each other")
     layers = None if args.no_layers else (args.layers or AUTO)
+    if args.folded and args.no_samples:
+        raise UsageError("--folded writes the samples, which --no-samples skips")
     result, trace, extras = analyze(args.inputs, not args.no_idle, args.top, views,
                                     window_of(args), args.allow_empty, args.iterations,
                                     args.modality, what_if, not args.no_kernel_metrics,
-                                    layers)
+                                    layers, not args.no_samples)
+    if args.folded:
+        if extras.samples is None:
+            raise UsageError(f"--folded: no CPU sample in {' '.join(args.inputs)} (nsys "
+                             "profile samples by default: --sample=process-tree)")
+        write_folded(extras.samples, args.folded)
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types
@@ -588,6 +603,8 @@ def main(argv: list[str]) -> int:
             out["kernel_metrics"] = extras.kernel_metrics.to_dict()
         if extras.layers is not None:
             out["layers"] = extras.layers.to_dict()
+        if extras.samples is not None:
+            out["samples"] = extras.samples.to_dict()
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
@@ -608,13 +625,16 @@ def main(argv: list[str]) -> int:
                                                    args.top))
         if extras.layers is not None:
             sys.stdout.write(format_layers(extras.layers, args.list_all, args.top))
+        if extras.samples is not None:
+            sys.stdout.write(format_samples(extras.samples, args.list_all, args.top))
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")
     if args.plot:
         from ..analysis.plot import plot_analysis
 
-        plot_analysis(result, args.plot, extras.kernel_metrics, layers=extras.layers)
+        plot_analysis(result, args.plot, extras.kernel_metrics, layers=extras.layers,
+                      samples=extras.samples)
     return 0
 
 
@@ -939,3 +959,83 @@ def _launch_lines(launch, list_all: bool, top: int) -> list[str]:
         out.append(f"###       ... {cfg.height - shown.height} more (all in --json, or "
                    "--list-all)")
     return out
+
+
+def _fn(function: str, module: str, n: int = 50) -> str:
+    """A function for one line: its name cut, its module's name."""
+    return _clip(function, n) + (f" ({module})" if module else "")
+
+
+def _top_list(df, n: int, total: int | None = None) -> str:
+    """'f (module) 12.3%, ...' of the first `n` rows of (function, module, samples)."""
+    if df is None or not df.height:
+        return "-"
+    total = total or int(df["samples"].sum())
+    return ", ".join(f"{_fn(r['function'], r['module'], 40)} {r['samples'] / total:.1%}"
+                     for r in df.head(n).iter_rows(named=True))
+
+
+def format_samples(s, list_all: bool = False, top: int = 10) -> str:
+    """Where in the code: who was sampled, the hottest functions and modules, the callers
+    of the top ones, and each device's idle time named in the code."""
+    q = s.quality.row(0, named=True) if s.quality.height else {"samples": 0}
+    total = q["samples"]
+    out = ["", "### Where in the code: CPU samples and call stacks (docs/samples.md)"]
+    if not total:
+        out += [f"###   {n}" for n in s.notes]
+        return "\n".join(out) + "\n"
+    procs = s.threads.select("task").n_unique()
+    out.append(f"###   {total} samples on {s.threads.height} threads of {procs} process"
+               f"{'es' if procs != 1 else ''}; {q['with_stack'] / total:.0%} with a call stack")
+    n = s.threads.height if list_all else min(top, s.threads.height)
+    out.append("###   threads (share of the samples):")
+    for r in s.threads.head(n).iter_rows(named=True):
+        out.append(f"###     {r['share']:6.1%}  {_clip(r['thread'] or 'thread', 40)} "
+                   f"(pid {r['pid']}, tid {r['tid']})")
+    if s.threads.height > n:
+        out.append(f"###     ... {s.threads.height - n} more threads (all in --json, or "
+                   "--list-all)")
+    k = 5
+    out.append(f"###   self (the sampled function): {_top_list(s.self_, k, total)}")
+    out.append(f"###   inclusive (anywhere on the stack): {_top_list(s.inclusive, k, total)}")
+    mods = s.modules.head(k)
+    out.append("###   modules (self): " + ", ".join(
+        f"{_clip(m, 40)} {v / total:.1%}" for m, v in mods.select("module", "self").iter_rows()))
+    if s.callers.height:
+        firsts = s.callers.group_by("function", "module", maintain_order=True).head(2).head(6)
+        out.append("###   callers of the top functions: " + "; ".join(
+            f"{_clip(r['function'], 30)} <- {_clip(r['caller_function'], 30)} "
+            f"({r['samples']})" for r in firsts.iter_rows(named=True)))
+    if s.in_steps is not None and s.in_steps.height:
+        out.append(f"###   inside the steps (self): {_top_list(s.in_steps, k)}")
+    if s.gaps is not None:
+        out.append("###   the GPU's idle gaps in the code (the launching thread's calls and "
+                   "samples, and what ran meanwhile):")
+        for line in s.lines:
+            out.append(f"###     {line}")
+        sites = s.gap_blocking
+        if sites is not None and sites.height:
+            shown = sites.group_by("device", maintain_order=True).head(3)
+            out.append("###   call sites of the launching threads during the gaps (share of "
+                       "the device's idle time):")
+            for r in shown.iter_rows(named=True):
+                share = f"{r['share']:6.1%}" if r["share"] is not None else "     -"
+                where = f" < {_clip(r['callers'], 90)}" if r["callers"] else " (no stack)"
+                out.append(f"###     {share}  {r['device']}: {r['api']}{where}")
+        launch = s.gap_launching
+        if launch is not None and launch.height:
+            for device, part in launch.group_by("device", maintain_order=True):
+                out.append(f"###   {device[0]}: the launching thread's samples in the gaps: "
+                           f"{_top_list(part, 3)}")
+    for note in s.notes:
+        out.append(f"###   note: {note}")
+    return "\n".join(out) + "\n"
+
+
+def write_folded(s, path: str) -> None:
+    """Folded stacks ('root;...;leaf COUNT', FlameGraph's and speedscope's input), written
+    whole or not at all."""
+    from ..paraver.output import atomic_text
+
+    lines = [f"{stack} {n}" for stack, n in s.folded.select("stack", "samples").iter_rows()]
+    atomic_text(path, "\n".join(lines) + ("\n" if lines else ""))

@@ -177,3 +177,31 @@ def output_error(path: Path, e: OSError) -> OutputError:
         return OutputError(f"{path}: file size limit reached while writing the trace; "
                            "nothing was written")
     return OutputError(f"{path}: cannot write ({e.strerror or e})")
+
+
+def atomic_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to `path` whole or not at all: a hidden temporary file beside it,
+    registered with the supervisor, renamed into place with Ctrl-C held; an older file of
+    that name is left as it was on any error (one-line `OutputError`)."""
+    target = Path(path)
+    tmp = None
+    try:
+        with signals_held():
+            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                        dir=target.parent if str(target.parent) else ".")
+            tmp = Path(name)
+            register_temp(tmp)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        with signals_held():
+            os.replace(tmp, target)
+            tmp = None
+    except OSError as e:
+        raise output_error(target, e) from None
+    finally:
+        if tmp is not None:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+    return target

@@ -1,0 +1,286 @@
+"""Where in the code (analysis/samples.py) on windows built by hand: every table checked
+against a count made sample by sample (the code counts by table, never by sample)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsys2prv.analysis import samples as S
+from nsys2prv.analysis.stats import _fisher, proportion_p
+from nsys2prv.paraver.read import Trace
+from nsys2prv.paraver.registry import cuda, osrt
+
+LABELS = {1: "main (app)", 2: "step (app)", 3: "sem_timedwait (libc.so.6)",
+          4: "parse (app)", 5: "0x7fff0000 (libcuda.so.1)", 6: "work(int) (libwork.so)",
+          7: "PyThread_acquire_lock_timed (python3.8)", 8: "acquire_timed (python3.8)",
+          9: "start_thread (libToolsInjection64.so)"}
+
+
+def rows_frame() -> pl.DataFrame:
+    """Two processes on one node: the launcher (rows 0, 1) and a worker (row 2); the GPU
+    stream row 3 belongs to the launcher (task 0, device 0)."""
+    return pl.DataFrame({
+        "row": pl.Series([0, 1, 2, 3], dtype=pl.Int32),
+        "label": ["rank 0: python main (tid 10)", "rank 0: thread (tid 11)",
+                  "rank 0: worker (tid 20)", "rank 0: GPU 0 ctx 1 stream 7 (A100)"],
+        "task_label": ["rank 0 python (pid 10)", "rank 0 python (pid 10)",
+                       "rank 0 python (pid 20)", "rank 0 python (pid 10)"],
+        "task_index": [0, 0, 1, 0], "kind": ["cpu", "cpu", "cpu", "gpu"],
+        "node": [1, 1, 1, 1], "device": [None, None, None, 0]})
+
+
+def window(events: list[tuple[int, int, int, int]], start: int = 0, end: int = 1000,
+           carried: int = 0) -> Trace:
+    ev = pl.DataFrame(events, schema={"row": pl.Int32, "time": pl.Int64, "type": pl.Int64,
+                                      "value": pl.Int64}, orient="row")
+    ev = ev.with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64))
+    return Trace(None, end, rows_frame(), ev, pl.DataFrame(), None, start, carried)
+
+
+def sample_events(samples: list[tuple[int, int, list[int]]]) -> list[tuple]:
+    return [(r, t, S.SAMPLED + k, v) for r, t, stack in samples for k, v in enumerate(stack)]
+
+
+SAMPLES = [(0, 10, [3, 7, 8, 2, 1]), (0, 20, [3]), (0, 30, [4, 2, 1]), (0, 40, [3]),
+           (2, 15, [6, 6, 1]), (2, 16, [6]), (2, 25, [5]), (2, 35, [6, 1]),
+           (1, 50, [9]), (0, 60, [4, 2, 1])]
+
+
+def collect(samples=SAMPLES) -> S.Samples:
+    c = S.SampleCollector()
+    w = window(sample_events(samples))
+    c.add(w)
+    return S.profiles(c.counts.result(), w.rows, LABELS, c.markers)
+
+
+def fn(v: int) -> tuple[str, str]:
+    return S.split_label(LABELS[v])
+
+
+def test_split_label_keeps_a_signature_whole():
+    assert S.split_label("work(int) (libwork.so)") == ("work(int)", "libwork.so")
+    assert S.split_label("0x7fff0000 (libcuda.so.1)") == ("0x7fff0000", "libcuda.so.1")
+    assert S.split_label("operator() (a.out)") == ("operator()", "a.out")
+
+
+def test_self_and_inclusive_equal_counts_made_sample_by_sample():
+    s = collect()
+    leaves = Counter(fn(st[0]) for _, _, st in SAMPLES)
+    incl = Counter(f for _, _, st in SAMPLES for f in {fn(v) for v in st})
+    got_self = {(r["function"], r["module"]): r["samples"] for r in s.self_.iter_rows(named=True)}
+    got_incl = {(r["function"], r["module"]): r["samples"]
+                for r in s.inclusive.iter_rows(named=True)}
+    assert got_self == dict(leaves)
+    assert got_incl == dict(incl)  # 'work(int)' twice on one stack counts once
+    assert got_incl[("work(int)", "libwork.so")] == 3
+    assert s.self_["share"].sum() == pytest.approx(1.0)
+    # per thread
+    per = Counter((r, fn(st[0])) for r, _, st in SAMPLES)
+    tid = {0: 10, 1: 11, 2: 20}
+    got = {(r["tid"], (r["function"], r["module"])): r["samples"]
+           for r in s.self_by_thread.iter_rows(named=True)}
+    assert got == {(tid[r], f): n for (r, f), n in per.items()}
+
+
+def test_threads_quality_and_profiler_share():
+    s = collect()
+    n = Counter(r for r, _, _ in SAMPLES)
+    assert dict(zip(s.threads["tid"], s.threads["samples"])) == {10: n[0], 11: n[1], 20: n[2]}
+    assert s.threads["pid"].to_list()[0] == 10  # the busiest first
+    q = s.quality.row(0, named=True)
+    assert q["samples"] == len(SAMPLES)
+    assert q["with_stack"] == sum(len(st) > 1 for _, _, st in SAMPLES)
+    assert q["unresolved_leaves"] == 1  # the libcuda address
+    assert q["profiler"] == 1  # the libToolsInjection leaf
+    assert any("leaf function only" in n for n in s.notes)
+
+
+def test_modules_count_a_module_once_per_sample():
+    s = collect()
+    incl = Counter(m for _, _, st in SAMPLES for m in {fn(v)[1] for v in st})
+    self_ = Counter(fn(st[0])[1] for _, _, st in SAMPLES)
+    got = {r["module"]: (r["self"], r["inclusive"]) for r in s.modules.iter_rows(named=True)}
+    assert got == {m: (self_.get(m, 0), incl[m]) for m in incl}
+
+
+def test_callers_tree_and_folded():
+    s = collect()
+    stacked = [st for _, _, st in SAMPLES if len(st) > 1]
+    callers = Counter((fn(st[0])[0], fn(st[1])[0]) for st in stacked)
+    got = {(r["function"], r["caller_function"]): r["samples"]
+           for r in s.callers.iter_rows(named=True)}
+    assert got == dict(callers)
+    # the tree: each root's total is the samples with a stack under it
+    roots = s.tree.filter(pl.col("parent") < 0)
+    assert dict(zip(roots["function"], roots["total"])) == dict(
+        Counter(fn(st[-1])[0] for st in stacked))
+    # every node's total = its self + its children's totals
+    for r in s.tree.iter_rows(named=True):
+        kids = s.tree.filter(pl.col("parent") == r["node"])["total"].sum()
+        assert r["total"] == r["self"] + kids
+    # folded stacks: root first, all samples, leaf-only ones under their own root
+    assert s.folded["samples"].sum() == len(SAMPLES)
+    folded = dict(zip(s.folded["stack"], s.folded["samples"]))
+    assert folded["main;step;parse"] == 2
+    assert folded[f"{S.LEAF_ONLY};sem_timedwait"] == 2
+    assert folded["main;step;acquire_timed;PyThread_acquire_lock_timed;sem_timedwait"] == 1
+
+
+def test_flame_rectangles_tile_their_parent():
+    s = collect()
+    rects = S.flame(s.folded, min_share=0)
+    assert rects.filter(pl.col("depth") == 0)["width"].sum() == len(SAMPLES)
+    # children never wider than their parent and never outside it
+    for d in range(1, int(rects["depth"].max()) + 1):
+        kids = rects.filter(pl.col("depth") == d)
+        parents = rects.filter(pl.col("depth") == d - 1)
+        for k in kids.iter_rows(named=True):
+            inside = parents.filter((pl.col("start") <= k["start"])
+                                    & (pl.col("start") + pl.col("width")
+                                       >= k["start"] + k["width"]))
+            assert inside.height == 1
+
+
+def test_carried_values_are_no_samples():
+    w = window(sample_events([(0, 5, [1])] + [(0, 10, [4, 1])]), carried=1)
+    c = S.SampleCollector()
+    c.add(w)
+    assert c.counts.result()["samples"].sum() == 1
+
+
+# ------------------------------------------------------------------ the GPU's gaps --
+
+GAPS = pl.DataFrame({"gid": [0, 1, 2], "g": [0, 0, 0], "start": [12, 28, 45],
+                     "end": [22, 42, 58], "host_row": [0, 0, None]},
+                    schema={"gid": pl.Int64, "g": pl.Int64, "start": pl.Int64,
+                            "end": pl.Int64, "host_row": pl.Int32})
+
+
+def call_events() -> list[tuple]:
+    """The launcher (row 0): sem_timedwait (value 31) 11-21 with a stack, a CUDA sync
+    (value 40) 29-44 without one, an OS call 47-49 on row 1 (not a launching row)."""
+    return [(0, 11, osrt.OSRT_CALL, 31), (0, 11, S.CALLER + 1, 7), (0, 11, S.CALLER + 2, 8),
+            (0, 11, S.CALLER + 3, 2), (0, 21, osrt.OSRT_CALL, 0),
+            (0, 29, cuda.CUDA_CALL, 40), (0, 44, cuda.CUDA_CALL, 0),
+            (1, 47, osrt.OSRT_CALL, 31), (1, 49, osrt.OSRT_CALL, 0)]
+
+
+def gap_code(events, windows_at=(0, 1000)) -> S.GapCode:
+    code = S.GapCode()
+    code.begin(GAPS, rows_frame(), 1000)
+    ev = sorted(events, key=lambda e: e[1])
+    bounds = list(windows_at)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        part = [e for e in ev if lo <= e[1] < hi]
+        code.add(window(part, lo, hi))
+    code.finish()
+    return code
+
+
+def brute_gaps(samples):
+    """Per sample inside a gap of device 0: (row, leaf, launcher's?)."""
+    out = []
+    for r, t, st in samples:
+        for g in GAPS.iter_rows(named=True):
+            if g["start"] <= t < g["end"]:
+                out.append((r, st[0], r == g["host_row"]))
+    return out
+
+
+@pytest.mark.parametrize("cuts", [(0, 1000), (0, 17, 33, 1000), (0, 12, 22, 28, 42, 45, 1000)])
+def test_gap_code_samples_and_calls_across_windows(cuts):
+    code = gap_code(sample_events(SAMPLES) + call_events(), cuts)
+    brute = brute_gaps(SAMPLES)
+    running = Counter(r for r, _, _ in brute)
+    got = code.in_gaps.result().group_by("row").agg(pl.col("samples").sum())
+    assert dict(zip(got["row"], got["samples"])) == dict(running)
+    launching = Counter(leaf for _, leaf, own in brute if own)
+    got = S._self(code.launching.result(), ["g"])
+    assert dict(zip(got["value"], got["samples"])) == dict(launching)
+    calls = {tuple(r["site"]): (r["time"], r["calls"]) for r in code.calls().iter_rows(named=True)}
+    # sem_timedwait 11-21 overlaps gap 0 (12-22) by 9 ns; the sync 29-44 overlaps gap 1
+    # (28-42) by 13 ns; row 1's call is not a launching thread's
+    assert calls == {(osrt.OSRT_CALL, 31, 7, 8, 2): (9, 1), (cuda.CUDA_CALL, 40, 0, 0, 0): (13, 1)}
+
+
+def test_gap_tables_and_the_line():
+    s = collect()
+    code = gap_code(sample_events(SAMPLES) + call_events())
+    calls = {osrt.OSRT_CALL: {31: "sem_timedwait"}, cuda.CUDA_CALL: {40: "cudaStreamSynchronize"}}
+    names = pl.DataFrame({"g": [0], "name": ["rank 0 python / GPU 0"]})
+    S.add_gaps(s, code, rows_frame(), LABELS, calls, names, {0: {"wait": 9, "cuda_sync": 13}})
+    b = s.gap_blocking
+    assert b["api"].to_list() == ["cudaStreamSynchronize", "sem_timedwait"]
+    top = b.filter(pl.col("api") == "sem_timedwait").row(0, named=True)
+    assert top["callers"] == "PyThread_acquire_lock_timed < acquire_timed < step"
+    assert top["cause"] == "wait" and top["kind"] == "OS runtime"
+    idle = int((GAPS["end"] - GAPS["start"]).sum())
+    assert top["share"] == pytest.approx(9 / idle)
+    assert b.filter(pl.col("api") == "cudaStreamSynchronize")["cause"].item() == "cuda_sync"
+    assert s.gaps.row(0, named=True)["idle"] == idle
+    assert s.gap_folded["samples"].sum() == len(brute_gaps(SAMPLES))
+    line = s.lines[0]
+    assert "blocked in cudaStreamSynchronize" in line  # the main cause: 13 ns of sync
+    assert "meanwhile 2 processes" in line
+
+
+def test_one_pass_equals_the_second_pass():
+    """The comparison's first-pass count of the launching threads' samples inside the gaps
+    equals the second pass's, however the windows cut the gaps."""
+    ev = sample_events(SAMPLES)
+    keys = np.array([0], dtype=np.int64)
+    for cuts in ((0, 1000), (0, 17, 33, 50, 1000), (0, 13, 14, 30, 44, 1000)):
+        one = S.OnePassGapSamples(keys, rows_frame())
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            ended = np.array([[0, g["start"], g["end"], g["host_row"]
+                               if g["host_row"] is not None else -1]
+                              for g in GAPS.iter_rows(named=True)
+                              if lo < g["end"] <= hi], dtype=np.int64).reshape(-1, 4)
+            idle = np.array([[0, g["start"]] for g in GAPS.iter_rows(named=True)
+                             if g["start"] < hi < g["end"]], dtype=np.int64).reshape(-1, 2)
+            one.add(window([e for e in ev if lo <= e[1] < hi], lo, hi), ended, idle)
+        got = one.result()
+        want = Counter(leaf for _, leaf, own in brute_gaps(SAMPLES) if own)
+        assert dict(zip(got["value"], got["samples"])) == dict(want), cuts
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(1, 30)),
+                min_size=1, max_size=25),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 260), st.integers(0, 260)),
+                min_size=1, max_size=20))
+def test_gap_index_equals_a_scan(gaps, queries):
+    # disjoint gaps per device: laid out one after the other
+    rows, t = [], {}
+    for g, gapbefore, length in gaps:
+        s = t.get(g, 0) + gapbefore
+        rows.append((g, s, s + length))
+        t[g] = s + length
+    frame = pl.DataFrame(rows, schema={"g": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+                         orient="row").with_columns(pl.lit(0, pl.Int32).alias("host_row"))
+    end = max(e for _, _, e in rows) + 300
+    idx = S._GapIndex.of(frame, end)
+    for g, a, b in queries:
+        if g not in set(frame["g"]):
+            continue
+        gi = np.array([int(np.searchsorted(idx.g, g))])
+        lo, hi = min(a, b), max(a, b)
+        want = sum(max(0, min(hi, e) - max(lo, s)) for gg, s, e in rows if gg == g)
+        got = int(idx.covered(gi, np.array([hi]))[0] - idx.covered(gi, np.array([lo]))[0])
+        assert got == want
+        inside = [i for i, (gg, s, e) in enumerate(rows) if gg == g and s <= a < e]
+        assert (int(idx.inside(gi, np.array([a]))[0]) >= 0) == bool(inside)
+
+
+def test_proportion_test():
+    # Fisher's exact two-sided p of [[3, 2], [0, 5]] is 1/6 (R: fisher.test)
+    assert _fisher(3, 5, 0, 5) == pytest.approx(1 / 6)
+    assert proportion_p(41, 100, 3, 100) < 1e-9
+    assert proportion_p(500, 1000, 510, 1000) > 0.5
+    assert proportion_p(1, 0, 1, 10) is None
