@@ -50,6 +50,7 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     gaps; only where the trace has samples)."""
     from .activities import ActivityCollector
 
+    want_code = samples  # `samples` names the GPU metrics' collector below
     extras = Extras()
     observers = []
     graph = None
@@ -69,7 +70,7 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
         launches = LaunchCollector(path, per_kernel=bool(samples.types))
         observers.append(launches)
     code = sample_collector = labels = None
-    if samples:
+    if want_code:
         from ..paraver.read import companion, source_path
         from . import samples as code_samples
 

@@ -275,9 +275,15 @@ def plot_flame(folded, path: str | Path | None, title: str = "CPU samples"):
     figure."""
     import zlib
 
-    from .samples import flame
+    from .samples import LEAF_ONLY, flame
 
     plt = pyplot()
+    stacked = folded.filter(~pl.col("stack").str.contains(LEAF_ONLY, literal=True))
+    if stacked.height:  # the samples nsys kept no stack for would only widen the roots
+        left_out = int(folded["samples"].sum() - stacked["samples"].sum())
+        if left_out:
+            title += f", {left_out} samples without a call stack left out"
+        folded = stacked
     rects = flame(folded)
     total = int(folded["samples"].sum()) if folded.height else 0
     depth = int(rects["depth"].max()) + 1 if rects.height else 1

@@ -694,6 +694,10 @@ def _folded(counts: pl.DataFrame, loc: Locations, leaf_only_root: bool = True
         text = text.with_columns(pl.when(pl.col("n") == 1)
                                  .then(pl.lit(LEAF_ONLY + ";") + pl.col("stack"))
                                  .otherwise(pl.col("stack")).alias("stack"))
+    if "root" in counts.columns:  # a root frame of its own: the process, say
+        roots = counts.select(pl.col("root").str.replace_all(";", ":")).with_row_index("sid")
+        text = text.join(roots, on="sid", how="left").with_columns(
+            (pl.col("root") + pl.lit(";") + pl.col("stack")).alias("stack"))
     return (text.group_by("stack").agg(pl.col("samples").sum())
             .sort("samples", "stack", descending=[True, False]))
 
@@ -782,6 +786,21 @@ def profiles(counts: pl.DataFrame, rows: pl.DataFrame, labels: dict[int, str],
                    _folded(counts, loc), quality, notes=notes)
 
 
+UNRESOLVED = "[unresolved]"
+
+
+def collapse_unresolved(df: pl.DataFrame, by: Iterable[str] = ()) -> pl.DataFrame:
+    """A profile (by..., function, module, samples[, share]) with the unresolved frames of
+    each module (their function is an address) summed as one '[unresolved]' function (nsys'
+    "Collapse unresolved lines"), largest first."""
+    by = list(by)
+    f = pl.when(pl.col("function").str.contains(r"^0x[0-9a-fA-F]+$")).then(pl.lit(UNRESOLVED))\
+        .otherwise(pl.col("function")).alias("function")
+    sums = [pl.col("samples").sum()] + ([pl.col("share").sum()] if "share" in df.columns
+                                         else [])
+    return _order(df.with_columns(f).group_by(*by, "function", "module").agg(*sums), *by)
+
+
 def _quality_notes(total: int, with_stack: int, unresolved: int, markers: int,
                    profiler: int) -> list[str]:
     if total == 0:
@@ -864,13 +883,18 @@ def add_gaps(s: Samples, code: GapCode, rows: pl.DataFrame, labels: dict[int, st
         (pl.col("time") / pl.col("device").replace_strict(idle_of, default=None,
                                                           return_dtype=pl.Int64))
         .alias("share"))
-    # the node's samples inside the gaps, as stacks
+    # the node's samples inside the gaps, as stacks under their process (which process ran
+    # while the GPU waited shows as the widest roots)
+    procs = threads.select("row", (pl.col("process") + " (pid " + pl.col("pid").cast(pl.Utf8)
+                                   + ")").alias("root"))
+    rooted = in_gaps.join(procs, on="row", how="left").with_columns(
+        pl.col("root").fill_null("(no process)"))
     folded = []
-    for g, part in in_gaps.group_by("g", maintain_order=True):
-        f = _folded(part.select("stack", "samples"), loc)
+    for g, part in rooted.sort("g").group_by("g", maintain_order=True):
+        f = _folded(part.select("stack", "samples", "root"), loc)
         folded.append(f.with_columns(pl.lit(names.get(g[0], str(g[0]))).alias("device")))
     if in_gaps.select("g").n_unique() > 1:
-        folded.append(_folded(in_gaps.select("stack", "samples"), loc)
+        folded.append(_folded(rooted.select("stack", "samples", "root"), loc)
                       .with_columns(pl.lit(job).alias("device")))
     gap_folded = pl.concat(folded).select("device", "stack", "samples") if folded else \
         _empty({"device": pl.Utf8, "stack": pl.Utf8, "samples": pl.Int64})

@@ -966,10 +966,16 @@ def _fn(function: str, module: str, n: int = 50) -> str:
     return _clip(function, n) + (f" ({module})" if module else "")
 
 
-def _top_list(df, n: int, total: int | None = None) -> str:
-    """'f (module) 12.3%, ...' of the first `n` rows of (function, module, samples)."""
+def _top_list(df, n: int, total: int | None = None, collapse: bool = True) -> str:
+    """'f (module) 12.3%, ...' of the first `n` rows of (function, module, samples), with
+    `collapse` the unresolved addresses of a module summed as one (self counts only: a
+    sample holds one leaf)."""
+    from ..analysis.samples import collapse_unresolved
+
     if df is None or not df.height:
         return "-"
+    if collapse:
+        df = collapse_unresolved(df.select("function", "module", "samples"))
     total = total or int(df["samples"].sum())
     return ", ".join(f"{_fn(r['function'], r['module'], 40)} {r['samples'] / total:.1%}"
                      for r in df.head(n).iter_rows(named=True))
@@ -978,6 +984,8 @@ def _top_list(df, n: int, total: int | None = None) -> str:
 def format_samples(s, list_all: bool = False, top: int = 10) -> str:
     """Where in the code: who was sampled, the hottest functions and modules, the callers
     of the top ones, and each device's idle time named in the code."""
+    import polars as pl
+
     q = s.quality.row(0, named=True) if s.quality.height else {"samples": 0}
     total = q["samples"]
     out = ["", "### Where in the code: CPU samples and call stacks (docs/samples.md)"]
@@ -997,7 +1005,7 @@ def format_samples(s, list_all: bool = False, top: int = 10) -> str:
                    "--list-all)")
     k = 5
     out.append(f"###   self (the sampled function): {_top_list(s.self_, k, total)}")
-    out.append(f"###   inclusive (anywhere on the stack): {_top_list(s.inclusive, k, total)}")
+    out.append(f"###   inclusive (anywhere on the stack): {_top_list(s.inclusive, k, total, False)}")
     mods = s.modules.head(k)
     out.append("###   modules (self): " + ", ".join(
         f"{_clip(m, 40)} {v / total:.1%}" for m, v in mods.select("module", "self").iter_rows()))
@@ -1008,6 +1016,14 @@ def format_samples(s, list_all: bool = False, top: int = 10) -> str:
             f"({r['samples']})" for r in firsts.iter_rows(named=True)))
     if s.in_steps is not None and s.in_steps.height:
         out.append(f"###   inside the steps (self): {_top_list(s.in_steps, k)}")
+    if s.in_layers is not None and s.in_layers.height:
+        busiest = (s.in_layers.group_by("layer").agg(pl.col("samples").sum())
+                   .sort(["samples", "layer"], descending=[True, False]).head(3))
+        out.append("###   per layer (its thread's samples while its range was open; all in "
+                   "--json):")
+        for layer, n_ in busiest.iter_rows():
+            part = s.in_layers.filter(pl.col("layer") == layer)
+            out.append(f"###     {_clip(layer, 40)} ({n_} samples): {_top_list(part, 3)}")
     if s.gaps is not None:
         out.append("###   the GPU's idle gaps in the code (the launching thread's calls and "
                    "samples, and what ran meanwhile):")
