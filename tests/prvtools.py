@@ -173,3 +173,46 @@ def without_detail(full: dict) -> dict:
             "job": {**i["job"], "nvtx": {}},
             "top": [{**f, "nvtx": None} for f in i["top"]]}
     return out
+
+
+def thread_ids(tr: Trace) -> dict[tuple[int, int], tuple[int, int]]:
+    """(task, thread) of every CPU thread row -> (pid, tid), read from the `.row` labels
+    ('... (pid N)' tasks, '... (tid N)' threads) in the header's task order."""
+    import re
+
+    from nsys2prv.paraver.check import parse_header
+
+    levels: dict[str, list[str]] = {}
+    name = None
+    for line in tr.row.splitlines():
+        if line.startswith("LEVEL "):
+            name = line.split()[1]
+            levels[name] = []
+        elif line.strip() and name is not None:
+            levels[name].append(line)
+    header = parse_header(tr.header)
+    out, k = {}, 0
+    for task, (threads, _node) in enumerate(header.tasks, start=1):
+        pid = int(re.search(r"\bpid (\d+)", levels["TASK"][task - 1]).group(1))
+        for thread in range(1, threads + 1):
+            m = re.search(r"\(tid (\d+)\)$", levels["THREAD"][k])
+            k += 1
+            if m:
+                out[(task, thread)] = (pid, int(m.group(1)))
+    return out
+
+
+def stacks_of(tr: Trace, first_type: int, last_type: int) -> list[tuple]:
+    """(pid, tid, time, labels, pairs) of every event line with type `first_type`: the labels
+    of types first_type.. last_type on it, in type order (a sample's leaf and callers, or a
+    call's callers), and all its pairs as a dict."""
+    ids = thread_ids(tr)
+    labels = tr.pcf_labels(first_type)
+    out = []
+    for task, thread, time, pairs in tr.events:
+        d = dict(pairs)
+        if first_type not in d:
+            continue
+        stack = tuple(labels[d[t]] for t in sorted(d) if first_type <= t <= last_type)
+        out.append((*ids[(task, thread)], time, stack, d))
+    return out

@@ -252,7 +252,7 @@ def test_kind_index_matches_the_translator_modules():
         if m.name != "base" and not m.name.startswith("_"):
             module = importlib.import_module(f"nsys2prv.paraver.kinds.{m.name}")
             declared.update({t.name: (m.name, t) for t in module.TRANSLATORS})
-    assert set(KINDS) == set(declared) and len(KINDS) == 16
+    assert set(KINDS) == set(declared) and len(KINDS) == 17
     assert list(KINDS) == sorted(KINDS, key=lambda n: (declared[n][1].order, n))
     for name, kind in KINDS.items():
         module, translator = declared[name]

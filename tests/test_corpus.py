@@ -258,3 +258,131 @@ def test_main_thread_cuda_time_by_prefix_sums(translated):
                 if t:
                     want[STATE_BY_VALUE[state].label] = t
         assert hosts[r["task_index"] + 1].by_state == want
+
+
+# -- CPU samples and call stacks (issue 46): the trace against the export's own frames ------
+
+MARKERS = ("[Max depth]", "[Broken backtraces]")
+CUDA_OWN = re.compile(r"^(libcupti|libcuda|libToolsInjection|libnvperf|libnvidia-)")
+
+
+def _location(symbol, module, ip) -> str:
+    """A frame's label as the contract (docs/samples.md) says it is written."""
+    function = symbol if symbol else (f"0x{ip & ((1 << 64) - 1):x}" if ip is not None
+                                      else "[unresolved]")
+    base = (module or "").rsplit("/", 1)[-1] or (module or "")
+    base = base if base.strip() else "[Unknown]"
+    return f"{function} ({base.replace('(', '[').replace(')', ']')})"
+
+
+def _chains(db, table, ids_sql: str) -> dict[int, list[tuple[str, str]]]:
+    """chain id -> its frames (label, symbol text) leaf first, markers dropped."""
+    ip = "c.originalIP" if "originalIP" in {r[1] for r in sql(
+        db, f'PRAGMA table_info("{table}")')} else "NULL"
+    out: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for cid, symbol, module, addr in sql(
+            db, f"SELECT c.id, s.value, m.value, {ip} FROM {table} c "
+                "LEFT JOIN StringIds s ON s.id = c.symbol LEFT JOIN StringIds m ON m.id = c.module "
+                f"WHERE c.id IN ({ids_sql}) ORDER BY c.id, c.stackDepth"):
+        if symbol not in MARKERS:
+            out[cid].append((_location(symbol, module, addr), symbol or ""))
+    return out
+
+
+def _gtid(g):
+    return (g >> 24) & 0xFFFFFF, g & 0xFFFFFF
+
+
+def test_samples_match_the_export(translated, request):
+    """One 30000000 record per COMPOSITE_EVENTS row, on its thread, with its whole stack
+    (leaf and callers by depth, markers dropped, at most 100 frames); per thread and per
+    leaf (symbol, module) the counts of the export's samples and depth-0 frames."""
+    from collections import Counter
+
+    from prvtools import stacks_of
+
+    db, result, out = translated
+    if "COMPOSITE_EVENTS" not in tables(db):
+        pytest.skip("no CPU samples in this export")
+    frames = _chains(db, "SAMPLING_CALLCHAINS", "SELECT id FROM COMPOSITE_EVENTS")
+    want = Counter()
+    for cid, gtid in sql(db, "SELECT id, globalTid FROM COMPOSITE_EVENTS"):
+        stack = tuple(lbl for lbl, _ in frames.get(cid, []))[:100] or ("[no frames] ([Unknown])",)
+        want[(*_gtid(gtid), stack)] += 1
+    tr = request.getfixturevalue("naive")
+    got = Counter((pid, tid, st) for pid, tid, _, st, _ in stacks_of(tr, 30_000_000, 30_000_099))
+    assert got == want
+    per_thread = Counter()
+    for g, n in sql(db, "SELECT globalTid, count(*) FROM COMPOSITE_EVENTS GROUP BY globalTid"):
+        per_thread[_gtid(g)] += n
+    assert Counter({(p, t): n for (p, t, _), n in got.items()}) == per_thread or \
+        sum(per_thread.values()) == sum(got.values())
+    leaves = Counter()
+    for symbol, module, addr, n in sql(
+            db, "SELECT s.value, m.value, c.originalIP, count(*) FROM SAMPLING_CALLCHAINS c "
+                "JOIN StringIds s ON s.id = c.symbol JOIN StringIds m ON m.id = c.module "
+                "WHERE c.stackDepth = 0 AND s.value NOT IN ('[Max depth]', '[Broken backtraces]') "
+                "GROUP BY s.value, m.value, CASE WHEN s.value = '' THEN c.originalIP END"):
+        leaves[_location(symbol, module, addr)] += n
+    got_leaves = Counter()
+    for (_, _, st), n in got.items():
+        got_leaves[st[0]] += n
+    assert got_leaves == leaves
+    assert result.counts["cpu_samples"] == sum(want.values())
+
+
+def _caller_levels(frames: list[tuple[str, str]], api: str | None) -> tuple[str, ...]:
+    """Level 1.. of a call's stack: OS runtime (api None) the frames after depth 0; CUDA
+    the frames after the one named as the API, else from the first frame outside CUPTI, the
+    driver and nsys' libraries, else from depth 0."""
+    if api is None:
+        return tuple(lbl for lbl, _ in frames[1:])[:99]
+    names = [re.sub(r"_v\d+$", "", s) for _, s in frames]
+    if api in names:
+        start = names.index(api) + 1
+    else:
+        own = [bool(CUDA_OWN.match(lbl.rsplit(" (", 1)[1][:-1])) for lbl, _ in frames]
+        start = own.index(False) if False in own else 0
+    return tuple(lbl for lbl, _ in frames[start:])[:99]
+
+
+def test_callers_match_the_export(translated, request):
+    """At the entry of every OS runtime call with a stack (callchainId > 0) and of every CUDA
+    call with one (callchainId + 1), Extrae's caller events hold the stack's frames by
+    level; no other call has them."""
+    from collections import Counter
+
+    from prvtools import stacks_of
+
+    db, result, out = translated
+    have = tables(db)
+    want_osrt, want_cuda = Counter(), Counter()
+    if "OSRT_CALLCHAINS" in have:
+        frames = _chains(db, "OSRT_CALLCHAINS",
+                         "SELECT callchainId FROM OSRT_API WHERE callchainId > 0")
+        for g, cid in sql(db, "SELECT globalTid, callchainId FROM OSRT_API WHERE callchainId > 0"):
+            levels = _caller_levels(frames.get(cid, []), None)
+            if levels:
+                want_osrt[(*_gtid(g), levels)] += 1
+    if "CUDA_CALLCHAINS" in have:
+        r = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        frames = _chains(db, "CUDA_CALLCHAINS",
+                         f"SELECT callchainId + 1 FROM {r} WHERE callchainId IS NOT NULL")
+        for g, cid, name in sql(db, f"SELECT r.globalTid, r.callchainId + 1, s.value FROM {r} r "
+                                    "JOIN StringIds s ON s.id = r.nameId "
+                                    "WHERE r.callchainId IS NOT NULL"):
+            levels = _caller_levels(frames.get(cid, []), re.sub(r"_v\d+$", "", name))
+            if levels:
+                want_cuda[(*_gtid(g), levels)] += 1
+    if not want_osrt and not want_cuda:
+        pytest.skip("no OS runtime or CUDA call stacks in this export")
+    tr = request.getfixturevalue("naive")
+    calls = stacks_of(tr, reg.CALLER_BASE + 1 if hasattr(reg, "CALLER_BASE") else 70_000_001,
+                      70_000_099)
+    got_osrt = Counter((p, t, st) for p, t, _, st, d in calls if d.get(reg.OSRT_CALL))
+    got_cuda = Counter((p, t, st) for p, t, _, st, d in calls if d.get(reg.CUDA_CALL))
+    assert got_osrt == want_osrt
+    assert got_cuda == want_cuda
+    assert len(calls) == sum(want_osrt.values()) + sum(want_cuda.values())
+    assert result.counts.get("osrt_calls_with_stack", 0) == sum(want_osrt.values())
+    assert result.counts.get("cuda_calls_with_stack", 0) == sum(want_cuda.values())

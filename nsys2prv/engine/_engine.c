@@ -448,7 +448,7 @@ static int store_reserve(RecordStore *self, size_t extra) {
     return 0;
 }
 
-#define MAX_PAIRS 64
+#define MAX_PAIRS 128 /* a sample's callers: 99 depths and its own numbers */
 
 /* add(time, row, kind, phase, sub, src, ord, a, b, c, d, e, f, text_offsets, text_data,
  *     pair_types, pair_values)
@@ -1139,6 +1139,7 @@ typedef struct {
     Py_ssize_t nrows;                 /* local rows; slot nrows = "no row" (zeros) */
     int64_t *order, *cpu, *task, *thread;
     Map types, fams, values, moves;
+    uint64_t text_srcs;               /* bit s: the text pairs of events of src s are names */
 } ReportMap;
 
 /* a record in trace-wide form */
@@ -1174,6 +1175,7 @@ typedef struct {
     /* head */
     FRec head;
     const char *head_text;
+    Buf rtext;                /* the head's text pairs renumbered (ReportMap.text_srcs) */
     int live;
     int index;
 } MSource;
@@ -1227,6 +1229,7 @@ static void Merger_dealloc(Merger *self) {
         if (self->srcs[i].fd >= 0) close(self->srcs[i].fd);
         free(self->srcs[i].path);
         free(self->srcs[i].block);
+        buf_free(&self->srcs[i].rtext);
     }
     free(self->srcs);
     merger_free_reps(self);
@@ -1259,6 +1262,47 @@ static inline int64_t renumber(const ReportMap *r, int64_t type, int64_t value) 
     if (map_get(&r->values, (int64_t)((uint64_t)fam * (uint64_t)VALUE_KEY + (uint64_t)value), &named))
         return named;
     return value;
+}
+
+/* Parse a decimal integer (optional '-') at p (before end); the position after it, or NULL. */
+static const char *parse_i64(const char *p, const char *end, int64_t *v) {
+    int neg = p < end && *p == '-';
+    p += neg;
+    if (p >= end || *p < '0' || *p > '9') return NULL;
+    uint64_t u = 0;
+    while (p < end && *p >= '0' && *p <= '9') u = u * 10 + (uint64_t)(*p++ - '0');
+    *v = neg ? -(int64_t)u : (int64_t)u;
+    return p;
+}
+
+/* The ":type:value" text pairs of an event whose values are names (a sample's callers) with
+ * their types and values made trace-wide as an (a, b) pair's are, into out; text that is not
+ * such pairs is copied as it is. 0, or -1 out of memory. */
+static int renumber_text(const ReportMap *r, const char *p, uint32_t n, Buf *out) {
+    /* a pair takes 4 bytes at least and is written in 44 at most */
+    out->n = 0;
+    if (buf_reserve(out, (size_t)n * 11 + 64) < 0) return -1;
+    const char *end = p + n;
+    char *o = out->p;
+    while (p < end) {
+        int64_t t, v, nt;
+        const char *q, *w = NULL;
+        if (*p != ':' || !(q = parse_i64(p + 1, end, &t)) || q >= end || *q != ':' ||
+            !(w = parse_i64(q + 1, end, &v))) {
+            memcpy(o, p, (size_t)(end - p)); /* not a pair: the rest as it is */
+            o += end - p;
+            break;
+        }
+        if (r->types.n && map_get(&r->types, t, &nt)) t = nt;
+        v = renumber(r, t, v);
+        *o++ = ':';
+        o = fmt_i64(o, t);
+        *o++ = ':';
+        o = fmt_i64(o, v);
+        p = w;
+    }
+    out->n = (size_t)(o - out->p);
+    return 0;
 }
 
 /* Load the next record of a run source into its head (trace-wide); 0 at the end, -1 error. */
@@ -1379,6 +1423,12 @@ static int msrc_next_run(Merger *m, MSource *s) {
         f->src = (int8_t)d.src;
         f->tlen = d.tlen;
         s->head_text = d.text;
+        if (d.kind == KIND_EVENT && d.tlen && d.src >= 0 && d.src < 64 &&
+            ((r->text_srcs >> d.src) & 1)) {
+            if (renumber_text(r, d.text, d.tlen, &s->rtext) < 0) { errno = ENOMEM; return -1; }
+            s->head_text = s->rtext.p;
+            f->tlen = (uint32_t)s->rtext.n;
+        }
         return 1;
     }
 }
@@ -1800,7 +1850,9 @@ done:
 /* Merger(runs, reports, memory_sources, lo, hi, max_open=0)
  *   runs: [(path, report index, start offset, end offset or -1)]
  *   reports: [(shift, order, cpu, task, thread, type_keys, type_vals, fam_keys, fam_vals,
- *              value_keys, value_vals, move_keys, move_rows)]  (row arrays have n_local + 1)
+ *              value_keys, value_vals, move_keys, move_rows[, text_srcs])]  (row arrays have
+ *              n_local + 1; text_srcs: bit s set when the text pairs of events of src s carry
+ *              names, renumbered as the (a, b) pair: a sample's callers)
  *   memory_sources: [(20 int64 columns in M_* order, text offsets or None, text or None)] */
 static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
     PyObject *runs, *reports, *mems;
@@ -1819,12 +1871,14 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kw) {
     for (int i = 0; i < self->nreps; i++) {
         PyObject *t = PyList_GET_ITEM(reports, i);
         long long shift;
+        unsigned long long text_srcs = 0;
         PyObject *ord, *cpu, *task, *thr, *tk, *tv, *fk, *fv, *vk, *vv, *mk, *mvv;
-        if (!PyArg_ParseTuple(t, "LOOOOOOOOOOOO", &shift, &ord, &cpu, &task, &thr, &tk, &tv, &fk,
-                              &fv, &vk, &vv, &mk, &mvv))
+        if (!PyArg_ParseTuple(t, "LOOOOOOOOOOOO|K", &shift, &ord, &cpu, &task, &thr, &tk, &tv, &fk,
+                              &fv, &vk, &vv, &mk, &mvv, &text_srcs))
             return -1;
         ReportMap *r = &self->reps[i];
         r->shift = shift;
+        r->text_srcs = (uint64_t)text_srcs;
         Arr probe;
         if (arr_get(ord, &probe, 8, "order") < 0) { arr_release(&probe); return -1; }
         r->nrows = arr_len(&probe) - 1;

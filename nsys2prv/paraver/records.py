@@ -42,6 +42,12 @@ SRC_NVTX, SRC_NVTX_SE, SRC_OSRT, SRC_SCHED = 6, 7, 8, 9
 SRC_GPU_METRICS, SRC_GRAPH, SRC_GPU_MEMORY, SRC_DNN, SRC_OPENACC = 40, 41, 42, 43, 44
 SRC_MPI, SRC_MPI_MESSAGE, SRC_NCCL = 45, 46, 47
 SRC_NVTX_GPU = 48  # NVTX ranges projected onto the GPU rows (ord: the range's rowid)
+SRC_SAMPLES = 49  # CPU samples (ord: COMPOSITE_EVENTS.id)
+SRC_CALLERS = 50  # the callers of an OS runtime or CUDA API call at its entry (ord: its rowid)
+SRC_PYTHON_SAMPLES = 51  # Python backtrace samples (ord: the NVTX mark's rowid)
+# sources whose events carry names in their numeric text pairs (a sample's callers at every
+# depth): the merge renumbers those values as it does the (a, b) and (c, d) pairs'
+TEXT_NAME_SRCS = (SRC_SAMPLES, SRC_CALLERS)
 SRC_LAUNCH_OFFSET = 64  # an arrow to an activity of source s has src = s + SRC_LAUNCH_OFFSET
 
 RECORD_SCHEMA: dict[str, pl.DataType] = {

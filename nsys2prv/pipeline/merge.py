@@ -184,7 +184,7 @@ def _number_keys(r: reg.TypeRange, keys: set[str], like: dict[str, int] | None =
     -> type of another trace) gives the types of the keys it has."""
     out = {k: r.type_of(off) for k, off in r.fixed.items() if k in keys}
     if r.numeric_keys:
-        out.update({k: r.type_of(int(k)) for k in keys if k not in out})
+        out.update({k: r.type_of_key(k) for k in keys if k not in out})
         return out
     used = set(r.fixed.values())
     offset = r.first_free
@@ -249,7 +249,8 @@ class ReportView:
                 np.ascontiguousarray(value_keys, np.int64),
                 np.ascontiguousarray(v["nb"].to_numpy(), np.int64),
                 np.ascontiguousarray(move_keys, np.int64),
-                np.ascontiguousarray(move_rows, np.int64))
+                np.ascontiguousarray(move_rows, np.int64),
+                sum(1 << s for s in R.TEXT_NAME_SRCS))
 
     def runs(self, window: tuple[int, int] | None = None) -> list[tuple[str, int, int, int]]:
         """(path, report, start offset, end offset or -1) of each run file, limited to the

@@ -86,6 +86,7 @@ class PrepareContext:
         self.counts: Counter[str] = Counter()
         self.warnings: Counter[str] = Counter()
         self.type_keys: dict[str, dict[int, str]] = {}
+        self.extent: tuple[int, int] | None = None  # records outside every row's lifetime
         # A quarter of the spill budget for records, an eighth for intervals: smaller buffers
         # touch fewer fresh pages (page faults cost more than merging a few more runs).
         # spill_rows (a test knob: tiny runs) caps the record buffer at ~96 bytes a record.
@@ -125,9 +126,18 @@ class PrepareContext:
         for t, k in keys.items():
             if k == key:
                 return t
-        t = r.type_of(int(key) if r.numeric_keys else len(keys))
+        t = r.type_of_key(key) if r.numeric_keys else r.type_of(len(keys))
         keys[t] = key
         return t
+
+    def reach(self, first: int, last: int) -> None:
+        """Records from `first` to `last` that extend no row's lifetime (CPU samples of a
+        thread outside its other records): the trace still lasts from the first to the
+        last of them."""
+        if self.extent is None:
+            self.extent = (int(first), int(last))
+        else:
+            self.extent = (min(self.extent[0], int(first)), max(self.extent[1], int(last)))
 
     def sync_point(self, name: str, time: int) -> None:
         """A local time that happens at the same moment on every rank (e.g. the end of
@@ -203,6 +213,8 @@ def _metadata(ctx: PrepareContext, kinds: list[str], row_table: pl.DataFrame,
         first, last = rows["first"].min(), rows["last"].max()
     else:
         first, last = 0, 0
+    if ctx.extent is not None and rows.height:
+        first, last = min(first, ctx.extent[0]), max(last, ctx.extent[1])
     pids = set(rows["pid"].to_list())
     procs = report.processes.filter(pl.col("pid").is_in(list(pids)))
     proc_names = dict(zip(procs["pid"].to_list(), procs["process_name"].to_list()))

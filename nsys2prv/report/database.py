@@ -232,6 +232,63 @@ class Database:
             if df.height:
                 yield df
 
+    def ordered(self, table: str, select: str, schema: dict[str, pl.DataType],
+                key: tuple[str, ...], batch_rows: int, where: str = ""
+                ) -> Iterator[pl.DataFrame]:
+        """Stream `SELECT {select} FROM table [WHERE where] ORDER BY key` in batches of about
+        `batch_rows` rows: one query (its key an index SQLite walks in order, as the
+        call-stack tables' primary key (id, stackDepth) is), so that a table read in step
+        with another one sorted the same way is read once, with one connectorx query (each
+        leaves threads behind, see `_stream`). `key` names columns that `select` gives
+        under the same names; where connectorx fails midway, the rest is read with
+        `sqlite3` from after the last key given (SQL row values)."""
+        cond = f" WHERE {where}" if where else ""
+        order = ", ".join(f'"{k}"' for k in key)
+        sql = f'SELECT {select} FROM "{table}"{cond} ORDER BY {order}'
+        last = None
+        hi = self.scalar(f'SELECT max(rowid) FROM "{table}"')
+        lo = self.scalar(f'SELECT min(rowid) FROM "{table}"')
+        if hi is None:
+            return
+        if self._arrow_ok and hi - lo >= SMALL_TABLE_ROWS:
+            url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
+                try:
+                    reader = _read_sql(url, sql, return_type="arrow_stream",
+                                       batch_size=max(1, batch_rows))
+                    ahead = _submit(pool, _next_batch, reader)
+                    while True:
+                        batch = ahead.result()
+                        if batch is None:
+                            return
+                        ahead = _submit(pool, _next_batch, reader)
+                        if batch.num_rows:
+                            df = pl.from_arrow(batch)
+                            if isinstance(df, pl.Series):  # pragma: no cover - one column
+                                df = df.to_frame()
+                            df = _conform(df, schema)
+                            last = tuple(df[k][-1] for k in key)
+                            yield df
+                except BaseException as e:  # noqa: BLE001 - any connectorx failure
+                    if not isinstance(e, Exception):
+                        _unless_panic(e)
+        while True:  # sqlite3, in batches, from after the last key given
+            after = ""
+            if last is not None:
+                tup = ", ".join(f'"{k}"' for k in key)
+                after = f"({tup}) > ({', '.join(str(int(v)) for v in last)})"
+            conds = [c for c in (where and f"({where})", after) if c]
+            sql = (f'SELECT {select} FROM "{table}"'
+                   + (" WHERE " + " AND ".join(conds) if conds else "")
+                   + f" ORDER BY {order} LIMIT {max(1, batch_rows)}")
+            df = self._frame_sqlite(sql, schema)
+            if df.height == 0:
+                return
+            last = tuple(df[k][-1] for k in key)
+            yield df
+            if df.height < batch_rows:
+                return
+
     def close(self) -> None:
         self._con.close()
 

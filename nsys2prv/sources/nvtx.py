@@ -26,6 +26,9 @@ KINDS = {
     "mark": (("NvtxMark", "NvtxtMark"), (34, 65)),
 }
 DOMAIN_CREATE = ("NvtxDomainCreate", 75)
+# the domain nsys itself creates for --python-sampling: one mark per Python backtrace sample,
+# not the user's annotations (sources/samples.py reads them; the NVTX kind leaves them out)
+PYTHON_DOMAIN = "Python Backtrace"
 CATEGORY = ("NvtxCategory", 33)
 THREAD_NAME = ("NvtxThread", 39)
 

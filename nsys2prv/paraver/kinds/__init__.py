@@ -43,6 +43,8 @@ KINDS: dict[str, Kind] = {
     "sched": Kind("sched", 65, "sched.available"),
     "gpu_memory": Kind("gpu_memory", 70, "gpu_memory.available"),
     "gpu_metrics": Kind("gpu_metrics", 70, "gpu_metrics.available"),
+    # after every kind that gives CPU rows their lifetimes: samples do not change them
+    "samples": Kind("samples", 80, "samples.available"),
 }
 
 

@@ -1,5 +1,7 @@
-"""CUDA runtime/driver calls -> CUDA call events and CPU states; builds the correlation index
-that kernels, copies and synchronisation records are matched against."""
+"""CUDA runtime/driver calls -> CUDA call events and CPU states, and the callers of the calls
+nsys kept a call stack of (`--cudabacktrace`: Extrae's 70000000 + level at the call's entry,
+`_stacks.push_callers`); builds the correlation index that kernels, copies and
+synchronisation records are matched against."""
 
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ def translate(report: Report, ctx: Context) -> None:
     state_of = NameClassifier(ctx.names, "cuda_api", call_state, pl.Int8,
                               reg.STATE_OTHERS)
     parts = []
+    callers = None  # the export's call stacks, when it kept some (else no join is made)
+    if source.has_stacks(report):
+        from ._stacks import Callers  # only for an export with call stacks (start-up)
+
+        callers = Callers(ctx, report, cuda=True)
     for chunk in source.read(report, ctx.chunk_rows, attributes=ctx.options.attributes):
         df = fix_times(chunk, ctx, "CUDA API calls")
         df = df.with_columns(ctx.rows.cpu_rows(df).alias("row"))
@@ -35,9 +42,13 @@ def translate(report: Report, ctx: Context) -> None:
                             end_text=R.numeric_pairs((reg.CUDA_RETURN_VALUE, ret))))
         ctx.intervals(intervals(df.with_columns(state_of(df["name_id"]).alias("state")),
                                 pl.col("state"), R.SRC_API))
+        if callers is not None:
+            callers.push(df)
         parts.append(df.filter(pl.col("correlation").is_not_null()).select(
             pl.col("pid").cast(pl.Int32), "correlation", pl.col("row").alias("api_row"),
             pl.col("start").alias("api_start")))
+    if callers is not None:
+        callers.close()
     index = CorrelationIndex(parts)
     del parts
     if index.duplicates:

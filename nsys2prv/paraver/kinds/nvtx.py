@@ -38,6 +38,9 @@ def translate(report: Report, ctx: Context) -> None:
             pl.when(c("domain_id").fill_null(0) == 0).then(pl.lit(DEFAULT_DOMAIN))
             .otherwise(c("domain_name").fill_null(pl.format("domain {}", c("domain_id"))))
             .alias("domain"))
+        python = df["domain"] == source.PYTHON_DOMAIN  # nsys' Python samples: not user
+        if python.any():  # NVTX, the samples kind writes them
+            df = df.filter(~python)
         # Range text: its StringIds id, else an interned id for the inline text.
         inline = df.select(pl.when(c("text_id").is_null()).then(c("text").fill_null(""))
                            .alias("t"))["t"]

@@ -1,5 +1,7 @@
 """OS runtime calls -> call events (with return values) on CPU threads, Extrae's pthread call
-events for the pthread functions, and the state of the thread while it waits in them."""
+events for the pthread functions, the state of the thread while it waits in them, and, for
+the calls nsys kept a call stack of, their callers at their entry (Extrae's 70000000 + level,
+`_stacks.push_callers`)."""
 
 from __future__ import annotations
 
@@ -18,23 +20,39 @@ from .base import (Context, NameClassifier, Translator, fix_times, intervals, na
 def translate(report: Report, ctx: Context) -> None:
     state_of = NameClassifier(ctx.names, "osrt_names", call_state, pl.Int8, reg.STATE_OTHERS)
     pthread_of = NameClassifier(ctx.names, "osrt_names", pthread_value, pl.Int64, 0)
+    callers = None  # the export's call stacks, when it kept some (else no join is made)
+    if source.has_stacks(report):
+        from ._stacks import Callers  # only for an export with call stacks (start-up)
+
+        callers = Callers(ctx, report, cuda=False)
+    try:
+        for chunk in source.read(report, ctx.chunk_rows):
+            _translate_chunk(chunk, ctx, state_of, pthread_of, callers)
+    finally:
+        if callers is not None:
+            callers.close()
+
+
+def _translate_chunk(chunk: pl.DataFrame, ctx: Context, state_of: NameClassifier,
+                     pthread_of: NameClassifier, callers) -> None:
     c = pl.col
-    for chunk in source.read(report, ctx.chunk_rows):
-        df = fix_times(chunk, ctx, "OS runtime calls")
-        df = df.with_columns(ctx.rows.cpu_rows(df, runtime_only=True).alias("row"),
-                             state_of(chunk["name_id"]).alias("state"),
-                             pthread_of(chunk["name_id"]).alias("pthread"))
-        df = name_value(df, ctx, "osrt_names", "name_id", "OS runtime calls")
-        ctx.spans.add(df["row"], df["start"], df["end"])
-        ctx.count("osrt", df.height)
-        frames = start_end(df, R.SRC_OSRT, reg.OSRT_CALL, c("value_name_id"),
-                           end_text=R.pairs((reg.OSRT_RETURN_VALUE, c("return_value"))))
-        pthread = df.filter(c("pthread") != 0)
-        if pthread.height:
-            ctx.count("pthread", pthread.height)
-            frames += start_end(pthread, R.SRC_OSRT, reg.PTHREAD_CALL, c("pthread"))
-        push(ctx, frames)
-        ctx.intervals(intervals(df, c("state"), R.SRC_OSRT))
+    df = fix_times(chunk, ctx, "OS runtime calls")
+    df = df.with_columns(ctx.rows.cpu_rows(df, runtime_only=True).alias("row"),
+                         state_of(chunk["name_id"]).alias("state"),
+                         pthread_of(chunk["name_id"]).alias("pthread"))
+    df = name_value(df, ctx, "osrt_names", "name_id", "OS runtime calls")
+    ctx.spans.add(df["row"], df["start"], df["end"])
+    ctx.count("osrt", df.height)
+    frames = start_end(df, R.SRC_OSRT, reg.OSRT_CALL, c("value_name_id"),
+                       end_text=R.pairs((reg.OSRT_RETURN_VALUE, c("return_value"))))
+    pthread = df.filter(c("pthread") != 0)
+    if pthread.height:
+        ctx.count("pthread", pthread.height)
+        frames += start_end(pthread, R.SRC_OSRT, reg.PTHREAD_CALL, c("pthread"))
+    push(ctx, frames)
+    ctx.intervals(intervals(df, c("state"), R.SRC_OSRT))
+    if callers is not None:  # _stacks.Callers
+        callers.push(df)
 
 
 # What an OS runtime call means for the thread's state, by function name (checked in order).

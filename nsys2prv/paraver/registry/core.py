@@ -113,13 +113,19 @@ class TypeRange:
     precision: int = 0
     kinds: frozenset[str] = frozenset()
     fixed: dict[str, int] = field(default_factory=dict)
-    numeric_keys: bool = False  # keys are the offsets themselves (lanes)
+    numeric_keys: bool = False  # keys are numbers: key k is at offset k - first_key (lanes)
     first_free: int = 0  # offset of the first key that has no fixed offset
+    first_key: int = 0  # numeric keys: the key at the range's base (Extrae's depth 1)
+    extrae: bool = False  # Extrae's own numbers with Extrae's meaning (outside our range)
 
     def type_of(self, offset: int) -> int:
         if not 0 <= offset < self.size:
             raise ValueError(f"{self.name}: more than {self.size} types")
         return self.base + offset
+
+    def type_of_key(self, key: str) -> int:
+        """The type of numeric key `key` (`numeric_keys`)."""
+        return self.type_of(int(key) - self.first_key)
 
 
 @dataclass(frozen=True)
