@@ -284,3 +284,72 @@ def test_proportion_test():
     assert proportion_p(41, 100, 3, 100) < 1e-9
     assert proportion_p(500, 1000, 510, 1000) > 0.5
     assert proportion_p(1, 0, 1, 10) is None
+
+
+# ------------------------------------------- scenario exports, reports and their traces --
+
+from pathlib import Path  # noqa: E402
+
+import nsys2prv  # noqa: E402
+from nsys2prv.testing import synth_samples as ss  # noqa: E402
+
+
+@pytest.fixture(scope="module", params=["starved", "compute"])
+def scenario(request, tmp_path_factory):
+    """A scenario's export and its analysis from the report and from its trace."""
+    d = tmp_path_factory.mktemp(request.param)
+    path = ss.scenario_export(d / f"{request.param}.sqlite", request.param)
+    nsys2prv.translate(path, d / "t.prv")
+    with nsys2prv.load(path) as run:
+        from_report = run.samples()
+    with nsys2prv.load(d / "t.prv") as run:
+        from_trace = run.samples()
+    return request.param, ss.expected_samples(request.param), from_report, from_trace
+
+
+def test_scenario_threads_and_the_launching_thread(scenario):
+    kind, exp, t, t2 = scenario
+    got = {(r["pid"], r["tid"]): r["samples"] for r in t["threads"].iter_rows(named=True)}
+    assert got == exp["counts"]
+    launcher = ss.idle.PID
+    want = exp["gap_leaves"][(launcher, launcher)]
+    got = {ss.label(ss.Frame(r["function"], r["module"])): r["samples"]
+           for r in t["gap_launching"].iter_rows(named=True)}
+    assert got == want
+    running = {(r["pid"], r["tid"]): r["samples"] for r in t["gap_running"].iter_rows(named=True)}
+    assert running == {k: sum(v.values()) for k, v in exp["gap_leaves"].items()}
+    for name in ("threads", "self", "inclusive", "gap_blocking", "gap_launching",
+                 "gap_running", "gap_folded", "folded"):
+        assert t[name].equals(t2[name]), name  # the report and its trace agree
+    assert t.notes == t2.notes
+
+
+def test_scenario_names_the_code(scenario):
+    kind, exp, t, _ = scenario
+    line = t.notes[0]
+    if kind == "starved":
+        top = t["gap_blocking"].row(0, named=True)
+        want = [ss.label(f) for f in ss.WAIT_STACK]
+        assert f"{top['api']} ({Path('libc.so.6').name})" == want[0]
+        assert top["callers"] == " < ".join(w.rsplit(" (", 1)[0] for w in want[1:4])
+        assert top["time"] == exp["blocked_ns"]
+        assert top["cause"] == "wait"
+        assert "blocked in sem_timedwait from PyThread_acquire_lock_timed" in line
+        assert f"pid {ss.WORKERS[0]}" in line and f"pid {ss.WORKERS[1]}" in line
+    else:
+        assert "computed:" in line
+        names = {f.function for stack in ss.COMPUTE for f in stack[:1]}
+        assert any(n in line for n in names)
+        assert t["gap_blocking"].filter(pl.col("kind") == "OS runtime").height == 0
+
+
+def test_folded_output_sums_to_the_samples(scenario, tmp_path):
+    kind, exp, t, _ = scenario
+    from nsys2prv.cli import main
+
+    out = tmp_path / "f.txt"
+    path = ss.scenario_export(tmp_path / "s.sqlite", kind)
+    assert main(["analyze", str(path), "--folded", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert sum(int(x.rsplit(" ", 1)[1]) for x in lines) == sum(exp["counts"].values())
+    assert len(lines) == len(set(x.rsplit(" ", 1)[0] for x in lines))  # one per stack

@@ -34,15 +34,15 @@ import numpy as np
 import polars as pl
 
 from ..paraver.registry import cuda, osrt
+from ..paraver.registry import sampling as reg
 from .timeline import Spans
 
-# TODO(merge): from the registry (paraver/registry/sampling.py)
-SAMPLED = 30_000_000
-MAX_DEPTH = 100  # depths 0..99: 30000100 is Extrae's source line, never ours
+SAMPLED = reg.SAMPLED_FUNCTION
+MAX_DEPTH = reg.SAMPLED_FUNCTION_LEVELS  # 0..99: 30000100 is Extrae's source line, not ours
 SAMPLE_TYPES = frozenset(range(SAMPLED, SAMPLED + MAX_DEPTH))
-CALLER = 70_000_000
-CALLER_TYPES = frozenset(range(CALLER + 1, CALLER + MAX_DEPTH))
-MARKERS = 67_700_003
+CALLER = reg.CALLER_BASE
+CALLER_TYPES = frozenset(range(CALLER + 1, CALLER + reg.CALLER_LEVELS))
+MARKERS = reg.SAMPLE_MARKERS
 CALL_TYPES = (osrt.OSRT_CALL, cuda.CUDA_CALL)
 SITE_CALLERS = 3  # a call site: the API and this many callers from its stack
 COMPACT = 32  # partial count tables kept before they are summed together
