@@ -604,10 +604,13 @@ def _threads(rows: pl.DataFrame) -> pl.DataFrame:
     cpu = rows.filter(pl.col("kind") == "cpu")
     name = (pl.col("label").str.replace(r"^(?:rank|pid) -?\d+: ", "")
             .str.replace(r"\s*\(tid -?\d+\)$", ""))
-    process = pl.col("task_label").str.replace(r"\s*\(pid -?\d+\)$", "")
+    # a task is 'rank R NAME (pid P)' with a rank, else 'pid P NAME'
+    process = pl.col("task_label").str.replace(r"\s*\(pid -?\d+\)$", "") \
+        .str.replace(r"^pid -?\d+ ", "")
+    pid = pl.coalesce(pl.col("task_label").str.extract(r"\(pid (-?\d+)\)$", 1),
+                      pl.col("task_label").str.extract(r"^pid (-?\d+)\b", 1))
     return cpu.select(pl.col("row").cast(pl.Int32), (pl.col("task_index") + 1).alias("task"),
-                      pl.col("task_label").str.extract(r"\(pid (-?\d+)\)", 1)
-                      .cast(pl.Int64).alias("pid"),
+                      pid.cast(pl.Int64).alias("pid"),
                       pl.col("label").str.extract(r"\(tid (-?\d+)\)", 1)
                       .cast(pl.Int64).alias("tid"),
                       name.alias("thread"), process.alias("process"))
@@ -972,6 +975,8 @@ def _call_cause(call_type: int, api: str) -> str:
     return _CUDA_STATE_CAUSES.get(cuda_state(api), "cuda_other")
 
 
+_WAITS = ("cuda_sync", "cuda_memcpy", "io", "wait", "sleep")  # a thread blocked in these
+_UNKNOWN_WORDS = "work with no launch record after the gap (host unknown)"
 _BLOCKING_CAUSES = ("cuda_sync", "cuda_memcpy", "cuda_alloc", "cuda_launch", "cuda_other",
                     "io", "wait", "sleep", "osrt_other")
 
@@ -1002,8 +1007,9 @@ def wait_lines(s: Samples, causes: dict[int, dict[str, int]],
             mine = sites.filter(pl.col("cause") == main)
             top = (mine if mine.height else sites).row(0, named=True)
             where = top["api"] + (f" from {top['callers']}" if top["callers"] else
-                                  " (no call stack: shorter than nsys' backtrace threshold)")
-            parts.append(f"the launching thread blocked in {where} "
+                                  " (no call stack recorded for it)")
+            verb = "blocked in" if top["cause"] in _WAITS else "was in"
+            parts.append(f"the launching thread {verb} {where} "
                          f"({top['time'] / idle_t:.0%} of the idle time)")
         elif main == "host_compute" and launching.height:
             top = launching.head(3)
@@ -1011,7 +1017,7 @@ def wait_lines(s: Samples, causes: dict[int, dict[str, int]],
                             top.select("function", "share").iter_rows())
             parts.append(f"the launching thread computed: {fns} of its samples in the gaps")
         elif main is not None:
-            parts.append(f"mostly {CAUSE_LABELS.get(main, main)}")
+            parts.append(f"mostly {CAUSE_LABELS.get(main, _UNKNOWN_WORDS)}")
         run = s.gap_running.filter(pl.col("device") == device)
         total = int(run["samples"].sum()) if run.height else 0
         if total:
