@@ -353,3 +353,43 @@ def test_folded_output_sums_to_the_samples(scenario, tmp_path):
     lines = out.read_text().splitlines()
     assert sum(int(x.rsplit(" ", 1)[1]) for x in lines) == sum(exp["counts"].values())
     assert len(lines) == len(set(x.rsplit(" ", 1)[0] for x in lines))  # one per stack
+
+
+def test_two_ranks_per_rank_and_job(tmp_path):
+    """Two reports, one rank each on its own node (a starved one, a computing one): the
+    threads of both, per device its own waits, and the job's line."""
+    from nsys2prv.testing.synth import write_export
+
+    paths, truths = [], []
+    for rank, kind in enumerate(("starved", "compute")):
+        spec, stacks = ss.scenario_spec(kind)
+        spec.env = {"OMPI_COMM_WORLD_RANK": str(rank)}
+        spec.host = f"node{rank}"
+        paths.append(ss.add_stacks(write_export(tmp_path / f"r{rank}.sqlite", spec), stacks))
+        truths.append(ss.expected_samples(kind))
+    with nsys2prv.load(paths) as run:
+        t = run.samples()
+    rank = pl.col("process").str.extract(r"^rank (\d+) ", 1).cast(pl.Int64)
+    per_rank = dict(t["threads"].group_by(rank).agg(pl.col("samples").sum()).iter_rows())
+    assert per_rank == {0: sum(truths[0]["counts"].values()),
+                        1: sum(truths[1]["counts"].values())}
+    devices = t["gaps"]["device"].to_list()
+    assert len(devices) == 3 and devices[-1] == "job"
+    idle = dict(zip(t["gaps"]["device"], t["gaps"]["idle"]))
+    assert idle["job"] == idle[devices[0]] + idle[devices[1]]
+    lines = t.notes[:3]
+    assert "blocked in sem_timedwait" in lines[0] and "computed:" in lines[1]
+    # a worker of rank 0's node never runs in rank 1's gaps: it is on another node
+    rank1 = t["gap_running"].filter(pl.col("device") == devices[1])
+    assert set(rank1["process"]) == {"rank 1 idle_app"}
+
+
+def test_a_window_keeps_the_samples_inside(tmp_path):
+    path = ss.scenario_export(tmp_path / "s.sqlite", "compute")
+    _, stacks = ss.scenario_spec("compute")
+    times = sorted(s.start for s in stacks.samples)
+    lo, hi = times[len(times) // 4], times[3 * len(times) // 4]
+    with nsys2prv.load(path, window=f"{lo}ns/{hi}ns") as run:
+        t = run.samples()
+    # a window is [lo, hi): nsys' --filter-time, Paraver's cutter
+    assert t["quality"]["samples"].item() == sum(lo <= x < hi for x in times)

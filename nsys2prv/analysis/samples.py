@@ -869,15 +869,15 @@ def add_gaps(s: Samples, code: GapCode, rows: pl.DataFrame, labels: dict[int, st
     launch_self = loc.name(launch_self).drop("value")
     launch_self = launch_self.with_columns(
         (pl.col("samples") / pl.col("samples").sum().over("device")).alias("share"))
-    launch_self = _order(launch_self, "g").select("device", "function", "module", "samples",
-                                                  "share")
+    launch_self = _order(launch_self.with_columns((pl.col("g") < 0).alias("_job")), "_job",
+                         "g").select("device", "function", "module", "samples", "share")
     # what ran meanwhile: per thread
     running = in_gaps.group_by("g", "row").agg(pl.col("samples").sum())
     running = per_device(running).join(threads, on="row", how="left")
     running = running.with_columns(
         (pl.col("samples") / pl.col("samples").sum().over("device")).alias("share"))
-    running = running.sort(["g", "samples", "task", "tid"],
-                           descending=[False, True, False, False]).select(
+    running = running.sort([pl.col("g") < 0, "g", "samples", "task", "tid"],
+                           descending=[False, False, True, False, False]).select(
         "device", "task", "pid", "tid", "thread", "process", "samples", "share")
     # blocking call sites
     blocking = _sites(per_device(calls), call_labels, loc)
@@ -907,7 +907,7 @@ def add_gaps(s: Samples, code: GapCode, rows: pl.DataFrame, labels: dict[int, st
     ).join(per_device(launching.group_by("g").agg(pl.col("samples").sum())).select(
         "device", pl.col("samples").alias("launching_samples")), on="device", how="left"
     ).with_columns(pl.col("samples_in_gaps").fill_null(0),
-                   pl.col("launching_samples").fill_null(0)).sort("g").select(
+                   pl.col("launching_samples").fill_null(0)).sort(pl.col("g") < 0, "g").select(
         "device", "gaps", "idle", "samples_in_gaps", "launching_samples")
     s.gaps = summary
     s.gap_launching = launch_self
@@ -959,9 +959,9 @@ def _sites(calls: pl.DataFrame, call_labels: dict[int, dict[int, str]],
                              pl.col("api").replace_strict(api_cause, default="osrt_other",
                                                           return_dtype=pl.Utf8)
                              .alias("cause"))
-    return (out.select(*schema).cast(schema)
-            .sort(["device", "time", "api", "callers"], descending=[False, True, False,
-                                                                     False]))
+    return (out.sort([pl.col("g") < 0, "g", "time", "api", "callers"],
+                     descending=[False, False, True, False, False])
+            .select(*schema).cast(schema))
 
 
 def _call_cause(call_type: int, api: str) -> str:

@@ -627,6 +627,8 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(format_layers(extras.layers, args.list_all, args.top))
         if extras.samples is not None:
             sys.stdout.write(format_samples(extras.samples, args.list_all, args.top))
+        elif not args.no_samples:
+            sys.stdout.write(f"\n### Where in the code: {NO_SAMPLES}\n")
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")
@@ -979,6 +981,10 @@ def _top_list(df, n: int, total: int | None = None, collapse: bool = True) -> st
     total = total or int(df["samples"].sum())
     return ", ".join(f"{_fn(r['function'], r['module'], 40)} {r['samples'] / total:.1%}"
                      for r in df.head(n).iter_rows(named=True))
+
+
+NO_SAMPLES = ("no CPU sample in the trace (nsys profile samples every thread by default: "
+              "--sample=process-tree; call stacks with --backtrace=dwarf|lbr|fp)")
 
 
 def format_samples(s, list_all: bool = False, top: int = 10) -> str:
