@@ -393,3 +393,30 @@ def test_a_window_keeps_the_samples_inside(tmp_path):
         t = run.samples()
     # a window is [lo, hi): nsys' --filter-time, Paraver's cutter
     assert t["quality"]["samples"].item() == sum(lo <= x < hi for x in times)
+
+
+def test_diff_names_the_function_whose_share_moved(tmp_path):
+    """Before the launching thread waits (its samples in the gaps: the driver's launch),
+    after it computes (its samples in the gaps: the compute functions): the comparison's
+    samples table moves them beyond noise and the paragraph names one; the same run twice
+    moves nothing."""
+    before = ss.scenario_export(tmp_path / "b.sqlite", "starved")
+    after = ss.scenario_export(tmp_path / "a.sqlite", "compute")
+    from nsys2prv.run import compare
+
+    c = compare(before, after)
+    t = c["samples"]
+    gaps = t.filter(pl.col("scope") == "gaps")
+    exp_b, exp_a = ss.expected_samples("starved"), ss.expected_samples("compute")
+    launcher = (ss.idle.PID, ss.idle.PID)
+    n_b = sum(exp_b["gap_leaves"][launcher].values())
+    n_a = sum(exp_a["gap_leaves"][launcher].values())
+    assert set(gaps["total_before"]) == {n_b} and set(gaps["total_after"]) == {n_a}
+    moved = gaps.filter(pl.col("moved"))
+    compute = {f.function for stack in ss.COMPUTE for f in stack[:1]}
+    assert compute & set(moved["function"])
+    assert "Where in the code, the launching thread's samples inside the GPU's idle gaps" \
+        in c.paragraph
+    same = compare(after, after)
+    assert not same["samples"]["moved"].any()
+    assert "Where in the code" not in same.paragraph

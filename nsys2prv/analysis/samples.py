@@ -1100,7 +1100,7 @@ def flame(folded: pl.DataFrame, min_share: float = 0.002) -> pl.DataFrame:
 @dataclass
 class Shares:
     """One run's samples as the comparison reads them: per (function, module) the samples
-    whose leaf it is, in the whole run (`run`) and, of the launching threads, inside the
+    whose leaf it is (a module's unresolved leaves as one '[unresolved]' function), in the whole run (`run`) and, of the launching threads, inside the
     GPU's idle gaps (`gaps`; None without gaps or a second look at them)."""
 
     run: pl.DataFrame
@@ -1112,8 +1112,10 @@ def shares(collector: SampleCollector, gap_samples: OnePassGapSamples | None,
     loc = Locations(labels)
 
     def by_name(df: pl.DataFrame) -> pl.DataFrame:
-        return (loc.name(df).group_by("function", "module").agg(pl.col("samples").sum())
-                .sort("function", "module"))
+        # an unresolved leaf's address means nothing in another run (another process,
+        # another load address): its module's unresolved samples are compared as one
+        named = collapse_unresolved(loc.name(df).select("function", "module", "samples"))
+        return named.sort("function", "module")
 
     gaps = None
     if gap_samples is not None:

@@ -190,6 +190,22 @@ def format_text(c, top: int = 15) -> str:
         for r in st.iter_rows(named=True):
             w(f"{_short(r['range'], 43):<44}{_ms(r['median_before']):>13}"
               f"{_ms(r['median_after']):>13}  {r['verdict']}\n")
+    smp = c.samples
+    if smp is not None and smp.height:
+        for scope, title in (("run", "CPU samples by function (share of the run's samples)"),
+                             ("gaps", "the launching threads' samples inside the GPU's idle "
+                                      "gaps, by function")):
+            part = smp.filter(pl.col("scope") == scope)
+            if not part.height:
+                continue
+            total_b, total_a = part["total_before"][0], part["total_after"][0]
+            w(f"\n{title} ({total_b} -> {total_a} samples; {top} largest changes; "
+              "p Holm-adjusted; * moved beyond noise; docs/samples.md)\n")
+            for r in part.head(top).iter_rows(named=True):
+                name = r["function"] + (f" ({r['module']})" if r["module"] else "")
+                w(f"{_short(name, 55):<56}{100 * r['share_before']:>8.1f} %"
+                  f"{100 * r['share_after']:>8.1f} %{100 * r['delta']:>+9.1f} pt  "
+                  f"{_p3(r['p'])}{' *' if r['moved'] else ''}\n")
     if c.devices is not None:
         _devices(w, c.devices, top)
     if c.models.height and c.before.analysis is not None:
