@@ -237,6 +237,8 @@ class Writer:
                    "INTEGER": pa.int64()}[_column_type(table, c)]
             if v is None:
                 arrays.append(pa.nulls(n, typ))
+            elif isinstance(v, pa.Array):
+                arrays.append(v.cast(typ))
             elif isinstance(v, (int, str, float)):
                 arrays.append(pa.array([v] * n, typ))
             else:
@@ -593,6 +595,108 @@ def generate(path: Path, *, kernels: int, api: int, memcpy: int, memset: int, nv
     return facts
 
 
+# ---------------------------------------------------------------------- CPU samples -----
+CE_DDL = ("CREATE TABLE COMPOSITE_EVENTS (id INTEGER NOT NULL PRIMARY KEY, start INTEGER NOT "
+          "NULL, cpu INTEGER, threadState INTEGER, globalTid INTEGER, cpuCycles INTEGER NOT NULL)")
+SC_COLUMNS = ["id", "symbol", "module", "kernelMode", "thumbCode", "unresolved",
+              "specialEntry", "originalIP", "unwindMethod", "stackDepth"]
+SC_DDL = ("CREATE TABLE SAMPLING_CALLCHAINS (id INTEGER NOT NULL, symbol INTEGER NOT NULL, "
+          "module INTEGER NOT NULL, kernelMode INTEGER, thumbCode INTEGER, unresolved INTEGER, "
+          "specialEntry INTEGER, originalIP INTEGER, unwindMethod INTEGER, stackDepth INTEGER "
+          "NOT NULL, PRIMARY KEY (id, stackDepth))")
+SAMPLE_BATCH = 100_000  # samples written at a time
+
+
+def add_samples(path: Path, samples: int, frames: int = 40, every: int = 4, seed: int = 1,
+                quiet: bool = False) -> dict:
+    """Add `samples` CPU IP samples (COMPOSITE_EVENTS) with their call stacks
+    (SAMPLING_CALLCHAINS) to an export, in the real tables' layout (primary keys included):
+    spread over the CUDA calls' time span on the host threads of the export and on two
+    threads without ThreadNames rows; one sample in `every` (the first of each group) with a
+    stack of `frames` frames (nsys' DWARF pattern; 1: every sample), a quarter of those ending
+    in a '[Broken backtraces]' marker, the others the leaf alone. Stacks follow 400 call
+    paths of 3,000 functions in 60 modules (Zipf-like use); every 50th function is unresolved
+    (its address as text), with kernel frames at negative addresses."""
+    t_begin = time.time()
+    rng = np.random.default_rng(seed)
+    log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    con = sqlite3.connect(path)
+    gtids = [g for (g,) in con.execute(
+        "SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY globalTid")]
+    lo, hi = con.execute("SELECT min(start), max(\"end\") FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+                         ).fetchone()
+    next_id = (con.execute("SELECT max(id) FROM StringIds").fetchone()[0] or 0) + 1
+    pid_bits = gtids[0] & ~0xFFFFFF
+    gtids += [pid_bits | ((gtids[0] & 0xFFFFFF) + 100 + k) for k in range(2)]  # no ThreadNames
+    # names: modules, functions (unresolved ones named by their address), the marker
+    modules = [f"/usr/lib/x86_64-linux-gnu/libmod{m}.so.{m % 7}" for m in range(58)] + [
+        "[kernel.kallsyms]", "/usr/bin/python3.10"]
+    n_func = 3_000
+    func_module = rng.integers(0, len(modules), n_func)
+    func_module[:100] = len(modules) - 2  # kernel frames
+    ips = rng.integers(0x7F0000000000, 0x7FFFFFFFFFFF, n_func)
+    ips[:100] = -rng.integers(0x10000000, 0x7FFFFFFF, 100)  # kernel addresses: negative
+    names = [f"0x{ip & ((1 << 64) - 1):x}" if (k % 50 == 0 or k < 100) else f"function_{k}"
+             for k, ip in enumerate(ips.tolist())]
+    kernel = func_module == len(modules) - 2
+    unresolved = np.array([n.startswith("0x") for n in names])
+    strings = modules + names + ["[Broken backtraces]"]
+    ids = np.arange(next_id, next_id + len(strings), dtype=np.int64)
+    con.executemany("INSERT INTO StringIds (id, value) VALUES (?, ?)",
+                    list(zip(ids.tolist(), strings)))
+    module_id, func_id = ids[:len(modules)], ids[len(modules):len(modules) + n_func]
+    marker_id = int(ids[-1])
+    con.execute(CE_DDL)
+    con.execute(SC_DDL)
+    con.commit()
+    con.close()
+    paths = rng.choice(n_func, (400, frames))  # call paths, leaf first
+    path_w = zipf_weights(400, 1.1, rng)
+    w = Writer.__new__(Writer)  # the bulk writer on the existing file
+    import adbc_driver_sqlite.dbapi as adbc
+    w._adbc = adbc.connect(str(path), autocommit=True)
+    w._cur = w._adbc.cursor()
+    for p in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF"):
+        w._cur.execute(p)
+        w._cur.fetchall() if w._cur.description else None
+    w._con, w.created = None, {"COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS"}
+    w.cols = {"COMPOSITE_EVENTS": ["id", "start", "cpu", "threadState", "globalTid",
+                                   "cpuCycles"], "SAMPLING_CALLCHAINS": SC_COLUMNS}
+    times = np.sort(rng.integers(lo, hi, samples))
+    n_frames = 0
+    for a in range(0, samples, SAMPLE_BATCH):
+        n = min(SAMPLE_BATCH, samples - a)
+        sid = np.arange(a + 1, a + n + 1, dtype=np.int64)
+        w.insert("COMPOSITE_EVENTS", {
+            "id": sid, "start": times[a:a + n], "cpu": rng.integers(0, 64, n),
+            "threadState": 1, "globalTid": np.asarray(gtids, np.int64)[
+                rng.integers(0, len(gtids), n)], "cpuCycles": 1}, n)
+        path_of = rng.choice(400, n, p=path_w)
+        stacked = (sid - 1) % every == 0
+        marker = stacked & (rng.random(n) < 0.25)
+        count = np.where(stacked, frames, 1) + marker
+        owner = np.repeat(np.arange(n), count)
+        first = np.repeat(np.cumsum(count) - count, count)
+        depth = np.arange(owner.size) - first
+        is_marker = np.repeat(marker, count) & (depth == frames)
+        fn = paths[path_of[owner], np.minimum(depth, frames - 1)]
+        m = owner.size
+        w.insert("SAMPLING_CALLCHAINS", {
+            "id": sid[owner], "symbol": np.where(is_marker, marker_id, func_id[fn]),
+            "module": np.where(is_marker, marker_id, module_id[func_module[fn]]),
+            "kernelMode": pa.array(np.ones(m, np.int64), mask=~kernel[fn] | is_marker),
+            "unresolved": pa.array(np.ones(m, np.int64), mask=~unresolved[fn] | is_marker),
+            "originalIP": pa.array(np.where(is_marker, 0, ips[fn]), mask=is_marker),
+            "unwindMethod": pa.array(np.full(m, 7, np.int64), mask=is_marker),
+            "stackDepth": depth}, m)
+        n_frames += m
+    w.close()
+    facts = {"samples": samples, "frames": n_frames, "frames_per_stack": frames,
+             "every": every, "seconds": round(time.time() - t_begin, 1)}
+    log(f"  {samples} samples, {n_frames} frames written ({facts['seconds']} s)")
+    return facts
+
+
 def sizes_for(total: int) -> dict[str, int]:
     out = {k: int(round(total * f)) for k, f in MIX.items()}
     out["api"] = max(out["api"], out["kernels"] + out["memcpy"] + out["memset"])
@@ -620,8 +724,22 @@ def main(argv=None) -> int:
     p.add_argument("--host", default="bench-node")
     p.add_argument("--schema-version", default="3.16.3")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--samples", type=int, default=0, help="CPU samples with call stacks to "
+                   "add (default none: the data sets are unchanged)")
+    p.add_argument("--frames", type=int, default=40, help="frames of a sample's stack")
+    p.add_argument("--backtrace-every", type=int, default=4, help="one sample in N has a "
+                   "stack, the others the leaf only (nsys' DWARF default 4; 1: every sample)")
+    p.add_argument("--add-to-existing", action="store_true", help="add the samples to the "
+                   "export OUTPUT as it is (no other table is written)")
     p.add_argument("-q", "--quiet", action="store_true")
     a = p.parse_args(argv)
+    import json
+    if a.add_to_existing:
+        if not a.samples:
+            p.error("--add-to-existing needs --samples")
+        print(json.dumps(add_samples(Path(a.output), a.samples, a.frames, a.backtrace_every,
+                                     a.seed, a.quiet)))
+        return 0
     total = PRESETS[a.preset] if a.preset else a.activities
     sizes = sizes_for(total) if total else {"kernels": 0, "api": 0, "memcpy": 0, "memset": 0,
                                             "nvtx": 0}
@@ -634,7 +752,9 @@ def main(argv=None) -> int:
                      n_kernel_names=a.kernel_names, nccl_fraction=a.nccl_fraction, pid=a.pid,
                      rank=a.rank, world=a.world, host=a.host,
                      schema_version=a.schema_version, seed=a.seed, quiet=a.quiet, **sizes)
-    import json
+    if a.samples:
+        facts["samples"] = add_samples(Path(a.output), a.samples, a.frames,
+                                       a.backtrace_every, a.seed, a.quiet)
     print(json.dumps(facts))
     return 0
 

@@ -203,15 +203,15 @@ def thread_ids(tr: Trace) -> dict[tuple[int, int], tuple[int, int]]:
 
 
 def stacks_of(tr: Trace, first_type: int, last_type: int) -> list[tuple]:
-    """(pid, tid, time, labels, pairs) of every event line with type `first_type`: the labels
-    of types first_type.. last_type on it, in type order (a sample's leaf and callers, or a
-    call's callers), and all its pairs as a dict."""
+    """(pid, tid, time, labels, pairs) of every event line with a value (not 0, End) of type
+    `first_type`: the labels of types first_type.. last_type on it, in type order (a
+    sample's leaf and callers, or a call's callers at its entry), and all its pairs."""
     ids = thread_ids(tr)
     labels = tr.pcf_labels(first_type)
     out = []
     for task, thread, time, pairs in tr.events:
         d = dict(pairs)
-        if first_type not in d:
+        if not d.get(first_type):
             continue
         stack = tuple(labels[d[t]] for t in sorted(d) if first_type <= t <= last_type)
         out.append((*ids[(task, thread)], time, stack, d))

@@ -339,3 +339,82 @@ def test_cuda_callers_pipit_name_the_application(tmp_path):
                if names.get(p.get(reg.CUDA_CALL)) == "cudaMalloc"}
     assert mallocs == {("cudaError cudaMalloc<double>(double**, unsigned long) "
                         "(saxpy-mpi-cuda)", "main (saxpy-mpi-cuda)")}
+
+
+# -- Paraver's own engine (paramedir) on the sampling cfgs: its stored outputs against the
+#    exports' counts (tools/paramedir.py refresh --only samples) ---------------------------
+
+PARAMEDIR = Path(__file__).resolve().parent / "data" / "paramedir"
+
+
+def _table_by_tid(path: Path) -> dict[int, dict[str, float]]:
+    """tid -> column label -> cell of a stored paramedir table (CPU thread rows only)."""
+    import re
+
+    from paramedir import read_table
+
+    t = read_table(path)
+    out = {}
+    for r, row in enumerate(t.rows):
+        m = re.search(r"\(tid (\d+)\)$", row)
+        if m:
+            out[int(m.group(1))] = {c: v for c, v in zip(t.columns, t.cells[r]) if v}
+    return {k: v for k, v in out.items() if v}
+
+
+def _leaf_counts_sql(db: Path) -> dict[int, dict[str, float]]:
+    """tid -> leaf label -> samples, from the export (depth-0 frames, markers excluded)."""
+    out: dict[int, dict[str, float]] = {}
+    for gtid, symbol, module, ip, n in sql(
+            db, "SELECT ce.globalTid, s.value, m.value, c.originalIP, count(*) "
+                "FROM COMPOSITE_EVENTS ce JOIN SAMPLING_CALLCHAINS c ON c.id = ce.id "
+                "JOIN StringIds s ON s.id = c.symbol JOIN StringIds m ON m.id = c.module "
+                "WHERE c.stackDepth = 0 AND s.value NOT IN ('[Max depth]', '[Broken backtraces]') "
+                "GROUP BY ce.globalTid, s.value, m.value, "
+                "CASE WHEN s.value = '' THEN c.originalIP END"):
+        f = ss.Frame(symbol, module, ip)
+        per = out.setdefault(gtid & 0xFFFFFF, {})
+        per[label(f)] = per.get(label(f), 0) + n
+    return out
+
+
+@pytest.mark.parametrize("name,rel", [("samples_pipit", "sqlite/pipit_saxpy_mpi_cuda_rank0"),
+                                      ("samples_testcuda", "sqlite/testcuda_report1")])
+def test_paramedir_sampled_function_profile_is_the_export(name, rel):
+    """Paraver's sampled-function profile (paramedir on sampling/sampled_function_profile.cfg)
+    counts, per thread and leaf function, the samples of the export."""
+    from conftest import CORPUS, need_exports
+
+    db = CORPUS / f"{rel}.sqlite"
+    need_exports(db)
+    got = _table_by_tid(PARAMEDIR / name / "sampling__sampled_function_profile.txt")
+    assert got == _leaf_counts_sql(db)
+
+
+def test_paramedir_on_the_edge_export():
+    """paramedir on the edge-case trace: samples per function and per module per thread,
+    and the time of OS runtime and CUDA calls per first caller, as the generator made them
+    ('[kernel.kallsyms]' kept whole in the column labels)."""
+    spec, stacks = ss.edge_spec()
+    funcs: dict[int, dict[str, float]] = {}
+    mods: dict[int, dict[str, float]] = {}
+    for s in stacks.samples:
+        leaf = label(kept(s.frames)[0])
+        funcs.setdefault(s.tid, {}).setdefault(leaf, 0)
+        funcs[s.tid][leaf] += 1
+        mod = leaf.rsplit(" (", 1)[1][:-1]
+        mods.setdefault(s.tid, {}).setdefault(mod, 0)
+        mods[s.tid][mod] += 1
+    d = PARAMEDIR / "samples"
+    assert _table_by_tid(d / "sampling__sampled_function_profile.txt") == funcs
+    assert _table_by_tid(d / "sampling__sampled_module_profile.txt") == mods
+    osrt: dict[int, dict[str, float]] = {}
+    for i, frames in stacks.osrt.items():
+        o = spec.osrt[i]
+        caller = label(kept(frames)[1])
+        osrt.setdefault(o.tid, {}).setdefault(caller, 0)
+        osrt[o.tid][caller] += o.end - o.start
+    assert _table_by_tid(d / "sampling__callers_osrt.txt") == osrt
+    cuda = _table_by_tid(d / "sampling__callers_cuda.txt")
+    assert cuda == {ss.EDGE_MAIN: {"alloc_buffers (app)": 20_000, "upload (app)": 20_000,
+                                   "0x55925a7d1b09 ([Unknown])": 20_000}}

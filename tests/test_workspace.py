@@ -56,20 +56,24 @@ def test_paraver_distributed_file_round_trips():
 
 
 def test_workspaces_come_from_the_catalogue():
-    main_ws, metrics = workspace.nsys2prv_workspaces("P/")
-    # in the catalogue's order: the GPU metrics' views in their own workspace
+    main_ws, metrics, samples = workspace.nsys2prv_workspaces("P/")
+    # in the catalogue's order: the GPU metrics' views and the samples' in their own
     paths = ["P/" + c.path for c in catalogue.CATALOGUE]
     assert [h[0] for h in metrics.hints] == [p for p in paths if p.startswith("P/hwcounters/")]
-    assert [h[0] for h in main_ws.hints] == [p for p in paths
-                                             if not p.startswith("P/hwcounters/")]
+    assert [h[0] for h in samples.hints] == [p for p in paths if p.startswith("P/sampling/")]
+    assert [h[0] for h in main_ws.hints] == [p for p in paths if not p.startswith(
+        ("P/hwcounters/", "P/sampling/"))]
     assert (EVENT, catalogue.KERNEL) in main_ws.auto and (EVENT, 63_000_000) in main_ws.auto
     assert (EVENT, 67_500_000) in metrics.auto
+    # the types of Paraver's 'Sampling' and 'Call stack references' workspaces
+    assert samples.auto == [(EVENT, 30_000_000), (EVENT, 70_000_001)]
 
 
 def test_merge_keeps_user_workspaces():
     merged = parse(merge(render(USER, USER_ORDER), workspace.nsys2prv_workspaces("")))
     ws, order = merged
-    assert order == USER_ORDER + [workspace.NAME, workspace.METRICS_NAME]
+    assert order == USER_ORDER + [workspace.NAME, workspace.METRICS_NAME,
+                                  workspace.SAMPLES_NAME]
     for name, w in USER.items():
         assert ws[name] == w
 
@@ -90,7 +94,8 @@ def test_setup_dry_run_then_install_then_idempotent(tmp_path, capsys):
     capsys.readouterr()
     ws, order = parse((user / "workspaces.xml").read_text())
     assert order[:3] == USER_ORDER and ws["My MPI"] == USER["My MPI"]
-    hints = ws[workspace.NAME].hints + ws[workspace.METRICS_NAME].hints
+    hints = (ws[workspace.NAME].hints + ws[workspace.METRICS_NAME].hints
+             + ws[workspace.SAMPLES_NAME].hints)
     assert len(hints) == len(catalogue.CATALOGUE)
     for path, _ in hints:
         assert Path(path).is_absolute() and Path(path).read_text().startswith("#ParaverCFG")

@@ -273,6 +273,33 @@ def layer_jobs(tmp: Path, corpus: Path | None) -> list[Job]:
     return jobs
 
 
+# CPU samples and call stacks (issue 46): every sampling/ cfg on the synthetic edge-case
+# export (testing/synth_samples.edge_export), their histograms on corpus traces with samples
+# and stacks (tests/test_samples.py checks them against the exports' own counts)
+SAMPLES_DIR = "samples"
+SAMPLES_CORPUS = {"samples_pipit": "sqlite/pipit_saxpy_mpi_cuda_rank0.sqlite",
+                  "samples_testcuda": "sqlite/testcuda_report1.sqlite"}
+
+
+def samples_jobs(tmp: Path, corpus: Path | None) -> list[Job]:
+    """Translate the edge-case export of testing/synth_samples (and the corpus traces of
+    SAMPLES_CORPUS where the corpus is) into `tmp`, as jobs of `refresh` running the
+    sampling/ cfgs (the traces are made again by the tests, not stored)."""
+    from nsys2prv.api import translate
+    from nsys2prv.testing.synth_samples import edge_export
+    from nsys2prv.views.catalogue import SAMPLING
+
+    cfgs = [c.path for c in SAMPLING]
+    trace = tmp / f"{SAMPLES_DIR}.prv"
+    translate([str(edge_export(tmp / f"{SAMPLES_DIR}.sqlite"))], str(trace))
+    jobs: list[Job] = [(SAMPLES_DIR, trace, False, cfgs)]
+    for name, rel in SAMPLES_CORPUS.items():
+        if corpus is not None and (corpus / rel).exists():
+            translate([str(corpus / rel)], str(tmp / f"{name}.prv"))
+            jobs.append((name, tmp / f"{name}.prv", True, cfgs))
+    return jobs
+
+
 CRITICAL_DIR = "critical"  # the sample's critical path (analyze --path-trace): its cfg
 
 
@@ -289,38 +316,49 @@ def critical_jobs(tmp: Path, sample: Path) -> list[Job]:
     return [(CRITICAL_DIR, out, False, ["analysis/critical_path.cfg"])]
 
 
-def refresh(data: Path, cfgdir: Path, corpus: Path | None) -> int:
+def refresh(data: Path, cfgdir: Path, corpus: Path | None, groups: list[str] | None = None
+            ) -> int:
     """Regenerate tests/data/paramedir: the sample (every cfg), small corpus traces
     (histograms only: their timelines are large), the hand-made families trace, the
     synthetic scaling runs (SCALING_CFGS only), the corpus before/after pair as one
     trace of two applications and as two traces (histograms only) and the layer views
-    (LAYER_CFGS) on the synthetic projection export and aiprof_opt2."""
+    (LAYER_CFGS) on the synthetic projection export and aiprof_opt2, the sampling/ views
+    on the samples' edge-case export and corpus traces with samples. `groups` (of "main",
+    "scaling", "applications", "critical", "layers", "samples"): only those jobs."""
     from nsys2prv.testing.samples import sample_spec
     from nsys2prv.testing.synth import write_export
     from nsys2prv.api import translate
 
     bad = 0
+    want = set(groups) if groups else None
     with tempfile.TemporaryDirectory() as tmp:
         jobs: list[Job] = []
         sources = {SAMPLE_DIR: write_export(Path(tmp) / "sample.sqlite", sample_spec())}
         for name, rel in CORPUS_TRACES.items():
             if corpus is not None and (corpus / rel).exists():
                 sources[name] = corpus / rel
-        for name, src in sources.items():
-            if name in STORED_TRACES:
-                trace = data / name / "trace" / f"{name}.prv.gz"
-                trace.parent.mkdir(parents=True, exist_ok=True)
-                translate([str(src)], str(trace), compress=True)
-                jobs.append((name, trace, name != SAMPLE_DIR, None))
-            else:
-                translate([str(src)], str(Path(tmp) / f"{name}.prv"))
-                jobs.append((name, Path(tmp) / f"{name}.prv", True, None))
-        fam = families_trace(data / FAMILIES_DIR / "trace")
-        jobs.append((FAMILIES_DIR, fam, False, None))
-        jobs += scaling_jobs(Path(tmp))
-        jobs += applications_jobs(Path(tmp), corpus)
-        jobs += critical_jobs(Path(tmp), sources[SAMPLE_DIR])
-        jobs += layer_jobs(Path(tmp), corpus)
+        if want is None or "main" in want:
+            for name, src in sources.items():
+                if name in STORED_TRACES:
+                    trace = data / name / "trace" / f"{name}.prv.gz"
+                    trace.parent.mkdir(parents=True, exist_ok=True)
+                    translate([str(src)], str(trace), compress=True)
+                    jobs.append((name, trace, name != SAMPLE_DIR, None))
+                else:
+                    translate([str(src)], str(Path(tmp) / f"{name}.prv"))
+                    jobs.append((name, Path(tmp) / f"{name}.prv", True, None))
+            fam = families_trace(data / FAMILIES_DIR / "trace")
+            jobs.append((FAMILIES_DIR, fam, False, None))
+        if want is None or "scaling" in want:
+            jobs += scaling_jobs(Path(tmp))
+        if want is None or "applications" in want:
+            jobs += applications_jobs(Path(tmp), corpus)
+        if want is None or "critical" in want:
+            jobs += critical_jobs(Path(tmp), sources[SAMPLE_DIR])
+        if want is None or "layers" in want:
+            jobs += layer_jobs(Path(tmp), corpus)
+        if want is None or "samples" in want:
+            jobs += samples_jobs(Path(tmp), corpus)
         ends = {name.split("/")[1]: trace_end(trace) for name, trace, _, _ in jobs
                 if name.startswith(APPLICATIONS_DIR + "/")}
         if ends:  # what the '% Time' cells of each trace are a share of
@@ -351,9 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         rp.add_argument("--data", default="tests/data/paramedir")
         rp.add_argument("--cfgs", default="cfgs")
         rp.add_argument("--corpus", default="../shared/corpus")
+        rp.add_argument("--only", nargs="*", choices=("main", "scaling", "applications",
+                                                      "critical", "layers", "samples"),
+                        help="refresh only these groups of outputs")
         ra = rp.parse_args(argv[1:])
         corpus = Path(ra.corpus) if Path(ra.corpus).exists() else None
-        return refresh(Path(ra.data), Path(ra.cfgs), corpus)
+        return refresh(Path(ra.data), Path(ra.cfgs), corpus, ra.only)
     ap = argparse.ArgumentParser(prog="python tools/paramedir.py",
                                  description=main.__doc__)
     ap.add_argument("trace")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..views.workspace import METRICS_NAME, NAME, apply, plan
+from ..views.workspace import METRICS_NAME, NAME, SAMPLES_NAME, apply, plan
 from .common import Parser
 
 
@@ -38,9 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if p.workspaces_text is None:
         print(f"workspaces: {p.workspaces_file} already has the nsys2prv workspaces")
     elif args.dry_run:
-        print(f"workspaces: would add/update '{NAME}' and '{METRICS_NAME}' in "
+        print(f"workspaces: would add/update '{NAME}', '{METRICS_NAME}' and '{SAMPLES_NAME}' in "
               f"{p.workspaces_file} (other workspaces kept, previous file backed up)")
     else:
-        print(f"workspaces: added/updated '{NAME}' and '{METRICS_NAME}' in {p.workspaces_file}"
+        print(f"workspaces: added/updated '{NAME}', '{METRICS_NAME}' and '{SAMPLES_NAME}' in "
+              f"{p.workspaces_file}"
               + (f" (previous file: {backup})" if backup else ""))
     return 0

@@ -110,19 +110,24 @@ class Records:
                  block_records: int = RUN_BLOCK_RECORDS) -> None:
         self.store = RecordStore(str(prefix), int(budget), int(block_records))
 
-    def add(self, df: pl.DataFrame) -> None:
-        """Take a frame in the record layout (`records.conform`)."""
+    def add(self, df: pl.DataFrame, lists: R.PairLists | None = None) -> None:
+        """Take a frame in the record layout (`records.conform`), and each record's own
+        further pairs (`lists`: a sample's callers)."""
         if df.height == 0:
             return
         c = df.get_column
         offsets, data = text_buffers(c("text"))
         types, names = R.pair_columns(df)
+        extra = () if lists is None else (
+            np.ascontiguousarray(lists.offsets, np.int64),
+            np.ascontiguousarray(lists.types, np.int64),
+            np.ascontiguousarray(lists.values, np.int64))
         self.store.add(int64_column(c("time")), _typed(c("row"), pl.Int32, "=i4"),
                        _typed(c("kind"), pl.Int8, "i1"), _typed(c("phase"), pl.Int8, "i1"),
                        int64_column(c("sub")), _typed(c("src"), pl.Int8, "i1"),
                        int64_column(c("ord")),
                        *(int64_column(c(k)) for k in ("a", "b", "c", "d", "e", "f")),
-                       offsets, data, types, [int64_column(c(n)) for n in names])
+                       offsets, data, types, [int64_column(c(n)) for n in names], *extra)
 
     @property
     def total(self) -> int:

@@ -448,20 +448,27 @@ static int store_reserve(RecordStore *self, size_t extra) {
     return 0;
 }
 
-#define MAX_PAIRS 128 /* a sample's callers: 99 depths and its own numbers */
+#define MAX_PAIRS 64
 
 /* add(time, row, kind, phase, sub, src, ord, a, b, c, d, e, f, text_offsets, text_data,
- *     pair_types, pair_values)
+ *     pair_types, pair_values, list_offsets, list_types, list_values)
  * int64 arrays but row (int32) and kind/phase/src (int8); text_offsets int64 (n+1) or None.
  * pair_types: a sequence of event types, pair_values: one int64 column per type; each
  * non-null value is appended to the record's text as ":type:value" (the text of numeric
- * pairs is made here, not built as strings in polars). */
+ * pairs is made here, not built as strings in polars). list_offsets (int64, n+1),
+ * list_types, list_values (int64): record i's own further pairs, entries
+ * list_offsets[i]..list_offsets[i+1] (a sample's callers: as many as its stack has),
+ * appended after the numeric pairs; None: none. */
 static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
     PyObject *o[15], *ptypes = Py_None, *pvals = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO|OO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14],
-                          &ptypes, &pvals))
+    PyObject *loffs_o = Py_None, *ltypes_o = Py_None, *lvals_o = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO|OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4],
+                          &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13],
+                          &o[14], &ptypes, &pvals, &loffs_o, &ltypes_o, &lvals_o))
         return NULL;
+    Arr la[3];
+    memset(la, 0, sizeof la);
+    const int64_t *loffs = NULL, *ltypes = NULL, *lvals = NULL;
     static const Py_ssize_t sizes[13] = {8, 4, 1, 1, 8, 1, 8, 8, 8, 8, 8, 8, 8};
     Arr a[15];
     memset(a, 0, sizeof a);
@@ -520,6 +527,25 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
         Py_DECREF(ts);
         Py_DECREF(vs);
     }
+    if (loffs_o != Py_None) {
+        if (arr_get(loffs_o, &la[0], 8, "list offsets") < 0 ||
+            arr_get(ltypes_o, &la[1], 8, "list types") < 0 ||
+            arr_get(lvals_o, &la[2], 8, "list values") < 0)
+            goto done;
+        loffs = la[0].view.buf;
+        ltypes = la[1].view.buf;
+        lvals = la[2].view.buf;
+        Py_ssize_t m = arr_len(&la[1]);
+        if (arr_len(&la[0]) != n + 1 || arr_len(&la[2]) != m || loffs[0] != 0 || loffs[n] != m) {
+            PyErr_SetString(PyExc_ValueError, "list pairs: n + 1 offsets from 0 to the entries");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (loffs[i + 1] < loffs[i]) {
+                PyErr_SetString(PyExc_ValueError, "list pairs: offsets must not decrease");
+                goto done;
+            }
+    }
     const int64_t *time = a[0].view.buf, *sub = a[4].view.buf, *ord = a[6].view.buf;
     const int32_t *row = a[1].view.buf;
     const int8_t *kind = a[2].view.buf, *phase = a[3].view.buf, *src = a[5].view.buf;
@@ -537,6 +563,7 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
         if (store_reserve(self, (size_t)take) < 0) goto done;
         size_t tbytes = has_text ? (size_t)(toffs[done_n + take] - toffs[done_n]) : 0;
         for (int k = 0; k < npairs; k++) tbytes += (size_t)take * (ptlen[k] + 21);
+        if (loffs) tbytes += (size_t)(loffs[done_n + take] - loffs[done_n]) * 44;
         if (buf_reserve(&self->text, tbytes) < 0) { PyErr_NoMemory(); goto done; }
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = done_n; i < done_n + take; i++) {
@@ -562,6 +589,13 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
                 memcpy(t, ptext[k], ptlen[k]);
                 t = fmt_i64(t + ptlen[k], pv[k][i]);
             }
+            if (loffs)
+                for (int64_t j = loffs[i]; j < loffs[i + 1]; j++) {
+                    *t++ = ':';
+                    t = fmt_i64(t, ltypes[j]);
+                    *t++ = ':';
+                    t = fmt_i64(t, lvals[j]);
+                }
             r->tlen = (uint32_t)(t - t0);
             self->text.n += r->tlen;
             if (!r->tlen) r->toff = 0;
@@ -576,6 +610,7 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
 done:
     for (int k = 0; k < 15; k++) arr_release(&a[k]);
     for (int k = 0; k < npairs; k++) arr_release(&pa[k]);
+    for (int k = 0; k < 3; k++) arr_release(&la[k]);
     return result;
 }
 

@@ -28,6 +28,9 @@ records of one time by (row's trace order, kind, phase, sub, src, report, ord).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import polars as pl
 
 STATE, EVENT, COMM = 1, 2, 3
@@ -92,6 +95,17 @@ class NumericPairs:
     def columns(self) -> list[pl.Expr]:
         return [expr.cast(pl.Int64).alias(f"{PAIR_PREFIX}{k}:{t}")
                 for k, (t, expr) in enumerate(self.items)]
+
+
+@dataclass(frozen=True)
+class PairLists:
+    """Each record's own ':type:value' pairs, as many as it has (a sample's callers at
+    every depth of its stack), made by the engine after the numeric pairs: record i's are
+    entries offsets[i]..offsets[i+1] of `types` and `values` (numpy int64)."""
+
+    offsets: np.ndarray
+    types: np.ndarray
+    values: np.ndarray
 
 
 def numeric_pairs(*items: tuple[int, pl.Expr]) -> NumericPairs:

@@ -103,10 +103,10 @@ class PrepareContext:
             self._report_end = report_span(self.report, self._kinds)[1]
         return self._report_end
 
-    def records(self, df: pl.DataFrame) -> None:
+    def records(self, df: pl.DataFrame, lists: R.PairLists | None = None) -> None:
         if not self.options.attributes:
             df = df.drop([c for t, c in zip(*R.pair_columns(df)) if t in _ATTRIBUTES])
-        self.record_store.add(df)
+        self.record_store.add(df, lists)
 
     def intervals(self, df: pl.DataFrame) -> None:
         self.interval_store.add(df)

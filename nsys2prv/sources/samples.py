@@ -45,10 +45,12 @@ COLUMNS = (
 @dataclass
 class Chunk:
     """Samples (id, start, cpu, pid, tid; sorted by id) and their frames (FRAME_SCHEMA,
-    sorted by id and depth)."""
+    sorted by id and depth), and the table they come from (for the addresses of the frames
+    that need them, `ChainFrames.addresses`)."""
 
     samples: pl.DataFrame
     frames: pl.DataFrame
+    chains: callchains.ChainFrames | None
 
 
 def available(report: Report) -> bool:
@@ -83,20 +85,26 @@ def read(report: Report, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[Chunk
             df = df.drop("row_id")
             got = (frames.of(df["id"].to_numpy()) if frames is not None
                    else pl.DataFrame(schema=callchains.FRAME_SCHEMA))
-            yield Chunk(df, got)
+            yield Chunk(df, got, frames)
     finally:
         if frames is not None:
             frames.close()
 
 
+FRAMES_PER_ROW = 4  # a chunk holds about 4 x chunk_rows frames: four int64 columns each (a
+#                    chunk of 100k rows of a kernel table has 20), and per chunk a sample
+#                    costs as much as its frames (10k samples of 40 frames: 13 MB of frames)
+
+
 def _samples_per_chunk(report: Report, chunk_rows: int) -> int:
-    """Samples per chunk so that a chunk holds about `chunk_rows` frames (frames per sample
-    from the tables' last rowids: no count scans the tables)."""
+    """Samples per chunk, at most `chunk_rows`, so that a chunk holds about FRAMES_PER_ROW x
+    `chunk_rows` frames (frames per sample from the tables' last rowids: no count scans the
+    tables)."""
     samples = report.db.scalar(f'SELECT max(rowid) FROM "{report.table(TABLE)}"') or 1
     real = report.table(FRAMES)
     frames = report.db.scalar(f'SELECT max(rowid) FROM "{real}"') if real else None
     per_sample = max(1.0, (frames or samples) / max(samples, 1))
-    return max(1_000, int(chunk_rows / per_sample))
+    return max(1, min(chunk_rows, int(FRAMES_PER_ROW * chunk_rows / per_sample)))
 
 
 PYTHON_COLUMNS = (

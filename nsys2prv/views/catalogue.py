@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..paraver.registry import critical, cuda, deps, gpu_metrics, graphs, nccl, nvtx, osrt
+from ..paraver.registry import (critical, cuda, deps, gpu_metrics, graphs, nccl, nvtx, osrt,
+                                sampling)
 from .cfg import Cfg, Histogram, Window, write_all
 
 # Extrae's numbers (extrae src/merger/paraver/MPI_EventEncoding.h, events.h), taken from the
@@ -710,7 +711,96 @@ for _stem, _name, _type, _scale, _what in (
             _profile(f"{_name} per kernel", "CUDA kernels", f"{_name} (last kernel)",
                      "Average value")))
 
-CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS + LAYERS
+# ------------------------------------------------------------------------------------------
+# sampling/: CPU samples and call stacks as Extrae writes them (registry/sampling.py)
+# ------------------------------------------------------------------------------------------
+
+SAMPLED = sampling.SAMPLED_FUNCTION
+CALLER_1 = sampling.caller_type(1)
+CALLER_2 = sampling.caller_type(2)
+_SAMPLE_NOTE = (
+    "Each CPU sample is one event on its thread's row at its time (no region: a sample "
+    "never changes the state): 30000000 the function the instruction pointer was in, as "
+    "'FUNCTION (MODULE)', its callers 30000001-30000099 (Extrae's sampled functions, one "
+    "value table for every depth), 67830000 its module. With DWARF unwinding nsys keeps a "
+    "call stack for one sample in four: the others have the leaf only (67830001 = 1).")
+_CALLER_NOTE = (
+    "Extrae's callers (70000000 + level, docs/samples.md) are written at the entry of the "
+    "calls nsys kept a call stack of (OS runtime calls of 80 us and more; CUDA calls with "
+    "--cudabacktrace) and end (0) with the call: 'Stacked Val' shows the caller of the "
+    "innermost call with a stack.")
+
+
+def samples_window(name: str, type_: int) -> Window:
+    """The value of the last sample of `type_` (a sample's function, caller or module)."""
+    return Window(name, thread="Last Evt Val", types=(type_,))
+
+
+def _code_profile(name: str, control: str, data: str, statistic: str = "Time") -> Histogram:
+    """`_profile` of code locations: whole column labels ('[kernel.kallsyms]' kept)."""
+    return replace(_profile(name, control, data, statistic), short_labels=False)
+
+
+def caller_windows(call: str, call_type: int) -> tuple[Window, ...]:
+    """The calls of a kind, the first two callers of those with a stack, whether a call of
+    the kind runs (the histograms' data) and the first caller drawn only then, ending on a
+    range that has data whenever the calls or their callers are there."""
+    windows = (
+        last_value(f"{call} calls", (call_type,), stacked=True),
+        last_value("Caller at level 1", (CALLER_1, CALLER_1), stacked=True,
+                   type_range=True),
+        replace(last_value("Caller at level 2", (CALLER_2, CALLER_2), stacked=True,
+                           type_range=True), hidden=True),
+        Window(f"Inside {call} calls", thread="Last Evt Val", types=(call_type,),
+               compose={"compose_thread": "Stacked Val", "topcompose1": "Sign"},
+               gradient=True, hidden=True))
+    return (*windows,
+            derived(f"First caller of {call} calls", "product", "Caller at level 1",
+                    f"Inside {call} calls"),
+            spanning(f"{call} calls or callers", windows))
+
+
+SAMPLING = [
+    Cfg("sampling/sampled_functions.cfg", "CPU samples: the sampled function on the timeline",
+        _SAMPLE_NOTE + " Windows: the last sampled function (30000000) on every thread, "
+        "its module (67830000), the depth of its call stack (67830001, frames written) "
+        "and the CPU it ran on + 1 (67830002).",
+        (samples_window("Sampled functions", SAMPLED),
+         samples_window("Sampled module", sampling.SAMPLED_MODULE),
+         replace(samples_window("Sample stack depth", sampling.SAMPLE_DEPTH), gradient=True),
+         replace(samples_window("Sampled CPU + 1", sampling.SAMPLED_CPU), gradient=True))),
+    Cfg("sampling/sampled_function_profile.cfg",
+        "CPU samples per sampled function per thread (self profile)",
+        _SAMPLE_NOTE + " Cells: the number of samples taken in each function (columns: "
+        "'FUNCTION (MODULE)') on each thread (the leaf of every sample: nsys' Bottom-Up "
+        "top level), Paraver's 'Sampled function profile' of Extrae traces.",
+        (samples_window("Sampled functions", SAMPLED),),
+        _code_profile("Samples per function", "Sampled functions", "Sampled functions",
+                 "# Bursts != 0")),
+    Cfg("sampling/sampled_module_profile.cfg", "CPU samples per module per thread",
+        _SAMPLE_NOTE + " Cells: the number of samples taken in each module (columns: "
+        "the binary or library, [kernel.kallsyms] for the kernel) on each thread.",
+        (samples_window("Sampled module", sampling.SAMPLED_MODULE),),
+        _code_profile("Samples per module", "Sampled module", "Sampled module", "# Bursts != 0")),
+    Cfg("sampling/callers_osrt.cfg", "OS runtime calls by their first caller (time)",
+        _CALLER_NOTE + " Windows: the OS runtime call on every thread (stacked), its callers "
+        "at levels 1 and 2, the first caller while an OS runtime call runs. Cells: the time "
+        "in OS runtime calls (with a stack) per first caller per thread: which code waits "
+        "in sem_timedwait, pthread_cond_wait, read...",
+        caller_windows("OS runtime", osrt.OSRT_CALL),
+        _code_profile("Time in OS runtime calls per first caller [ns]", "Caller at level 1",
+                      "Inside OS runtime calls", "Integral")),
+    Cfg("sampling/callers_cuda.cfg", "CUDA API calls by their first caller (time)",
+        _CALLER_NOTE + " Windows: the CUDA call on every thread (stacked), its callers at "
+        "levels 1 and 2 (level 1: the first frame after the API's own, CUPTI's and the "
+        "driver's), the first caller while a CUDA call runs. Cells: the time in CUDA calls "
+        "(with a stack) per first caller per thread.",
+        caller_windows("CUDA API", cuda.CUDA_CALL),
+        _code_profile("Time in CUDA calls per first caller [ns]", "Caller at level 1",
+                      "Inside CUDA API calls", "Integral")),
+]
+
+CATALOGUE: list[Cfg] = BASICS + VIEWS + ANALYSIS + HWCOUNTERS + LAYERS + SAMPLING
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -85,6 +85,10 @@ class Histogram:
     plane_delta: float = 1.0
     plane_compute_scale: bool = False
     hide_cols: bool = False
+    # False: column labels whole; Paraver's default shortens them, erasing from the first
+    # '[' to the last ']' (for Extrae's 'function [full name]'), which would also erase
+    # nsys' '[kernel.kallsyms]' and '[Unknown]' modules from 'FUNCTION (MODULE)' labels
+    short_labels: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,8 @@ def _histogram_lines(h: Histogram, names: dict[str, int]) -> list[str]:
                 f"Analyzer2D.Delta: {_num(h.delta)}"]
     if h.num_columns is not None:
         out.append(f"Analyzer2D.NumColumns: {h.num_columns}")
+    if h.short_labels is not None:
+        out.append(f"Analyzer2D.ShortHeaderLabels: {h.short_labels}")
     if h.plane is not None:
         out += [f"Analyzer2D.3D_ControlWindow: {names[h.plane]}",
                 f"Analyzer3D.ComputeYScale: {h.plane_compute_scale}"]

@@ -25,6 +25,7 @@ from xml.sax.saxutils import escape
 STATE, EVENT = 1, 2  # WorkspaceType
 NAME = "nsys2prv"
 METRICS_NAME = "nsys2prv GPU metrics"
+SAMPLES_NAME = "nsys2prv CPU samples"
 
 
 @dataclass
@@ -139,12 +140,17 @@ def nsys2prv_workspaces(prefix: str) -> list[Workspace]:
 
     Auto types: every single event type the basics views filter (a trace with any of them
     selects the workspace); GPU-metric views go to their own workspace, selected by the
-    metric sample types, so they are offered only on traces with GPU metrics."""
-    from ..paraver.registry import gpu_metrics
+    metric sample types, so they are offered only on traces with GPU metrics; the views of
+    CPU samples and call stacks to theirs, selected by Extrae's sampled function (30000000)
+    and first caller (70000001), the types Paraver's own 'Sampling' and 'Call stack
+    references' workspaces are selected by."""
+    from ..paraver.registry import gpu_metrics, sampling
     from .catalogue import BASICS, CATALOGUE
 
     main = Workspace(NAME)
     metrics = Workspace(METRICS_NAME)
+    samples = Workspace(SAMPLES_NAME, auto=[(EVENT, sampling.SAMPLED_FUNCTION),
+                                            (EVENT, sampling.caller_type(1))])
     auto: set[int] = set()
     for cfg in BASICS:
         for w in cfg.windows:
@@ -154,9 +160,10 @@ def nsys2prv_workspaces(prefix: str) -> list[Workspace]:
     metrics.auto = [(EVENT, gpu_metrics.SAMPLES.type_of(o))
                     for o in sorted(gpu_metrics.KNOWN_METRICS.values())]
     for cfg in CATALOGUE:
-        target = metrics if cfg.path.startswith("hwcounters/") else main
+        target = (metrics if cfg.path.startswith("hwcounters/") else
+                  samples if cfg.path.startswith("sampling/") else main)
         target.hints.append((prefix + cfg.path, cfg.title))
-    return [main, metrics]
+    return [main, metrics, samples]
 
 
 def merge(existing: str | None, ours: Sequence[Workspace]) -> str:

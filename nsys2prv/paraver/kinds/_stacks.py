@@ -41,21 +41,37 @@ def module_name(path: pl.Expr) -> pl.Expr:
     return base.str.replace_all("(", "[", literal=True).str.replace_all(")", "]", literal=True)
 
 
+KEY_SHIFT = 32  # a frame's key: symbol id << 32 | module id (StringIds ids: below 2^31)
+
+
 class CodeLocations:
     """Local values of the code locations of one report's frames (and of their modules),
-    labelled once per distinct (symbol, module) of the export."""
+    labelled once per distinct (symbol, module) of the export. Frames are looked up on
+    numpy: a key per frame, searched in the sorted keys seen so far (a join of every chunk
+    against the table costs polars several times more)."""
 
     def __init__(self, ctx: Context, report: Report) -> None:
         self._ctx = ctx
         self._strings = report.strings
         self.marker_ids = self._strings.filter(
             pl.col("value").is_in(list(callchains.MARKERS)))["id"].cast(pl.Int64).to_numpy()
+        # per known key, sorted by key: its value, its module's value (-1: not interned
+        # yet) and whether its symbol has no text (then the address names each frame)
+        self._keys = np.zeros(0, np.int64)
+        self._loc = np.zeros(0, np.int64)
+        self._module_value = np.zeros(0, np.int64)
+        self._by_ip = np.zeros(0, bool)
         self._known = pl.DataFrame(schema={"symbol": pl.Int64, "module": pl.Int64,
-                                           "loc": pl.Int64, "module_name": pl.Utf8,
-                                           "function": pl.Utf8, "by_ip": pl.Boolean})
-        self._by_ip = pl.DataFrame(schema={"module": pl.Int64, "ip": pl.Int64,
-                                           "ip_loc": pl.Int64})
+                                           "module_name": pl.Utf8, "function": pl.Utf8})
+        self._by_ip_loc = pl.DataFrame(schema={"module": pl.Int64, "ip": pl.Int64,
+                                               "ip_loc": pl.Int64})
         self._no_frames: int | None = None
+        self._unknown_module: int | None = None
+        # by symbol id: the value of the symbol in the first module it was seen in (-1: not
+        # seen, or no text) and that module: a frame of that pair is looked up directly
+        top = int(self._strings["id"].max() or 0) + 1 if self._strings.height else 1
+        self._symbol_loc = np.full(top, -1, np.int64)
+        self._symbol_module = np.full(top, -1, np.int64)
 
     def no_frames(self) -> int:
         """The value of a sample with no frame left (none recorded, or markers only)."""
@@ -64,103 +80,174 @@ class CodeLocations:
                 reg.CODE_LOCATIONS, pl.Series([f"[no frames] ({UNKNOWN_MODULE})"]))[0])
         return self._no_frames
 
-    def locate(self, frames: pl.DataFrame, function: bool = False) -> pl.DataFrame:
-        """`frames` (symbol, module, ip) with `loc` (local value) and `module_name` added
-        (and the symbol's text as `function`, when asked)."""
-        c = pl.col
-        pairs = frames.select("symbol", "module").unique()
-        new = pairs.join(self._known, on=["symbol", "module"], how="anti", nulls_equal=True)
-        if new.height:
-            s = self._strings
-            new = (new.join(s.rename({"id": "symbol", "value": "function"}), on="symbol",
-                            how="left")
-                   .join(s.rename({"id": "module", "value": "path"}), on="module", how="left")
-                   .with_columns(module_name(c("path")).alias("module_name"),
-                                 (c("function").is_null() | (c("function") == ""))
-                                 .alias("by_ip")))
-            labels = new.select(pl.when(~c("by_ip")).then(
-                pl.concat_str(c("function"), pl.lit(" ("), c("module_name"), pl.lit(")"))))
-            loc = self._ctx.names.intern(reg.CODE_LOCATIONS, labels.to_series())
-            self._known = pl.concat([self._known, new.select(
-                "symbol", "module", loc.alias("loc"), "module_name", "function", "by_ip")],
-                how="vertical")
-        cols = ["symbol", "module", "loc", "module_name", "by_ip"] + (
-            ["function"] if function else [])
-        out = frames.join(self._known.select(cols), on=["symbol", "module"], how="left",
-                          maintain_order="left", nulls_equal=True)
-        if out["by_ip"].any():
-            out = self._locate_by_ip(out)
-        return out.drop("by_ip")
+    def unknown_module(self) -> int:
+        """The module value of a sample with no frame left."""
+        if self._unknown_module is None:
+            self._unknown_module = int(self._ctx.names.intern(
+                reg.SAMPLED_MODULES, pl.Series([UNKNOWN_MODULE]))[0])
+        return self._unknown_module
 
-    def _locate_by_ip(self, out: pl.DataFrame) -> pl.DataFrame:
-        """Frames whose symbol has no text: the function is their address (originalIP as
-        an unsigned 64-bit number; kernel addresses are stored negative)."""
+    @staticmethod
+    def keys(symbol: np.ndarray, module: np.ndarray) -> np.ndarray:
+        return (symbol.astype(np.int64) << KEY_SHIFT) | module.astype(np.int64)
+
+    def _learn(self, uniq: np.ndarray) -> None:
+        """Label and number the keys (sorted, unique) not seen yet (one row each: few after
+        the first chunks)."""
+        at = np.minimum(np.searchsorted(self._keys, uniq), max(self._keys.size - 1, 0))
+        new = uniq if not self._keys.size else uniq[self._keys[at] != uniq]
+        if not new.size:
+            return
         c = pl.col
-        keys = out.filter(c("by_ip")).select("module", "ip", "module_name").unique()
-        new = keys.join(self._by_ip, on=["module", "ip"], how="anti", nulls_equal=True)
+        s = self._strings
+        df = (pl.DataFrame({"symbol": new >> KEY_SHIFT, "module": new & ((1 << KEY_SHIFT) - 1)})
+              .join(s.rename({"id": "symbol", "value": "function"}), on="symbol", how="left",
+                    maintain_order="left")
+              .join(s.rename({"id": "module", "value": "path"}), on="module", how="left",
+                    maintain_order="left")
+              .with_columns(module_name(c("path")).alias("module_name"),
+                            (c("function").is_null() | (c("function") == "")).alias("by_ip")))
+        labels = df.select(pl.when(~c("by_ip")).then(
+            pl.concat_str(c("function"), pl.lit(" ("), c("module_name"), pl.lit(")"))))
+        loc = self._ctx.names.intern(reg.CODE_LOCATIONS, labels.to_series()).fill_null(-1)
+        keys_all = np.concatenate([self._keys, new])
+        order = np.argsort(keys_all, kind="stable")
+        self._keys = keys_all[order]
+        self._loc = np.concatenate([self._loc, loc.to_numpy()])[order]
+        self._module_value = np.concatenate([self._module_value,
+                                             np.full(new.size, -1, np.int64)])[order]
+        self._by_ip = np.concatenate([self._by_ip, df["by_ip"].to_numpy()])[order]
+        self._known = pl.concat([self._known, df.select("symbol", "module", "module_name",
+                                                        "function")], how="vertical")
+        sym, mod = df["symbol"].to_numpy(), df["module"].to_numpy()
+        fresh = (~df["by_ip"].to_numpy()) & (sym < self._symbol_loc.size) & (sym >= 0)
+        fresh[fresh] = self._symbol_loc[sym[fresh]] < 0
+        # first module seen wins (a repeated symbol among the new keys: the first of them)
+        _, first = np.unique(sym[fresh], return_index=True)
+        take = np.flatnonzero(fresh)[first]
+        self._symbol_loc[sym[take]] = loc.to_numpy()[take]
+        self._symbol_module[sym[take]] = mod[take]
+
+    def values(self, symbol: np.ndarray, module: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The code location value of every frame, and where its symbol has no text (its
+        value is then -1: `ip_values` names it by its address). A symbol is nearly always
+        in one module: its frames are looked up by symbol id; the others by their key."""
+        ok = np.zeros(symbol.size, bool)
+        loc = np.full(symbol.size, -1, np.int64)
+        if symbol.size and 0 <= symbol.min() and symbol.max() < self._symbol_loc.size:
+            direct = self._symbol_loc[symbol]
+            ok = (direct >= 0) & (self._symbol_module[symbol] == module)
+            loc[ok] = direct[ok]
+        by_ip = np.zeros(symbol.size, bool)
+        if not ok.all():
+            rest = ~ok
+            uniq, inverse = np.unique(self.keys(symbol[rest], module[rest]),
+                                      return_inverse=True)
+            self._learn(uniq)
+            pos = np.searchsorted(self._keys, uniq)
+            loc[rest] = self._loc[pos][inverse]
+            by_ip[rest] = self._by_ip[pos][inverse]
+        return loc, by_ip
+
+    def module_values(self, symbol: np.ndarray, module: np.ndarray) -> np.ndarray:
+        """The module value (sampled_modules) of every frame (keys seen by `values`)."""
+        pos = np.searchsorted(self._keys, self.keys(symbol, module))
+        todo = np.unique(pos[self._module_value[pos] < 0])
+        if todo.size:
+            names = pl.DataFrame({"symbol": self._keys[todo] >> KEY_SHIFT,
+                                  "module": self._keys[todo] & ((1 << KEY_SHIFT) - 1)}).join(
+                self._known.unique(["symbol", "module"]), on=["symbol", "module"], how="left",
+                maintain_order="left")["module_name"]
+            self._module_value[todo] = self._ctx.names.intern(reg.SAMPLED_MODULES,
+                                                              names).to_numpy()
+        return self._module_value[pos]
+
+    def frame_names(self, symbol: np.ndarray, module: np.ndarray) -> pl.DataFrame:
+        """(function, module_name) of every frame (keys seen by `values`)."""
+        return pl.DataFrame({"symbol": symbol, "module": module}).join(
+            self._known.unique(["symbol", "module"]), on=["symbol", "module"], how="left",
+            maintain_order="left").select("function", "module_name")
+
+    def ip_values(self, module: np.ndarray, ip: np.ndarray) -> np.ndarray:
+        """Values of frames whose symbol has no text: the function is their address
+        (originalIP as an unsigned 64-bit number, kernel addresses are stored negative;
+        NUL: no address)."""
+        c = pl.col
+        frames = pl.DataFrame({"module": module, "ip": ip}, schema={"module": pl.Int64,
+                                                                    "ip": pl.Int64})
+        new = frames.unique().join(self._by_ip_loc, on=["module", "ip"], how="anti")
         if new.height:
-            texts = [UNRESOLVED if ip is None else f"0x{ip & ADDRESS_MASK:x}"
-                     for ip in new["ip"].to_list()]  # a few distinct addresses, not frames
+            names = new.join(self._known.unique("module").select("module", "module_name"),
+                             on="module", how="left", maintain_order="left")
+            texts = [UNRESOLVED if ip == NUL else f"0x{ip & ADDRESS_MASK:x}"
+                     for ip in names["ip"].to_list()]  # a few distinct addresses, not frames
             labels = pl.Series([f"{t} ({m})" for t, m in
-                                zip(texts, new["module_name"].to_list())])
+                                zip(texts, names["module_name"].to_list())])
             loc = self._ctx.names.intern(reg.CODE_LOCATIONS, labels)
-            self._by_ip = pl.concat([self._by_ip, new.select(
+            self._by_ip_loc = pl.concat([self._by_ip_loc, names.select(
                 "module", "ip", loc.alias("ip_loc"))], how="vertical")
-        out = out.join(self._by_ip, on=["module", "ip"], how="left", maintain_order="left",
-                       nulls_equal=True)
-        return out.with_columns(pl.when(c("by_ip")).then(c("ip_loc")).otherwise(c("loc"))
-                                .alias("loc")).drop("ip_loc")
+        return frames.join(self._by_ip_loc, on=["module", "ip"], how="left",
+                           maintain_order="left")["ip_loc"].to_numpy()
 
 
 @dataclass
 class Stacks:
-    """The frames of one chunk's stacks, markers dropped, as (owner, level, loc) columns."""
+    """The frames of one chunk's stacks, markers dropped, as columns."""
 
     owner: np.ndarray  # position of the frame's sample or call in the chunk
     level: np.ndarray  # 0-based level after markers were dropped (0 = the innermost frame)
     loc: np.ndarray  # code location value
+    symbol: np.ndarray  # the kept frames' StringIds ids
+    module: np.ndarray
     markers: np.ndarray  # per owner: marker frames dropped
-    frames: pl.DataFrame  # the kept frames with every column `locate` added
 
 
 def stacks(locations: CodeLocations, frames: pl.DataFrame, owner_ids: np.ndarray,
-           function: bool = False) -> Stacks:
+           chains: callchains.ChainFrames) -> Stacks:
     """The frames (sorted by id and depth) of the chains `owner_ids` (sorted, unique: the
     chunk's ids, in their order) without nsys' marker frames, their levels counted again
-    without gaps."""
+    without gaps; the addresses of frames whose symbol has no text are read from `chains`
+    (the table's address column is not streamed: such frames are rare)."""
     n = owner_ids.size
     ids = frames["id"].to_numpy()
-    is_marker = np.isin(frames["symbol"].to_numpy(), locations.marker_ids)
+    symbol = frames["symbol"].to_numpy()
+    module = frames["module"].to_numpy()
+    depth = frames["depth"].to_numpy()
+    is_marker = np.isin(symbol, locations.marker_ids)
     markers = np.zeros(n, np.int64)
     if is_marker.any():
         np.add.at(markers, np.searchsorted(owner_ids, ids[is_marker]), 1)
-        frames = frames.filter(pl.Series(~is_marker))
-        ids = ids[~is_marker]
-    owner = np.searchsorted(owner_ids, ids)
+        keep = ~is_marker
+        ids, symbol, module, depth = ids[keep], symbol[keep], module[keep], depth[keep]
     level = np.arange(ids.size, dtype=np.int64)
-    if ids.size:
+    owner = np.zeros(ids.size, np.int64)
+    if ids.size:  # frames come by id: one group each
         first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-        level -= np.repeat(first, np.diff(np.r_[first, ids.size]))
-    located = locations.locate(frames, function)
-    return Stacks(owner, level, located["loc"].to_numpy(), markers, located)
+        sizes = np.diff(np.r_[first, ids.size])
+        level -= np.repeat(first, sizes)
+        owner = np.repeat(np.searchsorted(owner_ids, ids[first]), sizes)
+    loc, by_ip = locations.values(symbol, module)
+    if by_ip.any():
+        ips = chains.addresses(ids[by_ip], depth[by_ip])
+        loc[by_ip] = locations.ip_values(module[by_ip], ips)
+    return Stacks(owner, level, loc, symbol, module, markers)
 
 
-def level_columns(owner: np.ndarray, level: np.ndarray, loc: np.ndarray, rows: np.ndarray,
-                  first: int, last: int) -> dict[int, np.ndarray]:
-    """For each level first..last that some frame has: the value of every owner in `rows`
-    (positions, sorted) at that level, NUL where it has none (the engine writes no pair)."""
-    keep = (level >= first) & (level <= last)
-    if not keep.any():
-        return {}
-    pos = np.searchsorted(rows, owner[keep])
+def pair_lists(ctx: Context, type_range: reg.TypeRange, owner: np.ndarray,
+               level: np.ndarray, loc: np.ndarray, rows: np.ndarray, first: int, last: int
+               ) -> R.PairLists:
+    """The pairs (type of the level in `type_range`, value) of the frames of levels first..
+    last, for the owners `rows` (positions, sorted: the records' order; every owner with
+    such frames is among them), each record's in level order (frames come by owner and
+    level)."""
+    keep = (level >= first) & (level <= last)  # only `rows` have frames of these levels
     lev = level[keep]
-    out = {}
-    for k in np.unique(lev).tolist():
-        col = np.full(rows.size, NUL, dtype=np.int64)
-        sel = lev == k
-        col[pos[sel]] = loc[keep][sel]
-        out[int(k)] = col
-    return out
+    counts = np.bincount(np.searchsorted(rows, owner[keep]), minlength=rows.size)
+    types = {int(k): ctx.local_type(type_range.name, str(int(k)))
+             for k in np.flatnonzero(np.bincount(lev)) if lev.size}
+    base = type_range.base - type_range.first_key  # numeric keys: the type is base + key
+    assert all(t == base + k for k, t in types.items())
+    return R.PairLists(np.concatenate([[0], np.cumsum(counts)]), base + lev, loc[keep])
 
 
 # -- the callers of traced calls ---------------------------------------------------------------
@@ -198,8 +285,8 @@ def push_callers(ctx: Context, locations: CodeLocations, calls: pl.DataFrame,
     chain_ids = calls["chain"].to_numpy()
     owner_ids, first_of = np.unique(chain_ids, return_index=True)
     got = frames.of(owner_ids)
-    st = stacks(locations, got, owner_ids, function=cuda)
-    level = _cuda_levels(ctx, calls, owner_ids, first_of, st) if cuda else st.level
+    st = stacks(locations, got, owner_ids, frames)
+    level = _cuda_levels(ctx, locations, calls, owner_ids, first_of, st) if cuda else st.level
     has = np.zeros(owner_ids.size, bool)
     has[st.owner[level >= 1]] = True
     missing = int(np.count_nonzero(~np.isin(owner_ids, got["id"].to_numpy())))
@@ -209,39 +296,52 @@ def push_callers(ctx: Context, locations: CodeLocations, calls: pl.DataFrame,
     cut = int(np.count_nonzero(level > MAX_LEVEL))
     if cut:
         ctx.warn(f"{what}: callers beyond level {MAX_LEVEL} (cut)", cut)
-    cols = level_columns(st.owner, level, st.loc, np.arange(owner_ids.size), 1, MAX_LEVEL)
-    if not cols:
-        return
     # every call that shares a chain id (none do in real exports) gets its stack
     where = np.searchsorted(owner_ids, chain_ids)
     with_stack = has[where]
+    if not with_stack.any():
+        return
     calls = calls.filter(pl.Series(with_stack))
     where = where[with_stack]
     ctx.count("cuda_calls_with_stack" if cuda else "osrt_calls_with_stack", calls.height)
-    types = {k: ctx.local_type(reg.CALLERS.name, str(k)) for k in cols}
-    levels = sorted(cols)
-    head = levels[0]
+    # the entry's first caller is its (a, b) pair; the others are its own pairs, and 0
+    # (End) for each at the exit: a caller is a region of the call, so 'Last Evt Val'
+    # shows it only during the call
+    first = np.full(owner_ids.size, NUL, np.int64)
+    is_first = level == 1
+    first[st.owner[is_first]] = st.loc[is_first]
+    chains = np.unique(where)
+    lists = pair_lists(ctx, reg.CALLERS, st.owner, level, st.loc, chains, 2, MAX_LEVEL)
+    # each call takes its chain's entries (calls are in chain order)
+    slot = np.searchsorted(chains, where)
+    starts, sizes = lists.offsets[:-1][slot], np.diff(lists.offsets)[slot]
+    index = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(sizes.sum())
+    entry = R.PairLists(np.r_[0, np.cumsum(sizes)], lists.types[index], lists.values[index])
+    exit_ = R.PairLists(entry.offsets, entry.types, np.zeros_like(entry.values))
     c = pl.col
     df = calls.select("start", "end", "row", "row_id").with_columns(
-        pl.Series("first_loc", cols[head][where]),
-        *[pl.Series(f"lvl{k}", cols[k][where]) for k in levels[1:]])
-    push(ctx, [df.select(R.events(
-        c("start"), c("row"), R.start_phase(c("start"), c("end")), R.SRC_CALLERS, c("row_id"),
-        types[head], c("first_loc"),
-        R.numeric_pairs(*[(types[k], c(f"lvl{k}")) for k in levels[1:]]), sub=-c("end")))])
+        pl.Series("first_loc", first[where]))
+    head = ctx.local_type(reg.CALLERS.name, "1")
+    if df.height:
+        ctx.records(R.conform(df.select(R.events(
+            c("start"), c("row"), R.start_phase(c("start"), c("end")), R.SRC_CALLERS,
+            c("row_id"), head, c("first_loc"), sub=-c("end")))), entry)
+        ctx.records(R.conform(df.select(R.events(
+            c("end"), c("row"), R.end_phase(c("start"), c("end")), R.SRC_CALLERS,
+            c("row_id"), head, pl.lit(0, pl.Int64), sub=-c("start")))), exit_)
 
 
-def _cuda_levels(ctx: Context, calls: pl.DataFrame, owner_ids: np.ndarray,
-                 first_of: np.ndarray, st: Stacks) -> np.ndarray:
+def _cuda_levels(ctx: Context, locations: CodeLocations, calls: pl.DataFrame,
+                 owner_ids: np.ndarray, first_of: np.ndarray, st: Stacks) -> np.ndarray:
     """Level of every kept frame of CUDA call stacks (0 or less: not a caller)."""
     n = owner_ids.size
     suffix = r"_v\d+$"  # sources.cuda_api.normalise_name, on columns
     api = ctx.names.name_of("cuda_api", calls["name_id"].gather(first_of)).fill_null("")
     api = api.str.replace(suffix, "")
-    frames = st.frames
-    is_api = (frames["function"].fill_null("").str.replace(suffix, "")
+    names = locations.frame_names(st.symbol, st.module)
+    is_api = (names["function"].fill_null("").str.replace(suffix, "")
               == api.gather(st.owner)).to_numpy()
-    own = frames["module_name"].str.contains(CUDA_OWN_MODULES).fill_null(False).to_numpy()
+    own = names["module_name"].str.contains(CUDA_OWN_MODULES).fill_null(False).to_numpy()
     big = np.iinfo(np.int64).max
     api_level = np.full(n, big, np.int64)
     np.minimum.at(api_level, st.owner[is_api], st.level[is_api])

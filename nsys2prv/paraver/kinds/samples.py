@@ -28,7 +28,7 @@ def translate(report: Report, ctx: Context) -> None:
         df = chunk.samples
         df = df.with_columns(ctx.rows.cpu_rows(df, runtime_only=True).alias("row"))
         _lifetimes(ctx, df, alive)
-        _push_samples(ctx, locations, df, chunk.frames)
+        _push_samples(ctx, locations, df, chunk)
     for marks in source.python_marks(report, ctx.chunk_rows):
         marks = marks.with_columns(ctx.rows.cpu_rows(marks, runtime_only=True).alias("row"))
         _lifetimes(ctx, marks, alive)
@@ -39,20 +39,21 @@ def translate(report: Report, ctx: Context) -> None:
 
 def _lifetimes(ctx: Context, df: pl.DataFrame, alive: np.ndarray) -> None:
     """Rows that only samples show exist from their first sample to their last; the others
-    keep their lifetimes, and the trace lasts from the first sample to the last."""
+    keep their lifetimes, and the trace lasts from the first sample to 1 ns after the last
+    (a sample is a burst to the next record of its row: the last one must not be empty)."""
     new = df.filter(pl.Series(~np.isin(df["row"].to_numpy(), alive)))
     if new.height:
         ctx.spans.add(new["row"], new["start"])
-    if df.height:
-        ctx.reach(df["start"].min(), df["start"].max())
+    if df.height:  # 1 ns past the last: Paraver's histograms count no burst of length 0
+        ctx.reach(df["start"].min(), df["start"].max() + 1)
 
 
 def _push_samples(ctx: Context, locations: _stacks.CodeLocations, df: pl.DataFrame,
-                  frames: pl.DataFrame) -> None:
+                  chunk: source.Chunk) -> None:
     """One event record per sample of the chunk: leaf, leaf module, callers, depth, CPU."""
     c = pl.col
     ids = df["id"].to_numpy()
-    st = _stacks.stacks(locations, frames, ids)
+    st = _stacks.stacks(locations, chunk.frames, ids, chunk.chains)
     n = ids.size
     depth = np.bincount(st.owner, minlength=n)  # frames kept, before the cut at 100
     cut = np.maximum(depth - reg.SAMPLED_FUNCTION_LEVELS, 0)
@@ -60,10 +61,12 @@ def _push_samples(ctx: Context, locations: _stacks.CodeLocations, df: pl.DataFra
     is_leaf = st.level == 0
     leaf = np.full(n, -1, np.int64)
     leaf[st.owner[is_leaf]] = st.loc[is_leaf]
+    module_value = np.full(n, -1, np.int64)
+    module_value[st.owner[is_leaf]] = locations.module_values(st.symbol[is_leaf],
+                                                              st.module[is_leaf])
     if (depth == 0).any():  # no frame recorded, or markers only
         leaf[depth == 0] = locations.no_frames()
-    leaf_module = pl.Series("m", [_stacks.UNKNOWN_MODULE] * n, pl.Utf8).scatter(
-        st.owner[is_leaf], st.frames["module_name"].filter(pl.Series(is_leaf)))
+        module_value[depth == 0] = locations.unknown_module()
     ctx.count("cpu_samples", n)
     with_stack = int(np.count_nonzero(depth > 1))
     ctx.count("cpu_samples_with_stack", with_stack)
@@ -75,27 +78,20 @@ def _push_samples(ctx: Context, locations: _stacks.CodeLocations, df: pl.DataFra
     if (depth == 0).any():
         ctx.warn("CPU samples without a frame", int(np.count_nonzero(depth == 0)))
     df = df.with_columns(
-        pl.Series("leaf", leaf),
-        ctx.names.intern(reg.SAMPLED_MODULES, leaf_module).alias("module_value"),
+        pl.Series("leaf", leaf), pl.Series("module_value", module_value),
         pl.Series("depth", depth).replace(0, None),
         (c("cpu") + 1).alias("cpu1"),
         pl.Series("markers", st.markers).replace(0, None))
-    own = [(reg.SAMPLE_DEPTH, c("depth")), (reg.SAMPLED_CPU, c("cpu1")),
-           (reg.SAMPLE_MARKERS, c("markers"))]
-    frames_out = []
-    flat = depth <= 1  # the leaf only: no caller columns (three samples in four, DWARF)
+    own = R.numeric_pairs((reg.SAMPLE_DEPTH, c("depth")), (reg.SAMPLED_CPU, c("cpu1")),
+                          (reg.SAMPLE_MARKERS, c("markers")))
+    flat = depth <= 1  # the leaf only: no callers (three samples in four, DWARF)
     if flat.any():
-        part = df.filter(pl.Series(flat))
-        frames_out.append(_records(part, R.numeric_pairs(*own)))
-    if not flat.all():
+        ctx.records(R.conform(_records(df.filter(pl.Series(flat)), own)))
+    if not flat.all():  # the callers: each record's own pairs, as deep as its stack
         rows = np.flatnonzero(~flat)
-        cols = _stacks.level_columns(st.owner, st.level, st.loc, rows, 1, _stacks.MAX_LEVEL)
-        types = {k: ctx.local_type(reg.SAMPLED_DEPTH.name, str(k)) for k in cols}
-        part = df.filter(pl.Series(~flat)).with_columns(
-            *[pl.Series(f"d{k}", col) for k, col in cols.items()])
-        frames_out.append(_records(part, R.numeric_pairs(
-            *[(types[k], c(f"d{k}")) for k in sorted(cols)], *own)))
-    push(ctx, frames_out)
+        lists = _stacks.pair_lists(ctx, reg.SAMPLED_DEPTH, st.owner, st.level, st.loc, rows,
+                                   1, _stacks.MAX_LEVEL)
+        ctx.records(R.conform(_records(df.filter(pl.Series(~flat)), own)), lists)
 
 
 def _records(df: pl.DataFrame, pairs: R.NumericPairs) -> pl.DataFrame:

@@ -75,9 +75,10 @@ CALLERS = TypeRange(
     "callers", CALLER_BASE + 1, CALLER_LEVELS - 1, "Caller at level {key}", "CPU samples",
     "At the entry of an OS runtime or CUDA API call that nsys kept a call stack for "
     "(OSRT_CALLCHAINS: calls of 80 us and more; CUDA_CALLCHAINS: --cudabacktrace): its "
-    "k-th caller (Extrae's 70000000+k). OS runtime: level k = stackDepth k (depth 0 is the "
-    "libc wrapper, the call itself). CUDA: level 1 is the frame after the one named as the "
-    "API (CUPTI, the driver and the runtime come first); see docs/samples.md.",
+    "k-th caller (Extrae's 70000000+k); 0 (End) at the call's exit, so a caller is a "
+    "region of its call. OS runtime: level k = stackDepth k (depth 0 is the libc wrapper, "
+    "the call itself). CUDA: level 1 is the frame after the one named as the API (CUPTI, "
+    "the driver and the runtime come first); see docs/samples.md.",
     values=CODE_LOCATIONS, kinds=CALLER_KINDS, numeric_keys=True, first_key=1, extrae=True)
 
 TYPE_RANGES = (SAMPLED_DEPTH, CALLERS)
