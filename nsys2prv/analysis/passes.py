@@ -30,6 +30,8 @@ class Extras:
     graph: object | None = None  # its analysis.critical_path.Graph
     kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
     layers: object | None = None  # analysis.layers.Layers
+    # per device and time bin, its busy fraction (analysis.utilisation; a polars DataFrame)
+    utilisation: object | None = None
 
 
 def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
@@ -41,11 +43,14 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     `modality`, the critical path with its what-ifs (`what_if` not None), what the kernels
     do with the GPU (`kernel_metrics`, where the trace has GPU metrics) and the NVTX ranges
     projected onto the GPU with the layer level (`layers`: a name or depth, AUTO: found;
-    None: not asked; only where the trace has NVTX ranges)."""
+    None: not asked; only where the trace has NVTX ranges); always, each device's busy
+    fraction per time bin (`utilisation`, on the model's pass)."""
     from .activities import ActivityCollector
+    from .utilisation import UtilisationMap
 
     extras = Extras()
-    observers = []
+    utilisation = UtilisationMap(path)
+    observers: list = [utilisation]
     graph = None
     if what_if is not None:
         from .critical_path import GraphCollector
@@ -113,6 +118,7 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     else:
         result = analyze_path(path, explain, top, observers=observers)
         acts = None
+    extras.utilisation = utilisation.result(result.devices)
     if iterations is not None:
         from .iterations import iteration_report
 
