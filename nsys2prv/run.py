@@ -651,13 +651,13 @@ def _plot_analysis(a, path):
 
 def _plot_speed_of_light(km, path):
     """Nsight Compute's speed-of-light chart of the kernels (`analysis.plot.speed_of_light`)."""
-    from .analysis.plot import pyplot, speed_of_light
+    from .analysis.plot import pyplot, shown, speed_of_light
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 7), constrained_layout=True)
     speed_of_light(km, ax)
     if path is None:
-        return fig
+        return shown(plt, fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)

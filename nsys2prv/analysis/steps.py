@@ -361,7 +361,7 @@ def choose(c: pl.DataFrame, other: pl.DataFrame | None = None, gpu: bool = True
     c = (order.with_columns(_note(top).alias("note"))
          .sort([is_top, "gpu_share", "n", "family"], descending=[True, True, True, False])
          .drop("in_after"))
-    what = "GPU time" if gpu else "the trace's time"
+    what = "GPU time" if gpu else "trace's time"
     if top is None:
         return StepPick(None, None, "no NVTX range other than an operator's repeats one "
                         f"after the other on one thread ({MIN_STEPS} times or more"

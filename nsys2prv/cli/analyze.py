@@ -514,6 +514,9 @@ def scaling_main(args) -> int:
     else:
         sys.stdout.write(sc.format_table(columns, args.weak, colour=sys.stdout.isatty()))
     if args.plot:
+        from ..analysis.plot import headless
+
+        headless()
         table.plot(args.plot)
     if args.html:
         table.to_html(args.html)
@@ -646,8 +649,9 @@ def main(argv: list[str]) -> int:
         if args.html:
             sys.stdout.write(f"\nThe run on one page: {args.html}\n")
     if args.plot:
-        from ..analysis.plot import plot_analysis
+        from ..analysis.plot import headless, plot_analysis
 
+        headless()
         plot_analysis(result, args.plot, extras.kernel_metrics, layers=extras.layers)
     return 0
 

@@ -122,7 +122,7 @@ def comparison_page(tables) -> str:
                            Col("delta", "change", "ms"), Col("ratio", "after / before",
                                                              "ratio")],
                           ["views/memory_transfers.cfg", "basics/memory_operations.cfg"],
-                          label=(pl.col("category") + pl.when(pl.col("detail") != "")
+                          label_of=(pl.col("category") + pl.when(pl.col("detail") != "")
                                  .then(pl.lit(": ") + pl.col("detail")).otherwise(pl.lit("")))))
     rest = ""
     for name, head in (("models", "Efficiency models"), ("devices", "Devices"),
@@ -156,11 +156,11 @@ def _kind(col: str, f: pl.DataFrame) -> str:
 
 
 def _changed(sid: str, title: str, frame: pl.DataFrame | None, label: str, before: str,
-             after: str, cols: list[Col], cfg_names: list[str], label_expr=None) -> Section:
+             after: str, cols: list[Col], cfg_names: list[str], label_of=None) -> Section:
     """A before/after chart of the items whose time changed most, and their table."""
     if frame is None or frame.height == 0:
         return Section(sid, title, sections.missing("Nothing to compare in these runs."))
-    f = frame if label_expr is None else frame.with_columns(label_expr.alias(label))
+    f = frame if label_of is None else frame.with_columns(label_of.alias(label))
     f = f.with_columns((pl.col(after).fill_null(0) - pl.col(before).fill_null(0)).abs()
                        .alias("_moved")).sort("_moved", label, descending=[True, False])
     top = f.head(CHANGED)

@@ -96,9 +96,11 @@ def _ticks(vmax: float, n: int = 5) -> list[float]:
 
 def stacked_bars(rows: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]]],
                  fmt: Callable[[float], str], title: str, vmax: float | None = None,
-                 axis: str = "") -> str:
+                 axis: str = "", tick: Callable[[float], str] | None = None) -> str:
     """Horizontal bars, one per row, each the sum of the series' values (label, colour,
-    one value per row) stacked left to right; `vmax` fixes the axis (e.g. 100 %)."""
+    one value per row) stacked left to right; `vmax` fixes the axis (e.g. 100 %); `fmt`
+    writes a value on hover, `tick` (default `fmt`) on the axis."""
+    tick = tick or fmt
     series = [(label, fill, [v or 0 for v in values]) for label, fill, values in series]
     totals = [sum(s[2][i] for s in series) for i in range(len(rows))]
     top = vmax if vmax is not None else max(totals, default=0) or 1
@@ -122,7 +124,7 @@ def stacked_bars(rows: Sequence[str], series: Sequence[tuple[str, str, Sequence[
     for t in ticks:
         x = LABEL + plot * t / top
         body.append(f'<line x1="{_n(x)}" y1="{y0}" x2="{_n(x)}" y2="{_n(ya)}" class="grid"/>')
-        body.append(_text(x, ya + 13, fmt(t), "middle", 11))
+        body.append(_text(x, ya + 13, tick(t), "middle", 11))
     if axis:
         body.append(_text(LABEL + plot / 2, ya + 28, axis, "middle", 11))
     leg, h = _legend([(s[0], s[1]) for s in series], LABEL, ya + 36, plot)
@@ -187,7 +189,7 @@ def lines(x: Sequence[float], series: Sequence[tuple[str, str, Sequence[float | 
         lo, hi = lo - 1, hi + 1
     left, height = 70, 220
     plot = WIDTH - left - 30
-    y0 = 28
+    y0 = 40
 
     def px(v: float) -> float:
         return left + plot * (v - lo) / (hi - lo)
@@ -221,7 +223,7 @@ def lines(x: Sequence[float], series: Sequence[tuple[str, str, Sequence[float | 
     if xlabel:
         body.append(_text(left + plot / 2, y0 + height + 30, xlabel, "middle", 11))
     if ylabel:
-        body.append(_text(2, y0 - 8, ylabel, "start", 11))
+        body.append(_text(left - 6, y0 - 12, ylabel, "end", 11))
     leg, h = _legend([(s[0], s[1]) for s in series]
                      + ([("outlier", MARK)] if mark else []), left, y0 + height + 38, plot)
     body += leg
@@ -258,8 +260,8 @@ def scatter(points: Sequence[tuple[float, float, float, str, str]], title: str,
                     f'{escape(xlabel)} {x:.1f}, {escape(ylabel)} {y:.1f}, '
                     f'{100 * size:.1f} % of the time</title></circle>')
     body.append(_text(left + plot / 2, y0 + height + 30, xlabel, "middle", 11))
-    body.append(_text(2, y0 - 8, ylabel, "start", 11))
-    return _svg(left + plot + 20, y0 + height + 40, body, title)
+    body.append(_text(left + plot + 8, y0 + 10, "↑ " + ylabel, "start", 11))
+    return _svg(left + plot + 20 + 7 * len(ylabel), y0 + height + 40, body, title)
 
 
 def heatmap(rows: Sequence[str], values: Sequence[Sequence[float]], starts: Sequence[float],

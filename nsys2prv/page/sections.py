@@ -33,6 +33,11 @@ def ms(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms"
 
 
+def ms_tick(ns: float) -> str:
+    """A time on an axis: three digits at most (12.5 ms, 2.5 s)."""
+    return f"{ns / 1e9:.3g} s" if ns >= 1e9 else f"{ns / 1e6:.3g} ms"
+
+
 def pct(x: float) -> str:
     return f"{x:.1f} %"
 
@@ -241,7 +246,7 @@ def idle(tables, end: int) -> Section:
         [(CAUSE_NAMES.get(c[6:], c[6:]), charts.colour(i), shown[c].to_list())
          for i, c in enumerate(order)], ms,
         "Idle time per device, by what the thread that launched the next work was doing",
-        axis="idle time")
+        axis="idle time", tick=ms_tick)
     lead = (f"<p class=\"lead\">{j['gaps']} gaps, idle {ms(j['idle'])} of {ms(j['span'])} "
             f"of device activity ({100 * j['idle'] / max(j['span'], 1):.1f} %).</p>")
     body = lead + figure(bars)
@@ -394,7 +399,7 @@ def layers(tables) -> Section:
             [(c, charts.IDLE if c == "idle" else charts.colour(i), shown[c].to_list())
              for i, c in enumerate(cats)], ms,
             f"GPU time of the {shown.height} largest layers by category (idle: inside "
-            "the layer's span)", axis="GPU time"))
+            "the layer's span)", axis="GPU time", tick=ms_tick))
         rates = [c for c in ("rate.SM Issue", "rate.Tensor Active", "rate.DRAM Read Bandwidth",
                              "rate.DRAM Write Bandwidth") if c in lay.columns]
         if any(c.startswith("rate.DRAM") for c in rates) and len(rates) > 1:
@@ -462,7 +467,7 @@ def kernels(km, idle_tables=None) -> Section:
         body += figure(charts.stacked_bars(
             [r or n for r, n in zip(top["label"].to_list(), top["name"].to_list())],
             [("kernel time", charts.colour(0), top["kernel_time"].to_list())], ms,
-            "The kernels with most GPU time", axis="GPU time"))
+            "The kernels with most GPU time", axis="GPU time", tick=ms_tick))
     frames = km.frames if km is not None else {}
     rated = "rates" in frames and "kernels" in frames
     if rated:
