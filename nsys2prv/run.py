@@ -347,10 +347,12 @@ class Run:
 
     def findings(self, **options) -> pl.DataFrame:
         """The five findings that matter most (analysis/findings.py: rank, section,
-        sentence, number, unit), from the analyses `options` ask for (as `analysis`), as
-        the first screen of `to_html` and `analyze --json` show them."""
+        sentence, number, unit), from the analyses `options` ask for (as `analysis`; the
+        step found by default, as the page finds it), as the first screen of `to_html`
+        and `analyze --json` show them."""
         from .analysis.findings import findings
 
+        options.setdefault("iterations", AUTO)
         a, ex = self.analysis(**options)
         return findings(a, ex)
 

@@ -164,7 +164,7 @@ def test_utilisation_map_against_the_activities(sample_run):
 
 
 def test_findings_read_the_tables(sample_run):
-    f = sample_run.findings(iterations="", what_if=[])
+    f = sample_run.findings()
     assert f["rank"].to_list() == list(range(1, f.height + 1)) and 1 <= f.height <= 5
     by = {r["section"] + ":" + r["sentence"][:12]: r for r in f.iter_rows(named=True)}
     job = sample_run.idle()["job"].row(0, named=True)
@@ -194,8 +194,8 @@ def test_a_run_without_gpu_work_says_so(tmp_path):
     spec.kernels, spec.memcpy, spec.memset = [], [], []
     export = write_export(tmp_path / "cpu.sqlite", spec)
     with nsys2prv.load(export) as run:
-        assert run.findings().height == 0
-        assert run.findings(iterations="")["section"].to_list() == ["steps"]
+        assert run.findings(iterations=None).height == 0
+        assert run.findings()["section"].to_list() == ["steps"]
         html = run.html()
     assert "of the trace&#x27;s time" in html
     assert html.count("No GPU work in this trace") == 2
