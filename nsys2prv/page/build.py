@@ -28,7 +28,7 @@ def analysis_page(*, source: str, end: int, devices: int, processes: int, effici
                   findings: pl.DataFrame, utilisation: pl.DataFrame | None) -> str:
     """One run's page: what the run is and its findings, then a section per analysis
     (None: not computed, the section says so)."""
-    facts = [("inputs", source), ("processes (ranks)", str(processes)),
+    facts = [("inputs", source), ("processes with GPU work", str(processes)),
              ("GPUs", str(devices)), ("trace time", _duration(end))]
     statements = []
     if steps is not None:
@@ -168,13 +168,13 @@ def _changed(sid: str, title: str, frame: pl.DataFrame | None, label: str, befor
 
     names = [layer_label(x or "") if sid == "layers" else (x or "")
              for x in top[label].to_list()]
-    svg = charts.grouped_bars(
-        names, [("before", charts.colour(10), [None if x is None else x / 1e6
+    svg = charts.paired_bars(
+        names, [("before", charts.colour(10), [None if x is None else x
                                                for x in top[before].to_list()]),
-                ("after", charts.colour(0), [None if x is None else x / 1e6
+                ("after", charts.colour(0), [None if x is None else x
                                              for x in top[after].to_list()])],
-        lambda x: f"{x:.3g} ms", f"The {top.height} that moved most (ms, before and after)",
-        axis="ms")
+        sections.ms, f"The {top.height} whose time moved most, before and after",
+        tick=sections.ms_tick)
     body = sections.figure(svg) + table(f.drop("_moved"), cols, "All") \
         + sections.cfgs(cfg_names)
     return Section(sid, title, body)

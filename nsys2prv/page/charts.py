@@ -132,6 +132,39 @@ def stacked_bars(rows: Sequence[str], series: Sequence[tuple[str, str, Sequence[
     return _svg(WIDTH, ya + 36 + h, body, title)
 
 
+def paired_bars(rows: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]],
+                fmt: Callable[[float], str], title: str,
+                tick: Callable[[float], str] | None = None) -> str:
+    """Horizontal bars side by side per row (before and after): one thin bar per series
+    (label, colour, one value per row; None: none), names readable on the left."""
+    tick = tick or fmt
+    vals = [v for s in series for v in s[2] if v is not None]
+    ticks = _ticks(max(vals, default=0) or 1)
+    top = ticks[-1]
+    plot = WIDTH - LABEL - 20
+    k = max(len(series), 1)
+    body = [_text(0, 14, title, size=13, cls="title")]
+    y0 = 26
+    for i, row in enumerate(rows):
+        y = y0 + i * ROW
+        body.append(_text(LABEL - 6, y + 15, cut(row, 34), "end", full=row))
+        for j, (label, fill, values) in enumerate(series):
+            v = values[i]
+            if v is None:
+                continue
+            h = (ROW - 6) / k
+            body.append(_rect(LABEL, y + 3 + j * h, plot * max(v, 0) / top, h - 0.5, fill,
+                              f"{row}: {label} {fmt(v)}"))
+    ya = y0 + len(rows) * ROW + 4
+    for t in ticks:
+        x = LABEL + plot * t / top
+        body.append(f'<line x1="{_n(x)}" y1="{y0}" x2="{_n(x)}" y2="{_n(ya)}" class="grid"/>')
+        body.append(_text(x, ya + 13, tick(t), "middle", 11))
+    leg, h = _legend([(s[0], s[1]) for s in series], LABEL, ya + 24, plot)
+    body += leg
+    return _svg(WIDTH, ya + 24 + h, body, title)
+
+
 def grouped_bars(groups: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]],
                  fmt: Callable[[float], str], title: str, vmax: float | None = None,
                  axis: str = "") -> str:

@@ -135,7 +135,7 @@ def efficiency(tables, end: int) -> Section:
         series.append((label, charts.colour(i),
                        [None if r[k] is None else 100 * r[k] for k in keys]))
     tree = charts.grouped_bars(names, series, pct, "POP's device model (PE = LB x CE x OE)",
-                               vmax=100, axis="%")
+                               vmax=100)
     shown = devices.sort("idle", descending=True).head(LONGEST)
     T = max(end, 1)
     split = charts.stacked_bars(
