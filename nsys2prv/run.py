@@ -571,7 +571,9 @@ def analysis_html(a, ex: Extras, inputs: Sequence[str], rules: bool = True) -> s
     return analysis_page(
         source=a.trace, end=a.end, devices=len(a.devices),
         processes=len({g.task for g in a.devices}) or len(a.host),
-        efficiency=efficiency_tables(a), idle=idle_tables(a) if a.idle is not None else None,
+        efficiency=efficiency_tables(a),
+        # no devices: the section says there is nothing to wait for; else None: not computed
+        idle=idle_tables(a) if a.idle is not None or not a.devices else None,
         steps=steps_tables(ex) if ex.iterations is not None else None,
         layers=layer_tables(ex) if ex.layers is not None else None,
         kernels=kernel_tables(ex) if ex.kernel_metrics is not None else None,

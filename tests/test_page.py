@@ -114,6 +114,10 @@ def test_tables_fold_and_carry_every_row():
                        ["14.0 %", 0.14, "0.14"]]
     assert 'title="7000000 ns">7.000 ms</td>' in html
     assert "show 30 more of 30" in html
+    long = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float>>"
+    html = table(pl.DataFrame({"kernel": [long]}), [Col("kernel", "kernel")])
+    assert f'title="{long}">{long[:59]}…</td>' in html.replace("&lt;", "<").replace(
+        "&gt;", ">")
 
 
 def test_the_page_is_written_whole_or_not_at_all(tmp_path):
@@ -249,6 +253,17 @@ def test_analyze_html_and_json_agree(tmp_path):
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1
     assert "directory does not exist" in bad.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_a_trace_s_page_says_the_rules_need_the_reports(tmp_path):
+    trace = tmp_path / "s.prv"
+    nsys2prv.translate(SAMPLE, trace)
+    page = tmp_path / "s.html"
+    out = _cli("analyze", str(trace), "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    assert f"The run on one page: {page}" in out.stdout
+    rules = page.read_text().split('<section id="rules">')[1]
+    assert "The rules read the exports (.sqlite, .nsys-rep): give the reports" in rules
 
 
 def test_diff_and_scaling_pages(tmp_path):

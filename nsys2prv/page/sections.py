@@ -55,6 +55,8 @@ def figure(svg: str) -> str:
 
 def missing(text: str, record: str | None = None) -> str:
     """What a section lacks and, where the recording can add it, how."""
+    text = text.strip()
+    text = (text[:1].upper() + text[1:]).rstrip(".") + "." if text else text
     how = f" Record it with <code>{escape(record)}</code>." if record else ""
     return f'<p class="missing">{escape(text)}{how}</p>'
 
@@ -503,9 +505,9 @@ def kernels(km, idle_tables=None) -> Section:
                            Col("determined", "pinned down", "bool"), Col("method", "how")],
                       "Rates, % of peak, with the range the samples allow")
     else:
-        why = " ".join(n for n in (km.notes if km is not None else []) if n) \
-            or "No GPU metrics in this trace."
-        body += missing(why, RECORD_METRICS)
+        why = "; ".join(n.rstrip(".") for n in (km.notes if km is not None else []) if n) \
+            or "No GPU metrics in this trace"
+        body += missing(why, None if "record with" in why else RECORD_METRICS)
     findings = frames.get("launch.findings")
     if findings is not None and findings.height:
         body += table(findings, [Col("label", "kernel"), Col("share", "of its GPU's time",
