@@ -302,3 +302,13 @@ def test_notebook_plots_need_no_agg():
                          env={**os.environ, "MPLBACKEND": ""})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "svg"
+
+
+def test_every_cfg_a_section_names_is_shipped():
+    """The views a section tells to open in Paraver exist in cfgs/."""
+    text = "".join((ROOT / "nsys2prv" / "page" / f).read_text()
+                   for f in ("sections.py", "build.py"))
+    names = set(re.findall(r'"((?:analysis|basics|views|hwcounters)/[a-z_0-9]+\.cfg)"', text))
+    assert len(names) > 15
+    shipped = {str(p.relative_to(ROOT / "cfgs")) for p in (ROOT / "cfgs").rglob("*.cfg")}
+    assert names <= shipped, names - shipped

@@ -222,23 +222,19 @@ def idle(tables, end: int) -> Section:
     if job is None or job.height == 0:
         return Section("idle", "Why the GPUs wait",
                        missing(" ".join(tables.notes) or "No GPU activity.", RECORD_CUDA))
-    causes = _causes(job)
-    j = job.row(0, named=True)
-    total = max(j["idle"], 1)
-    rows = sorted(((CAUSE_NAMES.get(c[6:], c[6:]), j[c]) for c in causes if j[c]),
-                  key=lambda kv: (-kv[1], kv[0]))
     from ..analysis.idle import CAUSE_LABELS
 
+    j = job.row(0, named=True)
+    total = max(j["idle"], 1)
+    keys = sorted((c[6:] for c in _causes(job) if j[c]), key=lambda k: (-j["cause." + k], k))
     causes_frame = pl.DataFrame(
-        {"cause": [k for k, _ in rows],
-         "what": [CAUSE_LABELS.get(next((c[6:] for c in causes
-                                         if CAUSE_NAMES.get(c[6:], c[6:]) == k), ""),
-                                   "no launch record for the next work: host unknown")
-                  for k, _ in rows],
-         "time": [v for _, v in rows], "share": [v / total for _, v in rows]},
+        {"cause": [CAUSE_NAMES.get(k, k) for k in keys],
+         "what": [CAUSE_LABELS.get(k, "with no launch record for the next work (host "
+                                      "unknown)") for k in keys],
+         "time": [j["cause." + k] for k in keys],
+         "share": [j["cause." + k] / total for k in keys]},
         schema={"cause": pl.Utf8, "what": pl.Utf8, "time": pl.Int64, "share": pl.Float64})
     devices = tables.frames["devices"].sort("idle", descending=True)
-    shown = devices.head(LONGEST)
     devices = devices.with_columns(pl.col(c).fill_null(0) for c in _causes(devices))
     shown = devices.head(LONGEST)
     dev_causes = [c for c in _causes(devices) if devices[c].sum()]
