@@ -118,10 +118,11 @@ def _idle(a) -> list[_Finding]:
         label = CAUSE_LABELS.get(cause, "with no launch record (host unknown)")
         sentence += (f": {_pct(t / j.idle):.1f} % of it the thread that launched the next "
                      f"work was {label}")
-        if j.nvtx:
+        if j.nvtx:  # the range open on that thread for most of the idle time
             rng, rt = max(j.nvtx.items(), key=lambda kv: (kv[1], kv[0]))
             if rt >= 0.25 * j.idle:
-                sentence += f", inside the NVTX range '{_name(rng, 50)}'"
+                sentence += (f"; the NVTX range '{_name(rng, 50)}' was open on it "
+                             f"{_pct(rt / j.idle):.1f} % of the idle time")
     return [_Finding("idle", sentence + ".", x, "%", share)]
 
 
@@ -192,13 +193,15 @@ def _kernels(a, extras, work: float) -> list[_Finding]:
             share = k.kernel_time / total
             x = _pct(share)
             out.append(_Finding("kernels", f"Kernel '{_name(k.label or k.name, 60)}' takes "
-                                f"{x:.1f} % of the kernel time ({k.count} launches, mean "
+                                f"{x:.1f} % of the launched kernels' time ({k.count} "
+                                "launches, mean "
                                 f"{k.kernel_time / k.count / 1e3:.1f} us).", x, "%",
                                 share * work * 0.9))
         if r.short_kernel_share is not None and r.short_kernel_share >= NOTABLE_SHARE:
             x = _pct(r.short_kernel_share)
             out.append(_Finding("kernels", f"Kernels shorter than their launch call hold "
-                                f"{x:.1f} % of the kernel time: the GPU waits for launches.",
+                                f"{x:.1f} % of the kernel time: launching them costs more "
+                                "than running them.",
                                 x, "%", r.short_kernel_share * work))
     km = extras.kernel_metrics
     launch = getattr(km, "launch", None)

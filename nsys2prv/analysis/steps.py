@@ -160,9 +160,9 @@ def candidates(acts: Activities) -> pl.DataFrame:
         (pl.col("sequential") & (pl.col("n") >= MIN_STEPS)).alias("loop"),
         (pl.col("family").str.contains(OPERATOR.pattern)
          & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("operator"))
-    # the kernel names launched inside the loops that could be the step (a few)
-    judged = out.filter(pl.col("loop") & ~pl.col("operator")
-                        & (pl.col("gpu_share") >= COVER_FLOOR))
+    # the kernel names launched inside the loops that cover the work (a few; the operators
+    # too: a reader sees why they hold the work, one or two names)
+    judged = out.filter(pl.col("loop") & (pl.col("gpu_share") >= COVER_FLOOR))
     names = pl.DataFrame(
         [(f, d, gpu.name_share(r.filter((pl.col("family") == f)
                                         & pl.col("domain").eq_missing(d))))
