@@ -30,12 +30,12 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import Nsys2PrvError  # noqa: E402
 
-__all__ = ["load", "scaling", "Run", "translate", "translate_applications", "open_report",
+__all__ = ["load", "compare", "scaling", "Run", "translate", "translate_applications", "open_report",
            "prepare_report", "merge_partials", "tables", "Nsys2PrvError", "__version__"]
 
 _FROM_API = ("translate", "translate_applications", "open_report", "prepare_report",
              "merge_partials")
-_FROM_RUN = ("load", "scaling", "Run", "Tables")
+_FROM_RUN = ("load", "compare", "scaling", "Run", "Tables")
 
 
 def __getattr__(name: str):

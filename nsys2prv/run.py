@@ -42,8 +42,9 @@ class Tables(Mapping[str, pl.DataFrame]):
 
     def __init__(self, title: str, frames: Mapping[str, pl.DataFrame | None],
                  notes: Sequence[str] = (), paragraph: str = "", plot=None,
-                 source: Any = None) -> None:
+                 source: Any = None, kind: str = "") -> None:
         self.title = title
+        self.kind = kind  # which analysis (the page's section that shows it: page.sections)
         self.frames = {k: v for k, v in frames.items() if v is not None}
         self.notes = list(notes)
         self.paragraph = paragraph
@@ -78,6 +79,21 @@ class Tables(Mapping[str, pl.DataFrame]):
             raise UsageError(f"{self.title}: no picture for this analysis")
         return self._plot(path)
 
+    def html(self) -> str:
+        """These tables as a page of their own (docs/html.md): a comparison's
+        (`nsys2prv.compare`: the paragraph, then before/after charts per changed item) or a
+        scaling study's (`nsys2prv.scaling`: the POP table and the scaling plots), else the
+        section of the page its analysis has."""
+        from .page.build import tables_page
+
+        return tables_page(self)
+
+    def to_html(self, path: PathLike) -> Path:
+        """Write `html()` to `path` atomically; returns the path."""
+        from .page.document import write
+
+        return write(self.html(), path)
+
     def __repr__(self) -> str:
         parts = [f"<{self.title}: " + ", ".join(f"{k} ({v.height} rows)"
                                               for k, v in self.frames.items()) + ">"]
@@ -87,17 +103,11 @@ class Tables(Mapping[str, pl.DataFrame]):
         return "\n".join(parts)
 
     def _repr_html_(self) -> str:
-        import html
+        """Jupyter: the section of the page that shows this analysis (page.sections), its
+        tables sortable and folded."""
+        from .page.sections import of_tables
 
-        out = [f"<h4>{html.escape(self.title)}</h4>"]
-        if self.paragraph:
-            out.append(f"<p>{html.escape(self.paragraph)}</p>")
-        for note in self.notes:
-            out.append(f"<p><i>{html.escape(note)}</i></p>")
-        for name, df in self.frames.items():
-            out.append(f"<h5>{html.escape(name)} ({df.height} rows)</h5>")
-            out.append(df._repr_html_())
-        return "\n".join(out)
+        return of_tables(self)
 
 
 def _frame(rows: list[dict], schema: dict | None = None) -> pl.DataFrame:
@@ -265,14 +275,7 @@ class Run:
         `host` (each process's main thread: running, in CUDA, offload efficiency) and `cpu`
         (POP's CPU model, where the trace has MPI)."""
         a, _ = self.analysis()
-        d = a.to_dict()
-        forms = _frame([{**d["talp"]}, {**d["nccl"]}])
-        cpu = None if d.get("cpu") is None else _frame([d["cpu"]])
-        return Tables("Efficiency", {
-            "forms": forms, "devices": _frame(_flat_groups(d["devices"])),
-            "processes": _frame(_flat_groups(d["processes"])),
-            "host": _frame(d["host"]), "cpu": cpu}, source=a,
-            plot=lambda path=None: _plot(lambda p: _plot_analysis(a, p), path))
+        return efficiency_tables(a)
 
     def overlap(self) -> pl.DataFrame:
         """Per device, the time with 0, 1, 2 and 3 or more kernels running at once (ns),
@@ -292,18 +295,7 @@ class Run:
         idle time and its causes (ns: what the host thread that launched the next work was
         doing), the `top` longest `gaps`, and the kernels' `launches` statistics."""
         a, _ = self.analysis(top=top)
-        rep = a.idle
-        if rep is None:
-            return Tables("Idle", {}, ["no GPU activity: nothing to wait for"])
-        d = asdict(rep)
-        return Tables("Why the GPUs wait", {
-            "devices": _frame(_flat_idle(d["devices"])),
-            "processes": _frame(_flat_idle(d["processes"])),
-            "job": _frame(_flat_idle([d["job"]])),
-            "gaps": _frame([{**{k: v for k, v in g.items() if k != "causes"},
-                             **{f"cause.{c}": t for c, t in g["causes"].items()}}
-                            for g in d["top"]]),
-            "launches": _frame(d["launches"])}, rep.notes, source=rep)
+        return idle_tables(a)
 
     def launches(self) -> pl.DataFrame:
         """HTA's kernel launch statistics, per kernel: launches, call and kernel time, mean
@@ -317,16 +309,7 @@ class Run:
         time, categories and idle causes (`steps`), the `spread`, the `candidates`, and the
         slowest step against the median one (its tables and `paragraph`)."""
         _, ex = self.analysis(iterations=range or AUTO)
-        it = ex.iterations
-        if isinstance(it, str):
-            return Tables("Steps", {}, [it])
-        frames = {"steps": it.steps, "spread": it.spread,
-                  "candidates": None if it.pick is None else it.pick.candidates}
-        if it.comparison is not None:
-            frames.update({f"slowest.{k}": v for k, v in it.comparison.tables().items()})
-        notes = ([f"step: {it.name}" + (f"@{it.domain}" if it.domain else "")
-                  + (f" ({it.pick.why})" if it.pick is not None else "")] + it.notes)
-        return Tables("Steps", frames, notes, it.paragraph, source=it)
+        return steps_tables(ex)
 
     def modality(self) -> pl.DataFrame:
         """Per kernel name, whether its durations have two modes or a heavy tail, and where
@@ -339,29 +322,14 @@ class Run:
         process and longest segments, and each `what_if` scenario's predicted time
         ('kernel:GLOB=F', 'nccl=F', 'gaps=0', ...)."""
         _, ex = self.analysis(what_if=list(what_if), top=top)
-        cp = ex.critical
-        d = cp.to_dict()
-        frames = {k: _frame(v) for k, v in d.items() if isinstance(v, list)
-                  and (not v or isinstance(v[0], dict))}
-        notes = [f"{k}: {v}" for k, v in d.items() if not isinstance(v, (list, dict))]
-        return Tables("Critical path", frames, notes, source=cp)
+        return critical_tables(ex)
 
     def kernel_metrics(self) -> Tables:
         """Inside the kernels (docs/kernel_metrics.md): each kernel's GPU metric rates
         separated from the samples, their fit, bound labels, spread across GPUs,
         interference, folding; empty, with a note, without GPU metrics."""
         _, ex = self.analysis()
-        km = ex.kernel_metrics
-        frames = {k: v for k, v in vars(km).items()
-                  if isinstance(v, pl.DataFrame) and v.height}
-        launch = getattr(km, "launch", None)  # what each kernel's launch allows
-        if launch is not None:
-            frames.update({f"launch.{k}": v for k, v in vars(launch).items()
-                           if isinstance(v, pl.DataFrame) and v.height})
-        notes = [n for n in (km.note, getattr(launch, "note", "")) if n]
-        return Tables("Inside the kernels", frames, notes, source=km,
-                      plot=None if km.empty else
-                      (lambda path=None: _plot(lambda q: _plot_speed_of_light(km, q), path)))
+        return kernel_tables(ex)
 
     def layers(self, level: str | None = None) -> Tables:
         """Layers on the GPU (docs/layers.md): every NVTX range projected onto the GPU
@@ -370,16 +338,45 @@ class Run:
         time, share, categories, idle time and cause, rates and top kernels (`layers`),
         per step (`per_step`), the `outliers`."""
         _, ex = self.analysis(layers=level or AUTO)
-        lay = ex.layers
-        if lay is None:
-            return Tables("Layers on the GPU", {}, ["no NVTX range in the trace"])
-        p = lay.projected
-        frames = {"instances": p.instances, "names": p.names(), "layers": lay.layers,
-                  "per_step": lay.per_step, "outliers": lay.outliers,
-                  "candidates": lay.pick.candidates}
-        notes = [f"layers: {lay.pick.why}"] + lay.notes
-        return Tables("Layers on the GPU", frames, notes, source=lay,
-                      plot=lambda path=None: _plot(lambda q: _plot_layers(lay, q), path))
+        return layer_tables(ex)
+
+    def utilisation(self) -> pl.DataFrame:
+        """Per device and time bin (analysis/utilisation.py: the run cut into 120 equal
+        bins), the time it runs something and that time's share of the bin: nsys'
+        cuda_gpu_time_util_map as a table (device, task, gpu, bin, start, end, busy,
+        fraction)."""
+        _, ex = self.analysis()
+        return ex.utilisation
+
+    def findings(self, **options) -> pl.DataFrame:
+        """The five findings that matter most (analysis/findings.py: rank, section,
+        sentence, number, unit), from the analyses `options` ask for (as `analysis`; the
+        step found by default, as the page finds it), as the first screen of `to_html`
+        and `analyze --json` show them."""
+        from .analysis.findings import findings
+
+        options.setdefault("iterations", AUTO)
+        a, ex = self.analysis(**options)
+        return findings(a, ex)
+
+    def html(self, *, top: int = 10, iterations: str | None = AUTO,
+             critical_path: bool = True, what_if: Sequence = (), kernel_metrics: bool = True,
+             layers: str | None = AUTO, explain: bool = True, rules: bool = True) -> str:
+        """The run on one page (docs/html.md): what the run is and its five findings, then
+        a section per analysis (picture, tables, the cfgs to open in Paraver), as one
+        self-contained HTML text. The options are `analysis`'s (`critical_path`: with
+        the critical path; `rules`: NVIDIA's rules, where the run is reports)."""
+        a, ex = self.analysis(explain=explain, top=top, iterations=iterations,
+                              what_if=list(what_if) if critical_path else None,
+                              kernel_metrics=kernel_metrics, layers=layers)
+        return analysis_html(a, ex, self.inputs, rules=rules)
+
+    def to_html(self, path: PathLike, **options) -> Path:
+        """Write `html(**options)` to `path` atomically (a temporary file renamed into
+        place); returns the path."""
+        from .page.document import write
+
+        return write(self.html(**options), path)
 
     def samples(self, top: int = 10) -> Tables:
         """Where in the code (docs/samples.md): the CPU samples' `threads`, `self` and
@@ -387,30 +384,11 @@ class Run:
         the `callers` of the top functions, the top-down `tree`, `folded` stacks, their
         `quality`; and the GPU's idle gaps in the code: per device the launching threads'
         functions (`gap_launching`), the call sites that blocked them (`gap_blocking`),
-        what ran meanwhile (`gap_running`) and the stacks sampled meanwhile
-        (`gap_folded`, the flame graph `plot` draws). Empty, with a note, without
-        samples."""
+        what ran meanwhile (`gap_running`), the stacks sampled meanwhile (`gap_folded`,
+        the flame graph `plot` draws) and the code named per device (`gap_code`; the
+        notes' first lines). Empty, with a note, without samples."""
         _, ex = self.analysis(top=top)
-        s = ex.samples
-        if s is None:
-            return Tables("Where in the code", {}, [
-                "no CPU sample in the trace (nsys profile samples every thread by default: "
-                "--sample=process-tree; call stacks with --backtrace)"])
-
-        def draw(path=None):
-            from .analysis.plot import plot_flame
-
-            gf = s.gap_folded if s.gap_folded is not None and s.gap_folded.height else None
-            if gf is not None:
-                whole = gf.filter(pl.col("device") == "job") \
-                    if "job" in gf["device"].to_list() else gf
-                stacks = whole.group_by("stack").agg(pl.col("samples").sum()).sort("stack")
-                title = "CPU samples while the GPU was idle"
-            else:
-                stacks, title = s.folded, "CPU samples"
-            return _plot(lambda q: plot_flame(stacks, q, title), path)
-
-        return Tables("Where in the code", s.tables(), s.lines + s.notes, source=s, plot=draw)
+        return samples_tables(ex)
 
     def rules(self, rule: str = "all") -> Tables:
         """Nsight Systems' expert-system rules (docs/rules.md: gpu_gaps, gpu_time_util,
@@ -422,13 +400,7 @@ class Run:
 
         specs = nsys_rules.DEFAULT_RULES if rule == "all" else tuple(
             r.strip() for r in rule.split(","))
-        frames, notes = {}, []
-        for export in self.inputs:
-            for res in nsys_rules.run_all(export, specs):
-                key = res.rule if len(self.inputs) == 1 else f"{res.rule}@{Path(export).name}"
-                frames[key] = res.rows
-                notes.append(f"{key}: {res.message}")
-        return Tables("nsys rules", frames, notes)
+        return _rule_tables(self.inputs, specs)
 
     def compare(self, other: "Run", **options) -> Tables:
         """This run (before) against `other` (after), as `nsys2prv diff` compares them
@@ -474,7 +446,7 @@ def compare(before: PathLike | Sequence[PathLike], after: PathLike | Sequence[Pa
 
     c = compare_runs(before, after, **options)
     return Tables(f"{labels[0]} -> {labels[1]}", c.tables(), list(c.warnings), c.paragraph,
-                  source=c)
+                  source=c, kind="compare")
 
 
 def scaling(runs: Sequence[Run | PathLike | Sequence[PathLike]], weak: bool = False
@@ -502,7 +474,167 @@ def scaling(runs: Sequence[Run | PathLike | Sequence[PathLike]], weak: bool = Fa
         row["grown"] = [x[0] for x in c["losers"]]  # the kernels whose time grew most
         rows.append(row)
     return Tables("Scaling", {"runs": pl.DataFrame(rows, infer_schema_length=None)},
-                  source=cols, plot=lambda path=None: sc.plot(cols, path))
+                  source=cols, plot=lambda path=None: sc.plot(cols, path), kind="scaling")
+
+
+# ----------------------------------------------------- the analyses as Tables --
+# (from what one pass computed: `Run.analysis`'s analysis and extras)
+
+def efficiency_tables(a) -> Tables:
+    """The efficiency model's tables (`Run.efficiency`) of an `analysis.model.Analysis`."""
+    d = a.to_dict()
+    forms = _frame([{**d["talp"]}, {**d["nccl"]}])
+    cpu = None if d.get("cpu") is None else _frame([d["cpu"]])
+    return Tables("Efficiency", {
+        "forms": forms, "devices": _frame(_flat_groups(d["devices"])),
+        "processes": _frame(_flat_groups(d["processes"])),
+        "host": _frame(d["host"]), "cpu": cpu}, source=a,
+        plot=lambda path=None: _plot(lambda p: _plot_analysis(a, p), path), kind="efficiency")
+
+
+def idle_tables(a) -> Tables:
+    """Why the GPUs wait (`Run.idle`) of an analysis made with `explain`."""
+    rep = a.idle
+    if rep is None:
+        return Tables("Idle", {}, ["no GPU activity: nothing to wait for"], kind="idle")
+    d = asdict(rep)
+    return Tables("Why the GPUs wait", {
+        "devices": _frame(_flat_idle(d["devices"])),
+        "processes": _frame(_flat_idle(d["processes"])),
+        "job": _frame(_flat_idle([d["job"]])),
+        "gaps": _frame([{**{k: v for k, v in g.items() if k != "causes"},
+                         **{f"cause.{c}": t for c, t in g["causes"].items()}}
+                        for g in d["top"]]),
+        "launches": _frame(d["launches"])}, rep.notes, source=rep, kind="idle")
+
+
+def steps_tables(ex: Extras) -> Tables:
+    """The steps (`Run.steps`) of a pass's extras (made with `iterations`)."""
+    it = ex.iterations
+    if it is None:
+        return Tables("Steps", {}, ["the steps were not asked for"], kind="steps")
+    if isinstance(it, str):
+        return Tables("Steps", {}, [it], kind="steps")
+    frames = {"steps": it.steps, "spread": it.spread,
+              "candidates": None if it.pick is None else it.pick.candidates}
+    if it.comparison is not None:
+        frames.update({f"slowest.{k}": v for k, v in it.comparison.tables().items()})
+    notes = ([f"step: {it.name}" + (f"@{it.domain}" if it.domain else "")
+              + (f" ({it.pick.why})" if it.pick is not None else "")] + it.notes)
+    return Tables("Steps", frames, notes, it.paragraph, source=it, kind="steps")
+
+
+def critical_tables(ex: Extras) -> Tables | None:
+    """The critical path (`Run.critical_path`) of a pass's extras (None: not computed)."""
+    cp = ex.critical
+    if cp is None:
+        return None
+    d = cp.to_dict()
+    frames = {k: _frame(v) for k, v in d.items() if isinstance(v, list)
+              and (not v or isinstance(v[0], dict))}
+    notes = [f"{k}: {v}" for k, v in d.items() if not isinstance(v, (list, dict))]
+    return Tables("Critical path", frames, notes, source=cp, kind="critical")
+
+
+def kernel_tables(ex: Extras) -> Tables:
+    """Inside the kernels (`Run.kernel_metrics`) of a pass's extras."""
+    km = ex.kernel_metrics
+    if km is None:
+        return Tables("Inside the kernels", {}, ["the kernel metrics were not asked for"],
+                      kind="kernels")
+    frames = {k: v for k, v in vars(km).items()
+              if isinstance(v, pl.DataFrame) and v.height}
+    launch = getattr(km, "launch", None)  # what each kernel's launch allows
+    if launch is not None:
+        frames.update({f"launch.{k}": v for k, v in vars(launch).items()
+                       if isinstance(v, pl.DataFrame) and v.height})
+    notes = [n for n in (km.note, getattr(launch, "note", "")) if n]
+    return Tables("Inside the kernels", frames, notes, source=km, kind="kernels",
+                  plot=None if km.empty else
+                  (lambda path=None: _plot(lambda q: _plot_speed_of_light(km, q), path)))
+
+
+def layer_tables(ex: Extras) -> Tables:
+    """Layers on the GPU (`Run.layers`) of a pass's extras."""
+    lay = ex.layers
+    if lay is None:
+        return Tables("Layers on the GPU", {}, ["no NVTX range in the trace"], kind="layers")
+    p = lay.projected
+    frames = {"instances": p.instances, "names": p.names(), "layers": lay.layers,
+              "per_step": lay.per_step, "outliers": lay.outliers,
+              "candidates": lay.pick.candidates}
+    notes = [f"layers: {lay.pick.why}"] + lay.notes
+    return Tables("Layers on the GPU", frames, notes, source=lay, kind="layers",
+                  plot=lambda path=None: _plot(lambda q: _plot_layers(lay, q), path))
+
+
+NO_SAMPLES = ("no CPU sample in the trace (nsys profile samples every thread by default: "
+              "--sample=process-tree; call stacks with --backtrace)")
+
+
+def samples_tables(ex: Extras) -> Tables:
+    """Where in the code (`Run.samples`) of a pass's extras."""
+    s = ex.samples
+    if s is None:
+        return Tables("Where in the code", {}, [NO_SAMPLES], kind="samples")
+
+    def draw(path=None):
+        from .analysis.plot import plot_flame
+
+        gf = s.gap_folded if s.gap_folded is not None and s.gap_folded.height else None
+        if gf is not None:
+            whole = gf.filter(pl.col("device") == "job") \
+                if "job" in gf["device"].to_list() else gf
+            stacks = whole.group_by("stack").agg(pl.col("samples").sum()).sort("stack")
+            title = "CPU samples while the GPU was idle"
+        else:
+            stacks, title = s.folded, "CPU samples"
+        return _plot(lambda q: plot_flame(stacks, q, title), path)
+
+    return Tables("Where in the code", s.tables(), s.lines + s.notes, source=s,
+                  kind="samples", plot=draw)
+
+
+def analysis_html(a, ex: Extras, inputs: Sequence[str], rules: bool = True) -> str:
+    """The page of one run (`Run.html`, `nsys2prv analyze --html`) from what its pass
+    computed (`a`, `ex`) and its inputs (NVIDIA's rules read the exports)."""
+    from .analysis.findings import findings
+    from .page.build import analysis_page
+
+    rule_tables, why = None, ""
+    if not rules:
+        why = "Not asked for (--no-rules)."
+    elif len(inputs) == 1 and is_trace(inputs[0]):
+        why = "The rules read the exports (.sqlite, .nsys-rep): give the reports, not a trace."
+    else:
+        from . import rules as nsys_rules
+
+        rule_tables = _rule_tables(inputs, nsys_rules.DEFAULT_RULES)
+    return analysis_page(
+        source=a.trace, end=a.end, devices=len(a.devices),
+        processes=len({g.task for g in a.devices}) or len(a.host),
+        efficiency=efficiency_tables(a),
+        # no devices: the section says there is nothing to wait for; else None: not computed
+        idle=idle_tables(a) if a.idle is not None or not a.devices else None,
+        steps=steps_tables(ex) if ex.iterations is not None else None,
+        layers=layer_tables(ex) if ex.layers is not None else None,
+        kernels=kernel_tables(ex) if ex.kernel_metrics is not None else None,
+        critical=critical_tables(ex), rules=rule_tables, rules_why=why,
+        findings=findings(a, ex), utilisation=ex.utilisation,
+        samples=samples_tables(ex))
+
+
+def _rule_tables(inputs: Sequence[str], specs) -> Tables:
+    """NVIDIA's rules on every export (`Run.rules`)."""
+    from . import rules as nsys_rules
+
+    frames, notes = {}, []
+    for export in inputs:
+        for res in nsys_rules.run_all(export, specs):
+            key = res.rule if len(inputs) == 1 else f"{res.rule}@{Path(export).name}"
+            frames[key] = res.rows
+            notes.append(f"{key}: {res.message}")
+    return Tables("nsys rules", frames, notes, kind="rules")
 
 
 # ------------------------------------------------------------------------ helpers --
@@ -566,13 +698,13 @@ def _plot_analysis(a, path):
 
 def _plot_speed_of_light(km, path):
     """Nsight Compute's speed-of-light chart of the kernels (`analysis.plot.speed_of_light`)."""
-    from .analysis.plot import pyplot, speed_of_light
+    from .analysis.plot import pyplot, shown, speed_of_light
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 7), constrained_layout=True)
     speed_of_light(km, ax)
     if path is None:
-        return fig
+        return shown(plt, fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)

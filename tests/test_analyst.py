@@ -168,20 +168,21 @@ def test_aiprof_step_is_batch_at_depth_two(aiprof):
 
 
 def test_real_pair_has_no_step_and_says_why(pair):
-    """The 2-GPU pair: its ranges are operations (flash attention takes half the GPU time
-    but launches 1 of the 27 kernel names), so no step: the verdict is on the elapsed time
-    and the search says why, with the closest candidates."""
+    """The 2-GPU pair: its ranges are PyTorch's operators (flash attention takes half the
+    GPU time but launches 1 of the 27 kernel names), never the step: the verdict is on the
+    elapsed time and the search says why, with the closest candidates."""
     assert pair.iterations is None and pair.step_search is not None
     assert pair.step_search.name is None
     names = _sql(BEFORE, "SELECT COUNT(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL")
     c = pair.step_search.candidates.row(0, named=True)
     assert c["family"] == "FlashAttnFunc, seq = #, op_id = #"
     assert c["name_share"] == 1 / names[0][0] and names[0][0] == 27
-    assert "an operation, not a step" in c["note"]
+    assert c["operator"] and c["note"].startswith("a PyTorch operator")
     from nsys2prv.cli.diff import format_text
 
     text = format_text(pair)
-    assert "no step: no NVTX range repeats one after the other on one thread" in text
+    assert "no step: no NVTX range other than an operator's repeats one after the other on " \
+        "one thread" in text
     assert "closest candidates:\n    'FlashAttnFunc, seq = #, op_id = #' (34 instances" in text
 
 

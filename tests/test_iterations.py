@@ -196,3 +196,61 @@ def test_a_call_range_of_many_ranks_is_no_loop(tmp_path):
     assert (c["step #"]["n"], c["step #"]["tasks"]) == (3, 8)
     assert c["step #"]["gpu_share"] == pytest.approx(compute / (compute + nccl))
     assert pick_range(acts) == ("step #", None)
+
+
+def test_an_operator_is_never_the_step(tmp_path):
+    """The sample with its step ranges and the ranges nested in them renamed as PyTorch
+    numbers its operators under emit_nvtx ('aten::to, op_id = N', 'aten::linear, seq = N,
+    op_id = M'): the same loop, holding all the GPU work and every kernel name, is an
+    operator, so no step is found (the sample's other ranges left out) (the candidate says why), the layers describe the run as
+    a whole, and --json says there is no step."""
+    from nsys2prv.analysis.activities import read_activities
+    from nsys2prv.analysis.steps import candidates, pick
+    from nsys2prv.testing.samples import sample_spec
+    from nsys2prv.testing.synth import write_export
+
+    spec = sample_spec()
+    steps = [n for n in spec.nvtx if (n.text or "").startswith("iteration ")]
+    assert len(steps) >= 3
+    for k, n in enumerate(steps):
+        n.text = f"aten::to, op_id = {317151 + 40 * k}"
+    forward = [n for n in spec.nvtx if n.text == "forward"]
+    for k, n in enumerate(forward):
+        n.text, n.domain = f"aten::linear, seq = {k}, op_id = {317152 + 40 * k}", None
+    spec.nvtx = steps + forward  # the worker's ranges and the marks left out
+    export = write_export(tmp_path / "ops.sqlite", spec)
+    trace = tmp_path / "ops.prv"
+    nsys2prv.translate(export, trace)
+    acts = read_activities(trace)
+    c = candidates(acts).filter(pl.col("family") == "aten::to, op_id = #").row(0, named=True)
+    # the loop the sample's step was: every instance, one after the other, all the work
+    assert (c["n"], c["loop"], c["operator"]) == (len(steps), True, True)
+    assert c["gpu_share"] > 0.9
+    p = pick(acts)
+    assert p.name is None and "other than an operator's" in p.why
+    assert p.candidates.filter(pl.col("family") == "aten::to, op_id = #")["note"][0] \
+        .startswith("a PyTorch operator")
+    out = subprocess.run([sys.executable, "-m", "nsys2prv", "analyze", str(trace), "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lay = json.loads(out.stdout)["layers"]
+    assert lay["step"] is None
+    assert "of the run's GPU time" in lay["pick"]["why"]
+    assert not [o for o in lay["outliers"] if o["kind"] == "steps"]
+
+
+def test_a_step_named_under_emit_nvtx_is_still_the_step(tmp_path):
+    """A step's name that record_function numbered ('ProfilerStep#3, op_id = N') is no
+    operator: it stays the step."""
+    from nsys2prv.analysis.activities import read_activities
+    from nsys2prv.analysis.steps import pick
+    from nsys2prv.testing.samples import sample_spec
+    from nsys2prv.testing.synth import write_export
+
+    spec = sample_spec()
+    for k, n in enumerate(n for n in spec.nvtx if (n.text or "").startswith("iteration ")):
+        n.text = f"ProfilerStep#{k}, op_id = {1000 + 7 * k}"
+    export = write_export(tmp_path / "ps.sqlite", spec)
+    trace = tmp_path / "ps.prv"
+    nsys2prv.translate(export, trace)
+    assert pick(read_activities(trace)).name == "ProfilerStep##, op_id = #"

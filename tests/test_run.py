@@ -82,8 +82,9 @@ def test_reports_and_their_trace_give_the_same_numbers(job):
 def test_tables_render_convert_and_plot(job, tmp_path):
     truth, reports, trace = job
     lay = nsys2prv.load(trace).layers()
-    html = lay._repr_html_()
-    assert "<h4>Layers on the GPU</h4>" in html and "layers (4 rows)" in html
+    html = lay._repr_html_()  # the page's section (page.sections), its tables folded
+    assert "<h3>Layers on the GPU</h3>" in html and "Per layer</h3>" in html
+    assert html.count('<span class="count">4 rows</span>') >= 1
     assert set(lay) >= {"instances", "names", "layers", "per_step", "outliers"}
     pdf = lay.to_pandas()["layers"]
     assert list(pdf["layer"]) == lay["layers"]["layer"].to_list()

@@ -227,7 +227,13 @@ def test_gap_tables_and_the_line():
     assert s.gap_folded["samples"].sum() == len(brute_gaps(SAMPLES))
     line = s.lines[0]
     assert "blocked in cudaStreamSynchronize" in line  # the main cause: 13 ns of sync
-    assert "meanwhile 2 processes" in line
+    brute = brute_gaps(SAMPLES)
+    others = sum(r == 2 for r, _, _ in brute)  # the worker (pid 20): its own process
+    assert (f"meanwhile 1 other process ran {others / len(brute):.0%} of the {len(brute)} "
+            "samples taken in the gaps: pid 20") in line
+    code = s.gap_code.row(0, named=True)
+    assert code["others_share"] == pytest.approx(others / len(brute))
+    assert code["code"].startswith("cudaStreamSynchronize")
 
 
 def test_one_pass_equals_the_second_pass():
@@ -336,6 +342,7 @@ def test_scenario_names_the_code(scenario):
         assert top["cause"] == "wait"
         assert "blocked in sem_timedwait from PyThread_acquire_lock_timed" in line
         assert f"pid {ss.WORKERS[0]}" in line and f"pid {ss.WORKERS[1]}" in line
+        assert "meanwhile 2 other processes ran" in line
     else:
         assert "computed:" in line
         names = {f.function for stack in ss.COMPUTE for f in stack[:1]}
@@ -420,3 +427,17 @@ def test_diff_names_the_function_whose_share_moved(tmp_path):
     same = compare(after, after)
     assert not same["samples"]["moved"].any()
     assert "Where in the code" not in same.paragraph
+
+
+def test_the_page_and_the_first_finding_name_the_code(tmp_path):
+    path = ss.scenario_export(tmp_path / "s.sqlite", "starved")
+    with nsys2prv.load(path) as run:
+        findings = run.findings()
+        page = run.html(critical_path=False, rules=False)
+    first = findings.filter(pl.col("section") == "idle")["sentence"].item()
+    assert "in the code, it blocked in sem_timedwait from PyThread_acquire_lock_timed" in first
+    assert "while 2 other processes ran" in first
+    section = page[page.index('<section id="samples">'):]
+    section = section[:section.index("</section>")]
+    assert "sem_timedwait" in section and "<svg" in section
+    assert "sampling/sampled_function_profile.cfg" in section

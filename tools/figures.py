@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 from nsys2prv.paraver.registry import STATE_BY_VALUE
-from nsys2prv.analysis.plot import pyplot
+from nsys2prv.analysis.plot import headless, pyplot
 from paramedir import read_timeline  # tools/paramedir.py
+
+
+headless()  # pictures written to files, none shown
 
 
 def _thread_labels(row_file: Path) -> list[str]:

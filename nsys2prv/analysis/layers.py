@@ -37,8 +37,8 @@ import polars as pl
 
 from . import projection as P
 from .activities import Activities
-from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, STEP_NAMES, StepPick, family, fold, \
-    instance_windows
+from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, OPERATOR, STEP_NAMES, StepPick, family, \
+    fold, instance_windows
 
 # what the GPU work is, by category (the columns of the tables, in this order)
 CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
@@ -48,9 +48,6 @@ _MEMCPY_DIRECTION = (("Host-to-Device", 2), ("Device-to-Host", 3), ("Device-to-D
 MEMSET_CATEGORY = 7
 OTHER_COPY = 6
 
-# PyTorch's operator ranges (autograd's NVTX: `emit_nvtx`, `record_function`)
-OPERATOR = re.compile(r"^(?:aten::|autograd::|torch::|c10d::|cudnn::|cublas::)|"
-                      r"Backward\d*(?:,|$)|, (?:seq|op_id) = \d+")
 COVER_FLOOR = 0.25  # a layer level holds this share of the step's GPU time at least
 TOLERANCE = 0.8  # and this fraction of what the level that holds most holds
 SIBLING_SHARE = 0.5  # a child of the step is a layer when it is in this share of the steps

@@ -331,7 +331,8 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
     (`idle.WindowSpill`, for a trace that would be read again), else over `source` again;
     without `detail` or `steps`, on the first pass itself (`idle.OnePassCauses`).
     `observers` (objects with `types` and `add(window)`) see every window of the first
-    pass too, read with their types added (and the communications, for an
+    pass too (and, where they have `add_runs(runs, keys)`, the devices' active runs the
+    model's sweep found in it), read with their types added (and the communications, for an
     observer whose `comms` is true): one pass serves them all. `steps`,
     called between the passes (when the observers have seen the trace), gives the steps
     (instance, start, end) whose idle causes the second pass sums too. Without `detail`,
@@ -378,6 +379,9 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                     kept.close()
                     kept = None
             runs = model.add(window)  # the sweeps ignore the types they do not read
+            for o in observers:  # those that read the devices' active runs (utilisation)
+                if hasattr(o, "add_runs"):
+                    o.add_runs(runs, model.devices.keys)
             if explain:
                 if finder is None:
                     finder = idle.GapFinder(model.devices, window.rows,

@@ -33,6 +33,8 @@ class Extras:
     kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
     layers: object | None = None  # analysis.layers.Layers
     samples: object | None = None  # analysis.samples.Samples
+    # per device and time bin, its busy fraction (analysis.utilisation; a polars DataFrame)
+    utilisation: object | None = None
 
 
 def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
@@ -45,14 +47,17 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     `modality`, the critical path with its what-ifs (`what_if` not None), what the kernels
     do with the GPU (`kernel_metrics`, where the trace has GPU metrics) and the NVTX ranges
     projected onto the GPU with the layer level (`layers`: a name or depth, AUTO: found;
-    None: not asked; only where the trace has NVTX ranges) and where in the code (`samples`:
+    None: not asked; only where the trace has NVTX ranges), where in the code (`samples`:
     the CPU samples' profiles and, with `explain`, the code the host ran during the GPU's
-    gaps; only where the trace has samples)."""
+    gaps; only where the trace has samples); always, each device's busy fraction per time
+    bin (`utilisation`, on the model's pass)."""
     from .activities import ActivityCollector
+    from .utilisation import UtilisationMap
 
     want_code = samples  # `samples` names the GPU metrics' collector below
     extras = Extras()
-    observers = []
+    utilisation = UtilisationMap(path)
+    observers: list = [utilisation]
     graph = None
     if what_if is not None:
         from .critical_path import GraphCollector
@@ -137,6 +142,7 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     else:
         result = analyze_path(path, explain, top, observers=observers, code=code)
         acts = None
+    extras.utilisation = utilisation.result(result.devices)
     if iterations is not None:
         from .iterations import iteration_report
 

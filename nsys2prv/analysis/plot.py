@@ -1,7 +1,10 @@
 """Pictures of an analysis: per-device time split (both forms) and the overlap histogram;
 with GPU metrics, each kernel's speed of light (compute against memory, % of peak).
 
-matplotlib is optional: imported here only, with a one-line error when missing.
+matplotlib is optional: imported here only, with a one-line error when missing. No backend
+is forced here: in Jupyter the figures a function returns draw inline (matplotlib's own
+choice, the inline backend); the command line asks for Agg (`headless`), where nothing can
+display and only files are written.
 """
 
 from __future__ import annotations
@@ -17,14 +20,32 @@ COLOURS = {"useful": "#1f4fd1", "communication": "#ff8c1a", "idle": "#b7dbff"}
 
 
 def pyplot():
+    """matplotlib's pyplot, with whatever backend is chosen (one-line error without it)."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError:
-        raise Nsys2PrvError("--plot needs matplotlib (pip install matplotlib)") from None
-    matplotlib.use("Agg")
+        raise Nsys2PrvError("plots need matplotlib (pip install nsys2prv[plot])") from None
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def headless() -> None:
+    """Agg, the file-only backend: for the command line, which writes pictures and shows
+    none (a display's backend would open windows or fail without one)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise Nsys2PrvError("--plot needs matplotlib (pip install nsys2prv[plot])") from None
+    matplotlib.use("Agg")
+
+
+def shown(plt, fig):
+    """A figure returned to a notebook: taken out of pyplot's list of open figures, so
+    that it draws once, as the cell's value (the inline backend would draw the figures
+    still open too)."""
+    plt.close(fig)
+    return fig
 
 
 def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, layers=None,
@@ -77,7 +98,7 @@ def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, lay
     ax.set_title("Overlap")
     ax.legend(fontsize="x-small")
     if path is None:
-        return fig
+        return shown(plt, fig)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -166,7 +187,7 @@ def plot_layers(layers, path: str | Path | None):
         ax.set_title("Layers: compute against memory (size: GPU time)")
         ax.legend(fontsize="x-small", loc="upper right")
     if path is None:
-        return fig
+        return shown(plt, fig)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -305,7 +326,7 @@ def plot_flame(folded, path: str | Path | None, title: str = "CPU samples"):
     ax.set_xlabel("samples")
     ax.set_title(f"{title} ({total} samples)")
     if path is None:
-        return fig
+        return shown(plt, fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)

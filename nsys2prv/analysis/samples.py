@@ -512,6 +512,7 @@ class Samples:
     gap_blocking: device, api, kind (OS runtime/CUDA), cause, callers, time, calls, share
         (of the device's idle time)
     gap_folded: device, stack, samples (the node's samples inside the gaps)
+    gap_code: per device the code behind its idle time, as `lines` say it (`gap_summary`)
     in_steps: function, module, samples, share (samples inside the steps, any thread)
     in_layers: layer, function, module, samples, share (of the layer's samples): the
         samples of the thread that ran each layer's NVTX range, while it was open
@@ -534,6 +535,7 @@ class Samples:
     gap_running: pl.DataFrame | None = None
     gap_blocking: pl.DataFrame | None = None
     gap_folded: pl.DataFrame | None = None
+    gap_code: pl.DataFrame | None = None
     in_steps: pl.DataFrame | None = None
     in_layers: pl.DataFrame | None = None
     lines: list[str] = field(default_factory=list)  # the GPU's waits named in the code
@@ -561,7 +563,7 @@ class Samples:
             gaps = {"devices": rows(self.gaps),
                     "blocking": rows(self.gap_blocking),
                     "launching": rows(self.gap_launching),
-                    "running": rows(self.gap_running),
+                    "running": rows(self.gap_running), "code": rows(self.gap_code),
                     "lines": list(self.lines)}
         return {"threads": rows(self.threads),
                 "self": rows(self.self_), "inclusive": rows(self.inclusive),
@@ -925,7 +927,8 @@ def add_gaps(s: Samples, code: GapCode, rows: pl.DataFrame, labels: dict[int, st
         s.in_layers = _order(named_.with_columns(
             (pl.col("samples") / pl.col("samples").sum().over("layer")).alias("share")),
             "layer")
-    s.lines = wait_lines(s, causes or {}, names)
+    s.gap_code = gap_summary(s, causes or {}, names)
+    s.lines = wait_lines(s.gap_code)
 
 
 def _sites(calls: pl.DataFrame, call_labels: dict[int, dict[int, str]],
@@ -981,16 +984,19 @@ _BLOCKING_CAUSES = ("cuda_sync", "cuda_memcpy", "cuda_alloc", "cuda_launch", "cu
                     "io", "wait", "sleep", "osrt_other")
 
 
-def wait_lines(s: Samples, causes: dict[int, dict[str, int]],
-               names: dict[int, str]) -> list[str]:
-    """One line per device (and the job) naming the code behind its idle time: the call
-    site that blocked the launching thread most, or its functions when it computed, and
-    what the other threads of the node ran meanwhile."""
+def gap_summary(s: Samples, causes: dict[int, dict[str, int]],
+                names: dict[int, str]) -> pl.DataFrame:
+    """Per device (and the job): the code behind its idle time, what `lines` and the page's
+    findings say. device, idle (ns), cause (the idle analysis' main cause), code (the call
+    site that blocked the launching thread most in that cause: 'sem_timedwait from
+    PyThread_acquire_lock_timed < ...'; or, computing, its top functions; else the cause in
+    words), verb ('blocked in', 'was in', 'computed:', ''), code_share (of the idle time the
+    call site overlapped, or of the launching thread's samples its top function holds),
+    others (the node's other processes that ran meanwhile, top three: 'pid P (44%), ...'),
+    others_share (their share of the node's samples inside the gaps), others_n."""
     from .idle import CAUSE_LABELS
 
-    out = []
-    if s.gaps is None:
-        return out
+    rows = []
     for r in s.gaps.iter_rows(named=True):
         device, idle_t = r["device"], r["idle"]
         if not idle_t:
@@ -999,35 +1005,66 @@ def wait_lines(s: Samples, causes: dict[int, dict[str, int]],
         dev_causes = causes.get(g, {}) if g is not None else \
             {k: sum(c.get(k, 0) for c in causes.values()) for k in
              {k for c in causes.values() for k in c}}
-        parts = [f"{device}: GPU idle {idle_t / 1e6:.2f} ms"]
-        main = max(dev_causes.items(), key=lambda kv: kv[1])[0] if dev_causes else None
+        main = max(dev_causes.items(), key=lambda kv: (kv[1], kv[0]))[0] if dev_causes \
+            else None
         sites = s.gap_blocking.filter(pl.col("device") == device)
         launching = s.gap_launching.filter(pl.col("device") == device)
+        code, verb, share = CAUSE_LABELS.get(main, _UNKNOWN_WORDS) if main else "", "", None
         if main in _BLOCKING_CAUSES and sites.height:
             mine = sites.filter(pl.col("cause") == main)
             top = (mine if mine.height else sites).row(0, named=True)
-            where = top["api"] + (f" from {top['callers']}" if top["callers"] else
-                                  " (no call stack recorded for it)")
+            code = top["api"] + (f" from {top['callers']}" if top["callers"] else
+                                 " (no call stack recorded for it)")
             verb = "blocked in" if top["cause"] in _WAITS else "was in"
-            parts.append(f"the launching thread {verb} {where} "
-                         f"({top['time'] / idle_t:.0%} of the idle time)")
+            share = top["time"] / idle_t
         elif main == "host_compute" and launching.height:
-            top = launching.head(3)
-            fns = ", ".join(f"{f} ({x:.0%})" for f, x in
-                            top.select("function", "share").iter_rows())
-            parts.append(f"the launching thread computed: {fns} of its samples in the gaps")
-        elif main is not None:
-            parts.append(f"mostly {CAUSE_LABELS.get(main, _UNKNOWN_WORDS)}")
+            top3 = launching.head(3)
+            code = ", ".join(f"{f} ({x:.0%})" for f, x in
+                             top3.select("function", "share").iter_rows())
+            verb, share = "computed:", float(top3["share"][0])
         run = s.gap_running.filter(pl.col("device") == device)
         total = int(run["samples"].sum()) if run.height else 0
+        others, others_share, others_n = "", None, 0
         if total:
-            by_proc = (run.group_by("task", "pid", "process").agg(pl.col("samples").sum())
+            own = {int(g) // 1_000_000 + 1} if g is not None and g >= 0 else set()
+            by_proc = (run.filter(~pl.col("task").is_in(list(own)))
+                       .group_by("task", "pid", "process").agg(pl.col("samples").sum())
                        .sort(["samples", "task"], descending=[True, False]))
-            top = by_proc.head(3)
-            procs = ", ".join(f"pid {p} ({n / total:.0%})"
-                              for p, n in top.select("pid", "samples").iter_rows())
-            parts.append(f"meanwhile {by_proc.height} process"
-                         f"{'es' if by_proc.height != 1 else ''} ran {total} samples: {procs}")
+            if by_proc.height:
+                others = ", ".join(f"pid {p} ({n / total:.0%})" for p, n in
+                                   by_proc.head(3).select("pid", "samples").iter_rows())
+                others_share = int(by_proc["samples"].sum()) / total
+                others_n = by_proc.height
+        rows.append({"device": device, "idle": idle_t, "cause": main, "code": code,
+                     "verb": verb, "code_share": share, "others": others,
+                     "others_share": others_share, "others_n": others_n,
+                     "samples_in_gaps": total})
+    schema = {"device": pl.Utf8, "idle": pl.Int64, "cause": pl.Utf8, "code": pl.Utf8,
+              "verb": pl.Utf8, "code_share": pl.Float64, "others": pl.Utf8,
+              "others_share": pl.Float64, "others_n": pl.Int64, "samples_in_gaps": pl.Int64}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def wait_lines(summary: pl.DataFrame) -> list[str]:
+    """One line per device (and the job) naming the code behind its idle time: the call
+    site that blocked the launching thread most, or its functions when it computed, and
+    what the node's other processes ran meanwhile (`gap_summary`)."""
+    out = []
+    for r in summary.iter_rows(named=True):
+        parts = [f"{r['device']}: GPU idle {r['idle'] / 1e6:.2f} ms"]
+        if r["verb"] in ("blocked in", "was in"):
+            parts.append(f"the launching thread {r['verb']} {r['code']} "
+                         f"({r['code_share']:.0%} of the idle time)")
+        elif r["verb"] == "computed:":
+            parts.append(f"the launching thread computed: {r['code']} of its samples in the "
+                         "gaps")
+        elif r["code"]:
+            parts.append(f"mostly {r['code']}")
+        if r["others_n"]:
+            n = r["others_n"]
+            parts.append(f"meanwhile {n} other process{'es' if n != 1 else ''} ran "
+                         f"{r['others_share']:.0%} of the {r['samples_in_gaps']} samples "
+                         f"taken in the gaps: {r['others']}")
         out.append("; ".join(parts))
     return out
 

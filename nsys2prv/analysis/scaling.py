@@ -416,7 +416,7 @@ def plot(columns: list[Column], path: str | Path | None):
     """Efficiency lines against the device (process) count (with the sampled SM / tensor
     activity during kernels, dashed, where present) and a stacked bar per run of where
     device time goes (useful / communication / idle, TALP form, % of devices x T)."""
-    from .plot import COLOURS, pyplot
+    from .plot import COLOURS, pyplot, shown
 
     plt = pyplot()
     xs = [c.devices or c.processes for c in columns]
@@ -465,7 +465,7 @@ def plot(columns: list[Column], path: str | Path | None):
     ax2.set_title("Where device time goes per run")
     ax2.legend(fontsize="small")
     if path is None:  # a notebook shows the figure
-        return fig
+        return shown(plt, fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)

@@ -18,7 +18,11 @@ Megatron / NeMo / DeepSpeed `iteration`, `step`, `train_step`, `Batch N`), a nam
 epoch last (an epoch holds steps), then the most instances (a step, not the epoch or the
 training phase that holds the steps), then the larger share, the shallower range, the name.
 The conventions order the candidates that cover the work alike; they never make a range
-that covers little a step. With the other run of a comparison, the step must be a loop
+that covers little a step. An operator is never the step: PyTorch's autograd/ATen ranges
+(`aten::*`, `*Backward0`, `c10d::*`, anything `record_function` numbers with `, seq = N` or
+`, op_id = N`, FSDP's hooks among them: `OPERATOR`) repeat one after the other and can hold
+most of the GPU work of a short capture, but each is one operation; where only they qualify,
+no step is found and the capture is described as a whole. With the other run of a comparison, the step must be a loop
 there too, with no more than twice or half as many instances.
 """
 
@@ -45,6 +49,10 @@ STEP_NAMES = re.compile(
     r"(?i)^(?:ProfilerStep|iteration|iter|step|train[ _]?step|training[ _]step|train[ _]batch|"
     r"training[ _]batch|batch|global[ _]step|train[ _]iteration)(?:\b|[#_ ])")
 CONTAINER_NAMES = re.compile(r"(?i)^(?:epoch|train(?:ing)?[ _]?epoch)(?:\b|[#_ ])")
+# PyTorch's operator ranges (autograd's NVTX: `emit_nvtx`, `record_function`): on a name or a
+# family (digits folded to '#')
+OPERATOR = re.compile(r"^(?:aten::|autograd::|torch::|c10d::|cudnn::|cublas::)|"
+                      r"Backward\d*(?:,|$)|, (?:seq|op_id) = [\d#]+")
 
 
 def family(column: str) -> pl.Expr:
@@ -88,13 +96,15 @@ class StepPick:
 
 _SCHEMA = {"family": pl.Utf8, "domain": pl.Utf8, "n": pl.Int64, "tasks": pl.Int64,
            "gpu_share": pl.Float64, "time_share": pl.Float64, "name_share": pl.Float64,
-           "depth": pl.Float64, "convention": pl.Int64, "loop": pl.Boolean}
+           "depth": pl.Float64, "convention": pl.Int64, "loop": pl.Boolean,
+           "operator": pl.Boolean}
 
 
 def candidates(acts: Activities) -> pl.DataFrame:
     """Every range family of a run (see the module's docstring): family, domain, n
     (instances on the busiest process), tasks (processes that have it), gpu_share,
-    time_share (of the trace, on the busiest process), name_share (of the kernel names its
+    time_share (of the trace, on the busiest process), operator (a PyTorch operator range,
+    `OPERATOR`, without a step's name: never the step), name_share (of the kernel names its
     processes launch, those launched inside it: for the loops that launch COVER_FLOOR of
     the GPU time, else null), depth (mean nesting level, 0 at the top), convention (0 a
     step's name, 1 any other, 2 an epoch's), loop (sequential on one thread of each
@@ -147,8 +157,11 @@ def candidates(acts: Activities) -> pl.DataFrame:
         pl.when(pl.col("family").str.contains(STEP_NAMES.pattern))
         .then(0).when(pl.col("family").str.contains(CONTAINER_NAMES.pattern)).then(2)
         .otherwise(1).cast(pl.Int64).alias("convention"),
-        (pl.col("sequential") & (pl.col("n") >= MIN_STEPS)).alias("loop"))
-    # the kernel names launched inside the loops that could be the step (a few)
+        (pl.col("sequential") & (pl.col("n") >= MIN_STEPS)).alias("loop"),
+        (pl.col("family").str.contains(OPERATOR.pattern)
+         & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("operator"))
+    # the kernel names launched inside the loops that cover the work (a few; the operators
+    # too: a reader sees why they hold the work, one or two names)
     judged = out.filter(pl.col("loop") & (pl.col("gpu_share") >= COVER_FLOOR))
     names = pl.DataFrame(
         [(f, d, gpu.name_share(r.filter((pl.col("family") == f)
@@ -328,7 +341,10 @@ def choose(c: pl.DataFrame, other: pl.DataFrame | None = None, gpu: bool = True
     else:
         c = c.with_columns(pl.lit(None, pl.Int64).alias("n_after"))
         in_after = pl.lit(True)
-    usable = pl.col("loop") & in_after & (pl.col("gpu_share") >= COVER_FLOOR)
+    if "operator" not in c.columns:  # a side's table from before operators were told apart
+        c = c.with_columns(pl.col("family").str.contains(OPERATOR.pattern).alias("operator"))
+    usable = pl.col("loop") & in_after & ~pl.col("operator").fill_null(False) \
+        & (pl.col("gpu_share") >= COVER_FLOOR)
     c = c.with_columns(in_after.alias("in_after"), usable.alias("eligible"))
     best = c.filter(pl.col("eligible"))["gpu_share"].max() or 0.0
     # eligible: near the largest share, and launching half the kernel names (a step runs
@@ -345,10 +361,10 @@ def choose(c: pl.DataFrame, other: pl.DataFrame | None = None, gpu: bool = True
     c = (order.with_columns(_note(top).alias("note"))
          .sort([is_top, "gpu_share", "n", "family"], descending=[True, True, True, False])
          .drop("in_after"))
-    what = "GPU time" if gpu else "the trace's time"
+    what = "GPU time" if gpu else "trace's time"
     if top is None:
-        return StepPick(None, None, "no NVTX range repeats one after the other on one thread "
-                        f"({MIN_STEPS} times or more"
+        return StepPick(None, None, "no NVTX range other than an operator's repeats one "
+                        f"after the other on one thread ({MIN_STEPS} times or more"
                         + (", in both runs" if other is not None else "")
                         + f") launching {100 * COVER_FLOOR:.0f} % of the {what} and "
                         f"{100 * NAME_FLOOR:.0f} % of the kernel names", c)
@@ -368,6 +384,8 @@ def _note(top: dict | None) -> pl.Expr:
     conv = 1 if top is None else top["convention"]
     n = 0 if top is None else top["n"]
     return (pl.when(is_top).then(pl.lit(None, pl.Utf8))
+            .when(pl.col("operator").fill_null(False)).then(pl.lit(
+                "a PyTorch operator (aten::, autograd, op_id): one operation, never the step"))
             .when(pl.col("n") < MIN_STEPS).then(pl.lit(f"fewer than {MIN_STEPS} instances"))
             .when(~pl.col("loop")).then(pl.lit("instances overlap or span threads"))
             .when(~pl.col("in_after")).then(pl.lit(

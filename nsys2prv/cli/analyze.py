@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png",
                    help="write per-device bars and the overlap histogram (needs matplotlib)")
+    p.add_argument("--html", metavar="PAGE.html",
+                   help="also write the run on one self-contained page (docs/html.md): what "
+                        "the run is and its five findings, then every analysis with its "
+                        "pictures, tables and the cfgs to open in Paraver (adds the steps and "
+                        "the critical path to what is computed; with --scaling: the POP table "
+                        "and the scaling plots)")
     p.add_argument("--pop-trace", metavar="OUT.prv",
                    help="also write a copy of the trace for POP's tools (pypop, paramedir "
                         "cfgs): only the application's CPU threads, Extrae-style .row labels "
@@ -486,6 +492,10 @@ def scaling_main(args) -> int:
     from ..analysis import scaling as sc
     from ..run import scaling
 
+    if args.html:
+        from ..page.document import check_writable
+
+        check_writable(args.html)
     runs = []
     window = window_of(args)  # the same iterations of every run
     bars = Progress(enabled=True)
@@ -512,7 +522,12 @@ def scaling_main(args) -> int:
     else:
         sys.stdout.write(sc.format_table(columns, args.weak, colour=sys.stdout.isatty()))
     if args.plot:
+        from ..analysis.plot import headless
+
+        headless()
         table.plot(args.plot)
+    if args.html:
+        table.to_html(args.html)
     return 0
 
 
@@ -558,15 +573,29 @@ def main(argv: list[str]) -> int:
     layers = None if args.no_layers else (args.layers or AUTO)
     if args.folded and args.no_samples:
         raise UsageError("--folded writes the samples, which --no-samples skips")
+    iterations, critical = args.iterations, what_if
+    if args.html:  # the page shows the steps and the critical path too
+        from ..page.document import check_writable
+
+        check_writable(args.html)
+        iterations = AUTO if iterations is None else iterations
+        critical = [] if critical is None else critical
     result, trace, extras = analyze(args.inputs, not args.no_idle, args.top, views,
-                                    window_of(args), args.allow_empty, args.iterations,
-                                    args.modality, what_if, not args.no_kernel_metrics,
+                                    window_of(args), args.allow_empty, iterations,
+                                    args.modality, critical, not args.no_kernel_metrics,
                                     layers, not args.no_samples)
     if args.folded:
         if extras.samples is None:
             raise UsageError(f"--folded: no CPU sample in {' '.join(args.inputs)} (nsys "
                              "profile samples by default: --sample=process-tree)")
         write_folded(extras.samples, args.folded)
+    if args.html:
+        from ..run import analysis_html
+        from ..page.document import write
+
+        write(analysis_html(result, extras, args.inputs), args.html)
+    asked_steps = args.iterations is not None
+    asked_path = what_if is not None
     written = []
     if views is not None and trace is not None and result.idle is not None:
         from ..paraver.read import event_types
@@ -585,11 +614,14 @@ def main(argv: list[str]) -> int:
 
         pop_trace(args.inputs[0], args.pop_trace)
     if args.json:
+        from ..analysis.findings import findings
+
         out = result.to_dict()
-        if isinstance(extras.iterations, str):
-            out["iterations"] = {"note": extras.iterations}
-        elif extras.iterations is not None:
-            out["iterations"] = extras.iterations.to_dict()
+        steps = extras.iterations if asked_steps else None
+        if isinstance(steps, str):
+            out["iterations"] = {"note": steps}
+        elif steps is not None:
+            out["iterations"] = steps.to_dict()
         if extras.modality is not None:
             out["modality"] = extras.modality.to_dicts()
             if extras.kernel_metrics is not None and not extras.kernel_metrics.empty:
@@ -597,7 +629,7 @@ def main(argv: list[str]) -> int:
 
                 o = slow_launches_overlapped(extras.modality, extras.kernel_metrics)
                 out["modality_overlap"] = o.to_dicts() if o.height else []
-        if extras.critical is not None:
+        if extras.critical is not None and asked_path:
             out["critical_path"] = extras.critical.to_dict()
         if extras.kernel_metrics is not None:
             out["kernel_metrics"] = extras.kernel_metrics.to_dict()
@@ -605,20 +637,23 @@ def main(argv: list[str]) -> int:
             out["layers"] = extras.layers.to_dict()
         if extras.samples is not None:
             out["samples"] = extras.samples.to_dict()
+        # the findings that matter most (analysis/findings.py; the page's first screen)
+        out["findings"] = findings(result, extras).to_dicts()
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_report(result, args.list_all))
         if result.idle is not None:
             sys.stdout.write(format_idle(result.idle, args.list_all))
-        if isinstance(extras.iterations, str):
-            sys.stdout.write(f"\n### Steps: {extras.iterations}\n")
-        elif extras.iterations is not None:
-            sys.stdout.write(format_iterations(extras.iterations, args.list_all))
+        steps = extras.iterations if asked_steps else None
+        if isinstance(steps, str):
+            sys.stdout.write(f"\n### Steps: {steps}\n")
+        elif steps is not None:
+            sys.stdout.write(format_iterations(steps, args.list_all))
         if extras.modality is not None:
             sys.stdout.write(format_modality(extras.modality, args.list_all,
                                              extras.kernel_metrics))
-        if extras.critical is not None:
+        if extras.critical is not None and asked_path:
             sys.stdout.write(format_critical_path(extras.critical, args.top))
         if extras.kernel_metrics is not None:
             sys.stdout.write(format_kernel_metrics(extras.kernel_metrics, args.list_all,
@@ -632,9 +667,12 @@ def main(argv: list[str]) -> int:
         if written:
             sys.stdout.write(f"\nViews of the gaps ({len(written)}), to open with "
                              f"{trace}: {views}/gap_*.cfg\n")
+        if args.html:
+            sys.stdout.write(f"\nThe run on one page: {args.html}\n")
     if args.plot:
-        from ..analysis.plot import plot_analysis
+        from ..analysis.plot import headless, plot_analysis
 
+        headless()
         plot_analysis(result, args.plot, extras.kernel_metrics, layers=extras.layers,
                       samples=extras.samples)
     return 0

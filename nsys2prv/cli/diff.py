@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="print every number as CSV (table, key, metric, before, after)")
     p.add_argument("--top", type=int, default=15, metavar="N",
                    help="kernels and NVTX ranges listed, largest change first (default 15)")
+    p.add_argument("--html", metavar="PAGE.html",
+                   help="also write the comparison on one self-contained page (docs/html.md): "
+                        "the paragraph and the verdict, then before/after charts per changed "
+                        "item (kernels, layers, steps, memory kinds) and every table")
     p.add_argument("--trace", metavar="BOTH.prv",
                    help="also write one trace holding both runs as two Paraver applications "
                         "(1 = before, 2 = after) with one value numbering (needs reports)")
@@ -306,9 +310,16 @@ def main(argv: list[str]) -> int:
     from ..analysis.diff import gate
     from ..run import compare
 
-    c = compare(args.before, args.after, window=window, iterations=args.iterations,
-                models=not args.no_models, rules=not args.no_rules, idle=not args.no_idle,
-                trace=args.trace).source
+    if args.html:
+        from ..page.document import check_writable
+
+        check_writable(args.html)
+    compared = compare(args.before, args.after, window=window, iterations=args.iterations,
+                       models=not args.no_models, rules=not args.no_rules,
+                       idle=not args.no_idle, trace=args.trace)
+    c = compared.source
+    if args.html:
+        compared.to_html(args.html)
     if args.json:
         json.dump(c.to_dict(), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
