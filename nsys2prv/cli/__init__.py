@@ -15,6 +15,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable
+from typing import NoReturn
 from concurrent.futures import BrokenExecutor  # a process pool whose worker died
 
 from ..errors import Interrupted, Nsys2PrvError
@@ -51,16 +52,30 @@ HEAVY_IMPORTS = ("numpy", "numpy.ma", "polars")
 def main(argv: list[str] | None = None) -> int:
     """The command line. Run as the console script (no `argv`), each command runs in a
     supervised child process (`supervise.py`): a death by out-of-memory ends in one line and
-    leaves no partial output. `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
+    leaves no partial output; the supervising process then ends with the command's exit
+    code (`_exit_now`). `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
     args = list(sys.argv[1:] if argv is None else argv)
     cmd = args[0] if args and args[0] in SUBCOMMANDS else "translate"
     if argv is None and cmd in _DOING:
         if "--debug" not in args and not os.environ.get("NSYS2PRV_NO_SUPERVISOR"):
             from ..supervise import run_supervised
 
-            return run_supervised(lambda: _main(args, _import_heavy), *_DOING[cmd])
+            _exit_now(run_supervised(lambda: _main(args, _import_heavy), *_DOING[cmd]))
         return _main(args, _import_heavy)
     return _main(args)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the supervising parent without the interpreter's teardown: it has nothing to
+    clean up (its one temporary, the ledger, is removed; it starts no thread and leaves no
+    atexit work), and tearing down the modules it imported was ~10 ms of a small run
+    (benchmarks/RESULTS.md, round 10)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader is gone: nothing more to tell it
+            pass
+    os._exit(code)
 
 
 def _import_heavy() -> None:
