@@ -322,6 +322,30 @@ def test_numeric_pairs_write_what_string_pairs_write(tmp_path_factory, values, t
     assert texts[0].count("\n") == n
 
 
+def test_event_frames_are_built_in_the_record_shape():
+    """`records.events` builds a frame `conform` leaves as it is (no second query), equal to
+    what `conform` makes of the same record given in another column order and types."""
+    from nsys2prv.paraver import records as R
+    c = pl.col
+    df = pl.DataFrame({"s": [5, 7], "e": [9, 7], "row": [1, 2], "id": [10, 11]})
+    built = df.select(R.events(c("s"), c("row"), R.start_phase(c("s"), c("e")), R.SRC_NVTX,
+                               c("id"), 60000019, c("id") * 2, R.numeric_pairs((7, c("e"))),
+                               sub=-c("e"), type2=8, value2=c("s")))
+    assert R.conform(built) is built
+    loose = df.select(pl.col("e").alias("pair:0:7"), (c("id") * 2).alias("b"),
+                      pl.lit(8).alias("c"), c("s").alias("d"), pl.lit(60000019).alias("a"),
+                      c("id").alias("ord"), pl.lit(R.SRC_NVTX).alias("src"),
+                      (-c("e")).alias("sub"), pl.Series("phase", [R.PHASE_START,
+                                                                  R.PHASE_ZERO_START]),
+                      pl.lit(R.EVENT).alias("kind"), c("row"), c("s").alias("time"))
+    assert R.conform(loose).equals(built)
+    assert built.columns == [*R.RECORD_SCHEMA, "pair:0:7"]
+    assert built.rows() == [(5, 1, R.EVENT, R.PHASE_START, -9, R.SRC_NVTX, 10, 60000019, 20,
+                             8, 5, None, None, None, 9),
+                            (7, 2, R.EVENT, R.PHASE_ZERO_START, -7, R.SRC_NVTX, 11, 60000019,
+                             22, 8, 7, None, None, None, 7)]
+
+
 def test_run_files_are_little_endian(tmp_path):
     """docs/intermediate.md: magic, then per block (records, payload bytes) as little-endian
     u32 whatever the host, so partials move between x86_64 and aarch64 machines."""

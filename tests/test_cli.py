@@ -279,6 +279,24 @@ def test_translating_the_sample_imports_only_its_kinds(tmp_path):
                                                "osrt"])
 
 
+def test_the_console_script_freezes_its_imports_and_a_library_caller_keeps_its_gc(tmp_path):
+    """The console script's command imports polars and numpy with the collector off and
+    freezes them (issue 48: start-up), the collector on again for the work; a caller of
+    `main(argv)` finds its collector as it left it."""
+    code = ("import gc, sys; from nsys2prv.cli import main; "
+            f"sys.argv = ['nsys2prv', {str(SAMPLE)!r}, {str(tmp_path / 'a.prv')!r}, '-q']; "
+            "main(); print(gc.get_freeze_count(), gc.isenabled()); "
+            f"gc.unfreeze(); main([{str(SAMPLE)!r}, {str(tmp_path / 'b.prv')!r}, '-q']); "
+            "print(gc.get_freeze_count(), gc.isenabled())")
+    run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, NSYS2PRV_NO_SUPERVISOR="1"))
+    assert run_.returncode == 0, run_.stderr
+    console, library = [line.split() for line in run_.stdout.splitlines()[-2:]]
+    assert int(console[0]) > 10_000 and console[1] == "True"  # polars' and numpy's objects
+    assert library == ["0", "True"]
+    assert (tmp_path / "a.prv").read_bytes() == (tmp_path / "b.prv").read_bytes()
+
+
 def test_list_kinds_and_help_name_every_kind(capsys):
     """--list-kinds prints every kind --only accepts; --help names them all too."""
     from nsys2prv.paraver.kinds import TRANSLATORS

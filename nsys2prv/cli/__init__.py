@@ -8,10 +8,14 @@ interrupted); `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import gc
+import importlib
 import os
 import signal
 import sys
 import warnings
+from collections.abc import Callable
+from typing import NoReturn
 from concurrent.futures import BrokenExecutor  # a process pool whose worker died
 
 from ..errors import Interrupted, Nsys2PrvError
@@ -40,21 +44,57 @@ _DOING = {"translate": ("translating", "try a smaller --memory, or -j 1"),
           "check": ("checking the trace", "free memory, or check on a larger machine")}
 
 
+# what every command of _DOING imports (numpy.ma: polars imports it to make its first Series
+# from a numpy array), imported at its start with the cyclic garbage collector off
+HEAVY_IMPORTS = ("numpy", "numpy.ma", "polars")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line. Run as the console script (no `argv`), each command runs in a
     supervised child process (`supervise.py`): a death by out-of-memory ends in one line and
-    leaves no partial output. `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
+    leaves no partial output; the supervising process then ends with the command's exit
+    code (`_exit_now`). `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if argv is None and "--debug" not in args and not os.environ.get("NSYS2PRV_NO_SUPERVISOR"):
-        cmd = args[0] if args and args[0] in SUBCOMMANDS else "translate"
-        if cmd in _DOING:
+    cmd = args[0] if args and args[0] in SUBCOMMANDS else "translate"
+    if argv is None and cmd in _DOING:
+        if "--debug" not in args and not os.environ.get("NSYS2PRV_NO_SUPERVISOR"):
             from ..supervise import run_supervised
 
-            return run_supervised(lambda: _main(args), *_DOING[cmd])
+            _exit_now(run_supervised(lambda: _main(args, _import_heavy), *_DOING[cmd]))
+        return _main(args, _import_heavy)
     return _main(args)
 
 
-def _main(argv: list[str]) -> int:
+def _exit_now(code: int) -> NoReturn:
+    """End the supervising parent without the interpreter's teardown: it has nothing to
+    clean up (its one temporary, the ledger, is removed; it starts no thread and leaves no
+    atexit work), and tearing down the modules it imported was ~10 ms of a small run
+    (benchmarks/RESULTS.md, round 10)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader is gone: nothing more to tell it
+            pass
+    os._exit(code)
+
+
+def _import_heavy() -> None:
+    """Import HEAVY_IMPORTS with the cyclic garbage collector off, then freeze what exists
+    (`gc.freeze`: later collections skip it) and turn the collector back on. Importing
+    them makes some 40,000 objects that live as long as the process, and their allocations
+    ran the collector over them about a hundred times: ~6 % of the start-up
+    (benchmarks/RESULTS.md, round 10). Only for the console script, whose process is the
+    command's: a library caller's collector is left as it is."""
+    gc.disable()
+    try:
+        for name in HEAVY_IMPORTS:
+            importlib.import_module(name)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def _main(argv: list[str], start: Callable[[], None] | None = None) -> int:
     debug = "--debug" in argv
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # not under `nohup`
@@ -62,6 +102,8 @@ def _main(argv: list[str]) -> int:
     warnings.simplefilter("default")
     warnings.showwarning = show_warning
     try:
+        if start is not None:  # in the try: an interruption here ends as any other does
+            start()
         if argv and argv[0] in SUBCOMMANDS:
             cmd, rest = argv[0], argv[1:]
         else:

@@ -27,6 +27,9 @@ import numpy as np
 
 @dataclass
 class Row:
+    """One row of the trace (a CPU thread or a GPU stream lane of a report), with the
+    Paraver numbers the model gives it."""
+
     report: int
     local: int
     kind: str  # "cpu" | "gpu"
@@ -48,6 +51,8 @@ APPL_SHIFT = 32  # an engine task id: (application - 1) << APPL_SHIFT | task num
 
 @dataclass
 class Task:
+    """One process of a report (a Paraver task, in rank order), and its rows."""
+
     report: int
     pid: int
     rank: int | None
@@ -76,6 +81,9 @@ class Task:
 
 @dataclass
 class ResourceModel:
+    """The trace's nodes (hosts), tasks and rows: what the .row file and the records'
+    cpu:appl:task:thread fields say."""
+
     nodes: list[str]
     tasks: list[Task]  # application by application
     reports: int

@@ -18,6 +18,8 @@ INT32_MAX = 2**31 - 1
 
 @dataclass
 class PcfType:
+    """One event type of the .pcf: its label and the labels of its values."""
+
     type: int
     label: str
     values: dict[int, str] = field(default_factory=dict)

@@ -71,18 +71,32 @@ INTERVAL_KEYS = ["row", "start", "ord"]
 PAIR_PREFIX = "pair:"  # columns "pair:<k>:<type>": numeric pairs appended to the text
 
 
+def columns(given: dict[str, pl.Expr], pairs: list[pl.Expr] | None = None) -> list[pl.Expr]:
+    """Expressions of a record frame in its final shape: the `given` record columns cast to
+    RECORD_SCHEMA's types, the others null (`sub` 0), in its order, then the numeric `pairs`
+    (Int64). A frame selected with them needs no `conform` (one polars query, not two)."""
+    exprs = [given[name].cast(dtype).alias(name) if name in given
+             else pl.lit(0 if name == "sub" else None, dtype).alias(name)
+             for name, dtype in RECORD_SCHEMA.items()]
+    return exprs + [p.cast(pl.Int64) for p in pairs or ()]
+
+
+def _conforms(schema: pl.Schema) -> bool:
+    """Whether a frame already has the record shape (`columns`)."""
+    items = list(schema.items())
+    n = len(RECORD_SCHEMA)
+    return items[:n] == list(RECORD_SCHEMA.items()) and all(
+        name.startswith(PAIR_PREFIX) and dtype == pl.Int64 for name, dtype in items[n:])
+
+
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Add missing record columns (nulls; `sub` 0) and fix dtypes and column order (numeric
     pair columns stay, last, in their order)."""
-    exprs = []
-    for name, dtype in RECORD_SCHEMA.items():
-        if name in df.columns:
-            exprs.append(pl.col(name).cast(dtype))
-        else:
-            exprs.append(pl.lit(0 if name == "sub" else None, dtype).alias(name))
-    exprs += [pl.col(name).cast(pl.Int64) for name in df.columns
-              if name.startswith(PAIR_PREFIX)]
-    return df.select(exprs)
+    if _conforms(df.schema):
+        return df
+    given = {name: pl.col(name) for name in df.columns if name in RECORD_SCHEMA}
+    return df.select(columns(given, [pl.col(name) for name in df.columns
+                                     if name.startswith(PAIR_PREFIX)]))
 
 
 class NumericPairs:
@@ -124,23 +138,22 @@ def events(time: pl.Expr, row: pl.Expr, phase: int | pl.Expr, src: int, ord_: pl
            sub: pl.Expr | None = None, type2: int | pl.Expr | None = None,
            value2: pl.Expr | None = None) -> list[pl.Expr]:
     """Expressions building event records from a normalised frame (`type2`/`value2`: a
-    second pair whose value is renumbered like the first, e.g. a kernel's full name)."""
-    second = []
+    second pair whose value is renumbered like the first, e.g. a kernel's full name), in
+    the record shape (`columns`)."""
+    given = {"time": time, "row": row, "kind": pl.lit(EVENT),
+             "phase": phase if isinstance(phase, pl.Expr) else pl.lit(phase),
+             "sub": sub if sub is not None else pl.lit(0, pl.Int64), "src": pl.lit(src),
+             "ord": ord_, "a": type_ if isinstance(type_, pl.Expr) else pl.lit(type_),
+             "b": value}
+    pairs = []
     if isinstance(text, NumericPairs):
-        second += text.columns()
-        text = None
+        pairs = text.columns()
+    elif text is not None:
+        given["text"] = text
     if type2 is not None:
-        second += [(type2 if isinstance(type2, pl.Expr) else pl.lit(type2, pl.Int64)).alias("c"),
-                   value2.alias("d")]
-    return second + [
-        time.alias("time"), row.alias("row"), pl.lit(EVENT).alias("kind"),
-        (phase if isinstance(phase, pl.Expr) else pl.lit(phase)).alias("phase"),
-        (sub if sub is not None else pl.lit(0, pl.Int64)).alias("sub"),
-        pl.lit(src).alias("src"), ord_.alias("ord"),
-        (type_ if isinstance(type_, pl.Expr) else pl.lit(type_)).alias("a"),
-        value.alias("b"),
-        (text if text is not None else pl.lit(None, pl.Utf8)).alias("text"),
-    ]
+        given["c"] = type2 if isinstance(type2, pl.Expr) else pl.lit(type2, pl.Int64)
+        given["d"] = value2
+    return columns(given, pairs)
 
 
 def end_phase(start: pl.Expr, end: pl.Expr) -> pl.Expr:

@@ -50,6 +50,8 @@ MERGE_KEYS = ["time", "ok", "sub", "rso"]
 
 @dataclass
 class MergeOptions:
+    """How partial traces are merged into one trace (the merge stage's options)."""
+
     hosts: list[str | None] | None = None  # host of each report without a recorded one
     compress: bool = False
     sync: str | None = "auto"  # "auto", "MPI_Init", "NCCL", "nvtx:NAME", or None
@@ -73,6 +75,8 @@ class MergeOptions:
 
 @dataclass
 class MergeResult:
+    """What a merge wrote: the trace, its resource model and clock alignment."""
+
     output: Path
     model: ResourceModel
     alignment: Alignment

@@ -22,6 +22,9 @@ _VERSIONED = re.compile(r"^(?P<base>.+?)_V(?P<n>\d+)$")
 
 @dataclass
 class ExportSchema:
+    """What an export's layout is: its metadata table, schema version and the real names
+    of the versioned tables."""
+
     meta_table: str | None
     version: tuple[int, int, int] | None
     product_version: str | None

@@ -23,6 +23,10 @@ GPUS = "launch.gpus"  # ctx.shared: (pid, device) -> the GPU's limits, once per 
 # the columns `statistics` adds (Int64, null where unknown)
 COLUMNS = ("cluster_size", "sms", "blocks_per_sm", "limiter", "occupancy_pv", "resident",
            "waves_pv", "sm_ceiling_pv", "warps_ceiling_pv")
+# a launch configuration: what the kernel's record gives, and its GPU (whose limits come
+# from the GPU table: joined to the distinct configurations, not to every kernel)
+_LAUNCH = ("gpu", "threads", "registers", "static_smem", "dynamic_smem", "carveout", "blocks",
+           "cluster_size", "max_active_clusters")
 _CONFIG = ("threads", "registers", "static_smem", "dynamic_smem", "carveout", "blocks",
            "cluster_size", "max_active_clusters", "sms", "max_warps", "max_blocks",
            "max_registers", "max_shared", "cc_major", "cc_minor")
@@ -62,10 +66,9 @@ def statistics(df: pl.DataFrame, report: Report, ctx: Context, warn: bool = True
         k = k.with_columns(c("gpu").fill_null(c("device").cast(pl.Int64)))
     else:
         k = k.with_columns(c("device").cast(pl.Int64).alias("gpu"))
-    k = k.join(limits, on="gpu", how="left", maintain_order="left")
-    configs = k.select(*_CONFIG).unique()
+    configs = k.select(_LAUNCH).unique().join(limits, on="gpu", how="left")
     out = _compute(configs)
-    k = k.join(out, on=list(_CONFIG), how="left", maintain_order="left", nulls_equal=True)
+    k = k.join(out, on=list(_LAUNCH), how="left", maintain_order="left", nulls_equal=True)
     if warn:
         _say(k, ctx)
     return k.drop([n for n in ("blocks", "threads", "gpu", "max_warps", "max_blocks",
@@ -75,8 +78,10 @@ def statistics(df: pl.DataFrame, report: Report, ctx: Context, warn: bool = True
 
 def _compute(cfg: pl.DataFrame) -> pl.DataFrame:
     """The calculator and the ceilings on the distinct configurations."""
+    floats = cfg.select(pl.col(_CONFIG).cast(pl.Float64).fill_null(np.nan))  # one query
+
     def col(name: str) -> np.ndarray:
-        return cfg[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        return floats[name].to_numpy()
 
     o = occ.occupancy(col("threads"), col("registers"), col("static_smem"),
                       col("dynamic_smem"), col("carveout"), col("cc_major"), col("cc_minor"),
@@ -90,57 +95,63 @@ def _compute(cfg: pl.DataFrame) -> pl.DataFrame:
     g = occ.ceilings(col("blocks"), col("threads"), col("sms"), bps, warps_sm,
                      col("max_active_clusters"), col("cluster_size"))
 
-    def ints(x: np.ndarray) -> pl.Series:
-        return pl.Series(np.where(np.isfinite(x), x, -1).astype(np.int64)).replace(-1, None)
+    def ints(x: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(x), x, -1).astype(np.int64)
 
-    return cfg.with_columns(
-        pl.Series("blocks_per_sm", ints(bps)),
-        pl.Series("limiter", ints(np.where(o.limiter > 0, o.limiter, np.nan))),
-        pl.Series("occupancy_pv", occ.to_trace(o.occupancy)).replace(-1, None),
-        pl.Series("resident", ints(g.resident)),
-        pl.Series("waves_pv", occ.to_trace(g.waves / 100)).replace(-1, None),
-        pl.Series("sm_ceiling_pv", occ.to_trace(g.sm_active, up=True)).replace(-1, None),
-        pl.Series("warps_ceiling_pv", occ.to_trace(g.warps, up=True)).replace(-1, None))
+    # -1: unknown (null in the trace)
+    known = {"blocks_per_sm": ints(bps),
+             "limiter": ints(np.where(o.limiter > 0, o.limiter, np.nan)),
+             "occupancy_pv": occ.to_trace(o.occupancy), "resident": ints(g.resident),
+             "waves_pv": occ.to_trace(g.waves / 100),
+             "sm_ceiling_pv": occ.to_trace(g.sm_active, up=True),
+             "warps_ceiling_pv": occ.to_trace(g.warps, up=True)}
+    c = pl.col
+    return cfg.with_columns(pl.Series(name, values) for name, values in known.items()
+                            ).with_columns(pl.when(c(name) != -1).then(c(name)).alias(name)
+                                           for name in known)
 
 
 def _say(k: pl.DataFrame, ctx: Context) -> None:
     """Counts, in the summary, of the kernels whose launch could not be fully worked out."""
     c = pl.col
-    no_launch = k.filter(c("blocks").is_null() | c("threads").is_null()).height
-    if no_launch:
+    has = c("blocks").is_not_null() & c("threads").is_not_null()
+    sized = has & c("sms").is_not_null()
+    clusters = sized & c("cluster_size").is_not_null()
+    unknown = has & c("blocks_per_sm").is_null() & c("registers").is_not_null()
+    n = k.select(  # every count in one query
+        no_launch=(~has).sum(), no_gpu=(has & c("sms").is_null()).sum(),
+        unknown=unknown.sum(), too_large=(sized & (c("blocks_per_sm") == 0)).sum(),
+        no_regs=(sized & c("registers").is_null()).sum(),
+        zero_regs=(sized & (c("registers") == 0)).sum(),
+        no_carve=(sized & c("carveout").is_null() & c("blocks_per_sm").is_not_null()).sum(),
+        clusters=clusters.sum(),
+        blind=(clusters & (c("max_active_clusters").fill_null(0) <= 0)).sum()).row(0, named=True)
+    if n["no_launch"]:
         ctx.warn("kernels without their launch configuration (grid, block): no launch "
-                 "statistics", no_launch)
-    has = k.filter(c("blocks").is_not_null() & c("threads").is_not_null())
-    no_gpu = has.filter(c("sms").is_null()).height
-    if no_gpu:
+                 "statistics", n["no_launch"])
+    if n["no_gpu"]:
         ctx.warn("kernels of a GPU whose SM count the export does not give (no "
-                 "TARGET_INFO_GPU, or without smCount): no waves nor grid ceilings", no_gpu)
-    sized = has.filter(c("sms").is_not_null())
-    unknown = has.filter(c("blocks_per_sm").is_null() & c("registers").is_not_null())
-    for (major, minor), part in unknown.group_by("cc_major", "cc_minor"):
-        cc = "unknown (not in the export)" if major is None else f"{major}.{minor}"
-        ctx.warn(f"kernels of a GPU of compute capability {cc}, not in the occupancy tables "
-                 f"(known: {occ.known_list()}): no occupancy", part.height)
-    too_large = sized.filter(c("blocks_per_sm") == 0).height
-    if too_large:
+                 "TARGET_INFO_GPU, or without smCount): no waves nor grid ceilings", n["no_gpu"])
+    if n["unknown"]:
+        for (major, minor), part in k.filter(unknown).group_by("cc_major", "cc_minor"):
+            cc = "unknown (not in the export)" if major is None else f"{major}.{minor}"
+            ctx.warn(f"kernels of a GPU of compute capability {cc}, not in the occupancy "
+                     f"tables (known: {occ.known_list()}): no occupancy", part.height)
+    if n["too_large"]:
         ctx.warn("kernels whose block does not fit one SM by their GPU's limits (the "
-                 "export's launch and GPU disagree): occupancy 0, no waves", too_large)
-    no_regs = sized.filter(c("registers").is_null()).height
-    if no_regs:
-        ctx.warn("kernels without registers per thread: no occupancy", no_regs)
-    zero_regs = sized.filter(c("registers") == 0).height
-    if zero_regs:
+                 "export's launch and GPU disagree): occupancy 0, no waves", n["too_large"])
+    if n["no_regs"]:
+        ctx.warn("kernels without registers per thread: no occupancy", n["no_regs"])
+    if n["zero_regs"]:
         ctx.count("launch: kernels using no register (no register limit on their "
-                  "occupancy)", zero_regs)
-    no_carve = sized.filter(c("carveout").is_null() & c("blocks_per_sm").is_not_null()).height
-    if no_carve:
+                  "occupancy)", n["zero_regs"])
+    if n["no_carve"]:
         ctx.count("launch: kernels without the shared memory carveout they ran with "
                   "(sharedMemoryExecuted): the largest counted, NVIDIA's calculator's "
-                  "default", no_carve)
-    clusters = sized.filter(c("cluster_size").is_not_null())
-    if clusters.height:
-        ctx.count("launch: kernels launched with thread block clusters", clusters.height)
-        blind = clusters.filter(c("max_active_clusters").fill_null(0) <= 0).height
-        if blind:
+                  "default", n["no_carve"])
+    if n["clusters"]:
+        ctx.count("launch: kernels launched with thread block clusters", n["clusters"])
+        if n["blind"]:
             ctx.count("launch: cluster launches without CUPTI's maximum active clusters: "
-                      "blocks per wave counted as SMs x blocks per SM (an upper bound)", blind)
+                      "blocks per wave counted as SMs x blocks per SM (an upper bound)",
+                      n["blind"])

@@ -171,15 +171,13 @@ def arrows(df: pl.DataFrame, ctx: Context, send_time: str, send_row: str, recv_t
            recv_row: str, size: pl.Expr, tag: pl.Expr | int, target_src: int) -> None:
     """Communication records from (send_row, send_time) to (recv_row, recv_time)."""
     c = pl.col
-    comms = df.select(
-        c(send_time).alias("time"), c(send_row).cast(pl.Int32).alias("row"),
-        pl.lit(R.COMM).alias("kind"), pl.lit(0).alias("phase"),
-        pl.lit(target_src + R.SRC_LAUNCH_OFFSET).alias("src"), c("row_id").alias("ord"),
-        c(send_time).alias("a"), c(recv_row).cast(pl.Int64).alias("b"),
-        c(recv_time).alias("c"), c(recv_time).alias("d"), size.alias("e"),
-        (tag if isinstance(tag, pl.Expr) else pl.lit(tag, pl.Int64)).alias("f"))
+    comms = df.select(R.columns({
+        "time": c(send_time), "row": c(send_row), "kind": pl.lit(R.COMM), "phase": pl.lit(0),
+        "src": pl.lit(target_src + R.SRC_LAUNCH_OFFSET), "ord": c("row_id"), "a": c(send_time),
+        "b": c(recv_row), "c": c(recv_time), "d": c(recv_time), "e": size,
+        "f": tag if isinstance(tag, pl.Expr) else pl.lit(tag, pl.Int64)}))
     if comms.height:
-        ctx.records(R.conform(comms))
+        ctx.records(comms)
 
 
 class NameClassifier:

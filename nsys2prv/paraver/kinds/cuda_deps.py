@@ -360,12 +360,10 @@ def _lines(ctx: Context, df: pl.DataFrame, send_time: str, send_row: str, recv_t
     if df.height == 0:
         return
     c = pl.col
-    comms = df.select(
-        c(send_time).alias("time"), c(send_row).cast(pl.Int32).alias("row"),
-        pl.lit(R.COMM).alias("kind"), pl.lit(0).alias("phase"), c("qid").alias("sub"),
-        src.alias("src"), ord_.alias("ord"), c(send_time).alias("a"),
-        c(recv_row).cast(pl.Int64).alias("b"), c(recv_time).alias("c"),
-        c(recv_time).alias("d"), pl.lit(0, pl.Int64).alias("e"), tag.alias("f"))
+    comms = df.select(R.columns({
+        "time": c(send_time), "row": c(send_row), "kind": pl.lit(R.COMM), "phase": pl.lit(0),
+        "sub": c("qid"), "src": src, "ord": ord_, "a": c(send_time), "b": c(recv_row),
+        "c": c(recv_time), "d": c(recv_time), "e": pl.lit(0, pl.Int64), "f": tag}))
     push(ctx, [comms])
 
 

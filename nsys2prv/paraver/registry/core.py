@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class State:
+    """A Paraver state: its value, label and colour (Extrae's)."""
+
     value: int
     label: str
     color: tuple[int, int, int]
