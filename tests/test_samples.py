@@ -423,8 +423,9 @@ def test_paramedir_on_the_edge_export():
 def test_windowed_merge_and_stream_read_the_same_samples(tmp_path, monkeypatch):
     """The edge export's samples and callers merged in time windows by two processes give
     the serial merge's bytes (the callers' values renumbered in each), and an analysis
-    stream (no .prv written, records scanned straight from the merge) reads the same
-    sample events as the written trace."""
+    stream (no .prv written, records scanned straight from the merge, the activities'
+    attributes left out) reads the same sample events as the written trace, the depth and
+    CPU of every sample included."""
     from nsys2prv.paraver.read import read_trace
     from nsys2prv.pipeline import merge as merge_mod
 
@@ -443,11 +444,12 @@ def test_windowed_merge_and_stream_read_the_same_samples(tmp_path, monkeypatch):
     nsys2prv.translate([db, other], tmp_path / "two.prv", jobs=2)
     assert len(used) == 1 and len(used[0]) == 2
     assert (tmp_path / "one.prv").read_bytes() == (tmp_path / "two.prv").read_bytes()
-    types = [sreg.SAMPLED_FUNCTION, sreg.SAMPLED_FUNCTION + 1, sreg.CALLER_BASE + 1]
+    types = [sreg.SAMPLED_FUNCTION, sreg.SAMPLED_FUNCTION + 1, sreg.SAMPLE_DEPTH,
+             sreg.SAMPLED_CPU, sreg.CALLER_BASE + 1]
     written = read_trace(tmp_path / "one.prv", types).events
     from nsys2prv.api import translate_stream
 
-    stream = translate_stream([db, other], tmp_path / "stream")
+    stream = translate_stream([db, other], tmp_path / "stream", attributes=False)
     streamed = read_trace(stream, types).events
     assert written.height > 100 and streamed.select(written.columns).equals(written)
 
