@@ -190,14 +190,16 @@ def lognormal(rng, median: float, sigma: float, n: int, lo: int = 1, hi: int | N
 
 # ------------------------------------------------------------------------- writer ------
 class Writer:
-    def __init__(self, path: Path, layout: str = "3.17.1") -> None:
+    def __init__(self, path: Path, layout: str = "3.17.1", fresh: bool = True) -> None:
+        """A bulk writer of `path`: a new file, or (`fresh` False) the export there."""
         self.path = path
         self.cols = _columns(layout)
-        for p in (path, Path(str(path) + "-journal")):
-            p.unlink(missing_ok=True)
-        con = sqlite3.connect(path)
-        con.execute("PRAGMA page_size=4096")
-        con.close()
+        if fresh:
+            for p in (path, Path(str(path) + "-journal")):
+                p.unlink(missing_ok=True)
+            con = sqlite3.connect(path)
+            con.execute("PRAGMA page_size=4096")
+            con.close()
         try:
             import adbc_driver_sqlite.dbapi as adbc
             self._adbc = adbc.connect(str(path), autocommit=True)
@@ -652,16 +654,10 @@ def add_samples(path: Path, samples: int, frames: int = 40, every: int = 4, seed
     con.close()
     paths = rng.choice(n_func, (400, frames))  # call paths, leaf first
     path_w = zipf_weights(400, 1.1, rng)
-    w = Writer.__new__(Writer)  # the bulk writer on the existing file
-    import adbc_driver_sqlite.dbapi as adbc
-    w._adbc = adbc.connect(str(path), autocommit=True)
-    w._cur = w._adbc.cursor()
-    for p in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF"):
-        w._cur.execute(p)
-        w._cur.fetchall() if w._cur.description else None
-    w._con, w.created = None, {"COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS"}
-    w.cols = {"COMPOSITE_EVENTS": ["id", "start", "cpu", "threadState", "globalTid",
-                                   "cpuCycles"], "SAMPLING_CALLCHAINS": SC_COLUMNS}
+    w = Writer(path, fresh=False)  # the tables exist (with their primary keys)
+    w.created |= {"COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS"}
+    w.cols.update({"COMPOSITE_EVENTS": ["id", "start", "cpu", "threadState", "globalTid",
+                                        "cpuCycles"], "SAMPLING_CALLCHAINS": SC_COLUMNS})
     times = np.sort(rng.integers(lo, hi, samples))
     n_frames = 0
     for a in range(0, samples, SAMPLE_BATCH):

@@ -7,10 +7,10 @@
 Inputs: every SQLite export of ../shared/corpus (one trace each), the 8-rank corpus set and
 the two alcf ranks merged, the shipped sample, the recorded MPI runs of tests/data (each,
 and the four 2023.4 ranks merged), and a few synthetic exports of the project's generators
-(GPU-rich: overlap lanes, NCCL, graphs, metrics). Each is translated in a fresh process with
-`-q`; the .prv, .pcf and .row are hashed. `benchmarks/identity-hashes.json` is the table of
-the code before the engine rewrite (issue 12); a difference must be explained in the commit
-that makes it.
+(GPU-rich: overlap lanes, NCCL, graphs, metrics; CPU samples and call stacks). Each is
+translated in a fresh process with `-q`; the .prv, .pcf and .row are hashed.
+`benchmarks/identity-hashes.json` is the table of the code before the engine rewrite (issue
+12); a difference must be explained in the commit that makes it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def synthetic(work: Path) -> list[tuple[str, list[Path]]]:
     script = r"""
 import json, subprocess, sys
 from pathlib import Path
-from nsys2prv.testing import multi, synth_gpu as sg, synth_metrics as sm
+from nsys2prv.testing import multi, synth_gpu as sg, synth_metrics as sm, synth_samples as ss
 from nsys2prv.testing.synth import write_export
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
 made = {}
@@ -69,12 +69,17 @@ spec, ms = sm.two_gpu_scenario()
 made["metrics-json"] = sm.add_json_metrics(write_export(out / "mj.sqlite", spec), ms)
 spec, recs = sm.openacc_scenario()
 made["openacc"] = sm.add_openacc(write_export(out / "acc.sqlite", spec), recs)
+made["samples-edge"] = ss.edge_export(out / "samples-edge.sqlite")
+made["samples-starved"] = ss.scenario_export(out / "samples-starved.sqlite", "starved")
 for info, spec in multi.job():
     made[f"multi-rank{info.rank}"] = write_export(out / f"multi{info.rank}.sqlite", spec)
 gen = Path(sys.argv[2]) / "generate.py"
 subprocess.run([sys.executable, str(gen), str(out / "gen.sqlite"), "-q", "--preset", "100K"],
                check=True, capture_output=True)
 made["generated-100K"] = out / "gen.sqlite"
+subprocess.run([sys.executable, str(gen), str(out / "gen-s.sqlite"), "-q", "--preset", "100K",
+                "--samples", "20000", "--frames", "40"], check=True, capture_output=True)
+made["generated-100K-samples"] = out / "gen-s.sqlite"
 print(json.dumps({k: str(v) for k, v in made.items()}))
 """
     r = subprocess.run([PY, "-c", script, str(work), str(HERE)], capture_output=True, text=True,

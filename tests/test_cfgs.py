@@ -72,6 +72,10 @@ def _kind_export(kind: str, d: Path) -> Path:
 
         spec, records = openacc_scenario()
         return add_openacc(write_export(d / "openacc.sqlite", spec), records)
+    if kind in ("samples", "osrt", "cuda_api"):  # CPU samples, OS runtime and CUDA callers
+        from nsys2prv.testing.synth_samples import edge_export
+
+        return edge_export(d / "samples.sqlite")
     corpus = {"mpi": "exported/cumat_mpi_4gpu.nsys2022.4.sqlite"}.get(kind)
     if corpus is None or not (CORPUS / corpus).exists():
         pytest.skip(f"no small export with {kind} data here")

@@ -418,3 +418,60 @@ def test_paramedir_on_the_edge_export():
     cuda = _table_by_tid(d / "sampling__callers_cuda.txt")
     assert cuda == {ss.EDGE_MAIN: {"alloc_buffers (app)": 20_000, "upload (app)": 20_000,
                                    "0x55925a7d1b09 ([Unknown])": 20_000}}
+
+
+def test_windowed_merge_and_stream_read_the_same_samples(tmp_path, monkeypatch):
+    """The edge export's samples and callers merged in time windows by two processes give
+    the serial merge's bytes (the callers' values renumbered in each), and an analysis
+    stream (no .prv written, records scanned straight from the merge, the activities'
+    attributes left out) reads the same sample events as the written trace, the depth and
+    CPU of every sample included."""
+    from nsys2prv.paraver.read import read_trace
+    from nsys2prv.pipeline import merge as merge_mod
+
+    spec, stacks = ss.edge_spec()
+    db = ss.add_stacks(synth.write_export(tmp_path / "edge.sqlite", spec), stacks)
+    other = ss.scenario_export(tmp_path / "starved.sqlite", "starved", n=6)
+    nsys2prv.translate([db, other], tmp_path / "one.prv", jobs=1)
+    monkeypatch.setattr(merge_mod, "WINDOW_RECORDS", 20)
+    used, real = [], merge_mod._write_windows
+
+    def spy(partials, options, windows, *rest):
+        used.append(windows)
+        return real(partials, options, windows, *rest)
+
+    monkeypatch.setattr(merge_mod, "_write_windows", spy)
+    nsys2prv.translate([db, other], tmp_path / "two.prv", jobs=2)
+    assert len(used) == 1 and len(used[0]) == 2
+    assert (tmp_path / "one.prv").read_bytes() == (tmp_path / "two.prv").read_bytes()
+    types = [sreg.SAMPLED_FUNCTION, sreg.SAMPLED_FUNCTION + 1, sreg.SAMPLE_DEPTH,
+             sreg.SAMPLED_CPU, sreg.CALLER_BASE + 1]
+    written = read_trace(tmp_path / "one.prv", types).events
+    from nsys2prv.api import translate_stream
+
+    stream = translate_stream([db, other], tmp_path / "stream", attributes=False)
+    streamed = read_trace(stream, types).events
+    assert written.height > 100 and streamed.select(written.columns).equals(written)
+
+
+def test_stack_ids_that_point_nowhere(tmp_path):
+    """An OS runtime call whose callchainId names no stack and a sample without frames:
+    warnings, no caller, the sample's leaf '[no frames] ([Unknown])'."""
+    import sqlite3
+
+    spec, stacks = ss.edge_spec()
+    db = ss.add_stacks(synth.write_export(tmp_path / "e.sqlite", spec), stacks)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE OSRT_API SET callchainId = 999 WHERE rowid = 3")  # 'write'
+    con.execute("DELETE FROM SAMPLING_CALLCHAINS WHERE id = 1")
+    con.commit()
+    con.close()
+    result = nsys2prv.translate(db, tmp_path / "e.prv")
+    assert result.warnings["OS runtime calls: call stack ids that point to no stack"] == 1
+    assert result.warnings["CPU samples without a frame"] == 1
+    assert result.counts["osrt_calls_with_stack"] == 2
+    tr = read_prv(tmp_path / "e.prv")
+    leaves = Counter(st[0] for *_, st, _ in stacks_of(tr, *SAMPLE_TYPES))
+    assert leaves["[no frames] ([Unknown])"] == 1
+    assert len(stacks_of(tr, *SAMPLE_TYPES)) == len(stacks.samples)
+    validate(tmp_path / "e.prv")

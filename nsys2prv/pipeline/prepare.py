@@ -20,6 +20,7 @@ from ..engine import Intervals, Records, Run
 from ..model.rows import RowRegistry, RowSpans
 from ..paraver import records as R
 from ..paraver import registry as reg
+from ..paraver.registry import sampling
 from ..paraver.kinds import TRANSLATORS
 from ..paraver.kinds import available as kind_available
 from ..paraver.values import LocalNames
@@ -30,10 +31,12 @@ from .tiling import tile
 from .window import attribute_types
 
 # what a partial that is only analysed leaves out: the attributes, but the memory kinds of
-# copies (the comparison splits copies by them: pageable or pinned host memory) and the
-# kernels' launch statistics (analysis/launch.py, the bounds of the GPU metric rates)
+# copies (the comparison splits copies by them: pageable or pinned host memory), the
+# kernels' launch statistics (analysis/launch.py, the bounds of the GPU metric rates) and
+# what the CPU samples carry (the depth of their stacks, their CPU, the markers dropped)
 _ATTRIBUTES = frozenset(attribute_types()) - {reg.MEMORY_SRC_KIND, reg.MEMORY_DST_KIND,
-                                             *reg.LAUNCH_TYPES}
+                                             *reg.LAUNCH_TYPES, *(
+                                                 t.type for t in sampling.EVENT_TYPES)}
 
 PARTIAL_FORMAT = 2  # 2: engine run files (1: Arrow IPC runs)
 META_FILE = "partial.json"

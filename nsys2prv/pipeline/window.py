@@ -246,14 +246,19 @@ def attribute_types() -> list[int]:
     are written only alongside a value still open from the same time (the clipped kernel's
     geometry), not as what the last, long ended, activity left behind. Plain numbers of the
     registry, but those that hold a value until changed (memory in use, the CPU of a thread,
-    graph ids closed by 0), the name-valued attributes, and NVTX marks (instants)."""
+    graph ids closed by 0), the name-valued attributes, and the instants: NVTX marks and
+    CPU samples (their functions at every depth and their modules)."""
     from ..paraver import registry as reg
-    from ..paraver.registry import cuda, gpu_memory, graphs, nccl, nvtx, openacc, osrt
+    from ..paraver.registry import (cuda, gpu_memory, graphs, nccl, nvtx, openacc, osrt,
+                                    sampling)
 
     holding = {osrt.THREAD_CPU, graphs.GRAPH_ID, graphs.GRAPH_EXEC_ID, graphs.GRAPH_NODE_ID,
                openacc.OPENACC_LINE, *(t.type for t in gpu_memory.EVENT_TYPES)}
+    depths = sampling.SAMPLED_DEPTH
     named = {cuda.MEMORY_SRC_KIND, cuda.MEMORY_DST_KIND, cuda.KERNEL_OCCUPANCY_LIMITER,
-             nvtx.NVTX_CATEGORY, nvtx.NVTX_MARK, nccl.NCCL_DATATYPE, nccl.NCCL_REDUCTION}
+             nvtx.NVTX_CATEGORY, nvtx.NVTX_MARK, nccl.NCCL_DATATYPE, nccl.NCCL_REDUCTION,
+             sampling.SAMPLED_FUNCTION, sampling.SAMPLED_MODULE,
+             *range(depths.base, depths.base + depths.size)}
     plain = {t.type for t in reg.EVENT_TYPES if t.values is None}
     return sorted((plain - holding) | named)
 
@@ -261,12 +266,14 @@ def attribute_types() -> list[int]:
 def stacked_types() -> list[int]:
     """Event types whose regions nest (a value opens one, 0 closes the innermost): at a
     window's start all their open values are written, innermost last, so that Paraver's
-    Stacked Val sees the same stack."""
-    from ..paraver.registry import nvtx, openacc
+    Stacked Val sees the same stack (the callers of nested calls with a stack too)."""
+    from ..paraver.registry import nvtx, openacc, sampling
 
+    callers = sampling.CALLERS
     return [*range(nvtx.NVTX_PUSHPOP_BASE, nvtx.NVTX_PUSHPOP_BASE + nvtx.NVTX_DOMAIN_MAX),
             openacc.OPENACC, openacc.OPENACC_DATA, openacc.OPENACC_LAUNCH,
-            openacc.OPENACC_SOURCE_FILE, openacc.OPENACC_LINE, openacc.OPENACC_FUNCTION]
+            openacc.OPENACC_SOURCE_FILE, openacc.OPENACC_LINE, openacc.OPENACC_FUNCTION,
+            *range(callers.base, callers.base + callers.size)]
 
 
 def cut_trace(src: str | Path, dst: str | Path, start: int, end: int | None,

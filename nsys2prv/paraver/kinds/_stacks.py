@@ -1,10 +1,11 @@
 """Call stacks as Extrae writes them: each frame a code location 'FUNCTION (MODULE)' of one
-value table (`code_locations`), a stack the columns of its levels.
+value table (`code_locations`), a stack the pairs (type of its level, value) of one record.
 
 Shared by the CPU samples (`samples.py`: 30000000 + depth) and the callers of OS runtime and
 CUDA API calls (`osrt.py`, `cuda_api.py`: 70000000 + level). Everything is done per chunk
-on columns: a label is built once per distinct (symbol, module) of the export, a stack is a
-scatter of its frames into one column per level.
+on columns: a label is built once per distinct (symbol, module) of the export, a frame's
+value is looked up on numpy, and a record's pairs are a slice of its frames
+(`records.PairLists`, written by the engine), however deep its stack.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ...report.report import Report
 from ...sources import callchains
 from .. import records as R
 from ..registry import sampling as reg
-from .base import Context, push
+from .base import Context
 
 UNKNOWN_MODULE = "[Unknown]"
 UNRESOLVED = "[unresolved]"  # a frame with neither a symbol text nor an address
@@ -47,8 +48,9 @@ KEY_SHIFT = 32  # a frame's key: symbol id << 32 | module id (StringIds ids: bel
 class CodeLocations:
     """Local values of the code locations of one report's frames (and of their modules),
     labelled once per distinct (symbol, module) of the export. Frames are looked up on
-    numpy: a key per frame, searched in the sorted keys seen so far (a join of every chunk
-    against the table costs polars several times more)."""
+    numpy, by symbol id where the symbol was seen in that module first, else by their key
+    (symbol, module) among the sorted keys seen so far (a polars join of every chunk
+    against the table costs several times more)."""
 
     def __init__(self, ctx: Context, report: Report) -> None:
         self._ctx = ctx
@@ -172,7 +174,6 @@ class CodeLocations:
         """Values of frames whose symbol has no text: the function is their address
         (originalIP as an unsigned 64-bit number, kernel addresses are stored negative;
         NUL: no address)."""
-        c = pl.col
         frames = pl.DataFrame({"module": module, "ip": ip}, schema={"module": pl.Int64,
                                                                     "ip": pl.Int64})
         new = frames.unique().join(self._by_ip_loc, on=["module", "ip"], how="anti")
