@@ -262,7 +262,7 @@ def test_main_thread_cuda_time_by_prefix_sums(translated):
 
 # -- CPU samples and call stacks (issue 46): the trace against the export's own frames ------
 
-MARKERS = ("[Max depth]", "[Broken backtraces]")
+from nsys2prv.sources.callchains import MARKERS  # noqa: E402 - the frames dropped
 CUDA_OWN = re.compile(r"^(libcupti|libcuda|libToolsInjection|libnvperf|libnvidia-)")
 
 
@@ -321,7 +321,8 @@ def test_samples_match_the_export(translated, request):
     for symbol, module, addr, n in sql(
             db, "SELECT s.value, m.value, c.originalIP, count(*) FROM SAMPLING_CALLCHAINS c "
                 "JOIN StringIds s ON s.id = c.symbol JOIN StringIds m ON m.id = c.module "
-                "WHERE c.stackDepth = 0 AND s.value NOT IN ('[Max depth]', '[Broken backtraces]') "
+                "WHERE c.stackDepth = 0 AND s.value NOT IN "
+                f"({', '.join(repr(m) for m in MARKERS)}) "
                 "GROUP BY s.value, m.value, CASE WHEN s.value = '' THEN c.originalIP END"):
         leaves[_location(symbol, module, addr)] += n
     got_leaves = Counter()
@@ -329,6 +330,42 @@ def test_samples_match_the_export(translated, request):
         got_leaves[st[0]] += n
     assert got_leaves == leaves
     assert result.counts["cpu_samples"] == sum(want.values())
+
+
+def test_sample_profiles_match_the_export(translated):
+    """The analysis' profiles of the trace (analysis/samples.py, as `analyze` reads them):
+    per thread the export's samples, self counts its leaf frames and inclusive counts its
+    frames once per sample, by (symbol, module), markers dropped."""
+    from collections import Counter
+
+    from nsys2prv.analysis import samples as S
+    from nsys2prv.paraver.read import windows
+
+    db, result, out = translated
+    if "COMPOSITE_EVENTS" not in tables(db):
+        pytest.skip("no CPU samples in this export")
+    frames = _chains(db, "SAMPLING_CALLCHAINS", "SELECT id FROM COMPOSITE_EVENTS")
+    leaves, anywhere, threads = Counter(), Counter(), Counter()
+    for cid, gtid in sql(db, "SELECT id, globalTid FROM COMPOSITE_EVENTS"):
+        stack = [lbl for lbl, _ in frames.get(cid, [])][:100] or ["[no frames] ([Unknown])"]
+        leaves[stack[0]] += 1
+        anywhere.update(set(stack))
+        threads[_gtid(gtid)] += 1
+    collector = S.SampleCollector()
+    for window in windows(out, types=S.SampleCollector.types):
+        collector.add(window)
+    labels, _ = S.read_labels(out.with_suffix(".pcf"))
+    got = S.profiles(collector.counts.result(), collector.rows, labels, collector.markers)
+
+    def by_label(df):
+        return {f"{f} ({m})": n for f, m, n in df.select("function", "module", "samples")
+                .iter_rows()}
+
+    assert by_label(got.self_) == dict(leaves)
+    assert by_label(got.inclusive) == dict(anywhere)
+    assert {(p, t): n for p, t, n in got.threads.select("pid", "tid", "samples")
+            .iter_rows()} == dict(threads)
+    assert got.folded["samples"].sum() == sum(threads.values())
 
 
 def _caller_levels(frames: list[tuple[str, str]], api: str | None) -> tuple[str, ...]:

@@ -298,7 +298,8 @@ class GapCode:
         caller at that level). A caller event belongs to the call entry written on the same
         line: the last entry before it in file order on its row."""
         entries = ev.filter(pl.col("type").is_in(CALL_TYPES) & (pl.col("value") != 0))
-        callers = ev.filter(pl.col("type").is_between(CALLER + 1, CALLER + SITE_CALLERS))
+        callers = ev.filter(pl.col("type").is_between(CALLER + 1, CALLER + SITE_CALLERS)
+                            & (pl.col("value") != 0))  # 0: a call's exit ends its callers
         if entries.height == 0:
             return _empty({"row": pl.Int32, "type": pl.Int64, "start": pl.Int64,
                            "site": pl.List(pl.Int64)})
@@ -823,8 +824,8 @@ def _quality_notes(total: int, with_stack: int, unresolved: int, markers: int,
         notes.append(f"{unresolved / total:.0%} of the samples' leaves are unresolved "
                      "(an address: no symbols for its module)")
     if markers:
-        notes.append(f"{markers} marker frames ('[Max depth]', '[Broken backtraces]') were "
-                     "dropped from the stacks: the stacks above them are cut")
+        notes.append(f"{markers} frames that name no code ('[Max depth]', '[Broken "
+                     "backtraces]', address 0) were dropped from the stacks, which end there")
     if profiler:
         notes.append(f"{profiler / total:.1%} of the samples are in nsys' own code "
                      "(libToolsInjection*)")

@@ -44,8 +44,11 @@ SAMPLING = "SAMPLING_CALLCHAINS"
 OSRT = "OSRT_CALLCHAINS"
 CUDA = "CUDA_CALLCHAINS"
 
-# marker frames nsys appends where unwinding stopped (they name no function)
-MARKERS = ("[Max depth]", "[Broken backtraces]")
+# frames that name no function, dropped from the stacks (and counted): the markers nsys
+# appends where unwinding stopped, and a return address of 0 (printed '0x0': no code lives
+# at address 0; unwinders end a stack there, aiprof_opt2 has one before 3643 of its 3652
+# '[Broken backtraces]' and OS runtime stacks end in one)
+MARKERS = ("[Max depth]", "[Broken backtraces]", "0x0")
 
 # a frame as streamed: its address (`originalIP`) is read only for the frames that need it
 # (`ChainFrames.addresses`): a fifth column costs 40 % more reading

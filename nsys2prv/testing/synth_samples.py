@@ -42,6 +42,7 @@ from .synth import Nvtx, Osrt, Spec, global_tid, write_export
 US = 1_000
 MAX_DEPTH = "[Max depth]"
 BROKEN = "[Broken backtraces]"
+NULL_FRAME = "0x0"  # a return address of 0, as DWARF stacks end before '[Broken backtraces]'
 PYTHON_DOMAIN = "Python Backtrace"
 PYTHON_CATEGORY = "Python Thread"
 
@@ -64,7 +65,8 @@ class Frame:
 
     @property
     def marker(self) -> bool:
-        return self.function in (MAX_DEPTH, BROKEN)
+        """nsys' markers, and a return address of 0 ('0x0'): frames that name no code."""
+        return self.function in (MAX_DEPTH, BROKEN, NULL_FRAME)
 
 
 def marker(name: str) -> Frame:
@@ -331,6 +333,7 @@ def edge_spec(booleans: str = "null", symbol_name_column: bool = False) -> tuple
                                 work + [marker(MAX_DEPTH)])
     st.samples += dwarf_samples(range(150 * US, 1_000 * US, 100 * US), EDGE_PID, EDGE_WORKER, 5,
                                 [Frame("memcpy", "/lib/libc.so.6"), Frame("worker_loop", APP),
+                                 Frame(NULL_FRAME, "[Unknown]", 0, unresolved=True),
                                  marker(BROKEN)])
     st.samples += dwarf_samples(range(120 * US, 600 * US, 60 * US), EDGE_OTHER, EDGE_OTHER, 0,
                                 [Frame("poll_loop", LIBX), Frame("main", "/opt/helper")])
