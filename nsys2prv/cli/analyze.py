@@ -573,6 +573,10 @@ def main(argv: list[str]) -> int:
     layers = None if args.no_layers else (args.layers or AUTO)
     if args.folded and args.no_samples:
         raise UsageError("--folded writes the samples, which --no-samples skips")
+    if args.folded:
+        from ..paraver.output import check_writable
+
+        check_writable(args.folded, "folded stacks")
     iterations, critical = args.iterations, what_if
     if args.html:  # the page shows the steps and the critical path too
         from ..page.document import check_writable
@@ -1098,4 +1102,4 @@ def write_folded(s, path: str) -> None:
     from ..paraver.output import atomic_text
 
     lines = [f"{stack} {n}" for stack, n in s.folded.select("stack", "samples").iter_rows()]
-    atomic_text(path, "\n".join(lines) + ("\n" if lines else ""))
+    atomic_text(path, "\n".join(lines) + ("\n" if lines else ""), "folded stacks")

@@ -26,7 +26,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,23 +131,10 @@ def _kept(path: Path, force: bool) -> bool:
 
 
 def _write_file(path: Path, text: str) -> None:
-    """Write `text` to `path` whole (a temporary renamed into place)."""
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise OutputError(f"{path}: cannot write ({e.strerror})") from None
+    """Write `text` to `path` whole (`paraver.output.atomic_text`)."""
+    from ..paraver.output import atomic_text
+
+    atomic_text(path, text)
 
 
 def _pipe(command: str, text: str) -> None:

@@ -10,14 +10,12 @@ clock or the environment: the same run gives the same bytes.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from ..errors import OutputError
-from ..lifeline import signals_held
-from ..supervise import register_temp
+from ..paraver.output import atomic_text
+from ..paraver.output import check_writable as _check
 from .assets import CSS, JS
 
 # no request leaves the page: styles and scripts inline, pictures inline SVG or data: URIs
@@ -51,48 +49,14 @@ def render(title: str, subtitle: str, sections: list[Section], generator: str) -
 
 
 def check_writable(path: str | os.PathLike[str]) -> Path:
-    """Fail early, before a long analysis, where the page could not be written: its
-    directory missing or not writable, or the path a directory (one-line OutputError)."""
-    out = Path(path)
-    directory = out.parent if str(out.parent) else Path(".")
-    if not directory.is_dir():
-        raise OutputError(f"{directory}: directory does not exist (writing {out.name})")
-    if out.is_dir():
-        raise OutputError(f"{out}: is a directory, not a page to write")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise OutputError(f"{directory}: cannot write the page here (permission denied)")
-    return out
+    """Fail early, before a long analysis, where the page could not be written (one-line
+    OutputError: `paraver.output.check_writable`)."""
+    return _check(path, "page")
 
 
 def write(text: str, path: str | os.PathLike[str]) -> Path:
-    """Write the page atomically: a temporary file beside `path` (registered with the
-    supervisor, removed on any error) renamed into place; an older page of that name stays
-    whole until then. One-line `OutputError` when the place cannot be written."""
-    out = check_writable(path)
-    directory = out.parent if str(out.parent) else Path(".")
-    try:
-        with signals_held():  # made and registered before an interruption can strike
-            fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp",
-                                        dir=directory)
-            register_temp(name)
-    except OSError as e:
-        raise OutputError(f"{directory}: cannot write the page here ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(name, 0o644)
-        os.replace(name, out)
-    except OSError as e:
-        _remove(name)
-        raise OutputError(f"{out}: cannot write the page ({e.strerror})") from None
-    except BaseException:
-        _remove(name)
-        raise
-    return out
-
-
-def _remove(name: str) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
+    """Write the page atomically (`paraver.output.atomic_text`: a temporary file beside
+    `path`, registered with the supervisor, renamed into place; an older page of that name
+    stays whole until then); one-line `OutputError` when the place cannot be written."""
+    _check(path, "page")
+    return atomic_text(path, text, "page")

@@ -168,40 +168,59 @@ def os_errno(e: OSError) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def output_error(path: Path, e: OSError) -> OutputError:
+def output_error(path: Path, e: OSError, what: str = "trace") -> OutputError:
     code = os_errno(e)
     if code in (errno.ENOSPC, errno.EDQUOT):
-        return OutputError(f"{path}: disk full (or quota exceeded) while writing the trace; "
+        return OutputError(f"{path}: disk full (or quota exceeded) while writing the {what}; "
                            "nothing was written")
     if code == errno.EFBIG:
-        return OutputError(f"{path}: file size limit reached while writing the trace; "
+        return OutputError(f"{path}: file size limit reached while writing the {what}; "
                            "nothing was written")
     return OutputError(f"{path}: cannot write ({e.strerror or e})")
 
 
-def atomic_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write `text` to `path` whole or not at all: a hidden temporary file beside it,
-    registered with the supervisor, renamed into place with Ctrl-C held; an older file of
-    that name is left as it was on any error (one-line `OutputError`)."""
-    target = Path(path)
-    tmp = None
+def check_writable(path: str | os.PathLike[str], what: str = "file") -> Path:
+    """Fail early, before a long analysis, where `what` could not be written at `path`:
+    its directory missing or not writable, or the path a directory (one-line
+    OutputError)."""
+    out = Path(path)
+    directory = out.parent if str(out.parent) else Path(".")
+    if not directory.is_dir():
+        raise OutputError(f"{directory}: directory does not exist (writing {out.name})")
+    if out.is_dir():
+        raise OutputError(f"{out}: is a directory, not a {what} to write")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputError(f"{directory}: cannot write the {what} here (permission denied)")
+    return out
+
+
+def atomic_text(path: str | os.PathLike[str], text: str, what: str = "file") -> Path:
+    """Write `text` to `path` whole or not at all: a temporary file beside it (made and
+    registered with the supervisor with Ctrl-C held, removed on any error or interruption)
+    renamed into place; an older file of that name stays whole until then. One-line
+    `OutputError` when the place cannot be written."""
+    out = Path(path)
+    directory = out.parent if str(out.parent) else Path(".")
     try:
-        with signals_held():
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                        dir=target.parent if str(target.parent) else ".")
-            tmp = Path(name)
-            register_temp(tmp)
+        with signals_held():  # made and registered before an interruption can strike
+            fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp",
+                                        dir=directory)
+            register_temp(name)
+    except OSError as e:
+        raise OutputError(f"{directory}: cannot write the {what} here "
+                          f"({e.strerror or e})") from None
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(name, 0o644)
         with signals_held():
-            os.replace(tmp, target)
-            tmp = None
-    except OSError as e:
-        raise output_error(target, e) from None
-    finally:
-        if tmp is not None:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-    return target
+            os.replace(name, out)
+    except BaseException as e:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise output_error(out, e, what) from None
+        raise
+    return out
