@@ -2,8 +2,8 @@
 sections, `--iterations`, `--modality`) on every corpus export, on the cori_omp ranks
 merged, on a few translated traces, `--scaling --json` and `diff --json` on a few pairs.
 
-    python tools/json_baseline.py record /work/json-baseline        # the code as it is
-    python tools/json_baseline.py compare /work/json-baseline       # again, and compare
+    python tools/json_baseline.py record ../json-baseline    # the code as it is
+    python tools/json_baseline.py compare ../json-baseline   # again, and compare
     python tools/json_baseline.py compare DIR --ignore-key samples --ignore-key findings
 
 `record` stores each case's stdout, stderr and exit code in DIR (outside the repository:
@@ -29,6 +29,7 @@ CORPUS = Path(os.environ.get("NSYS2PRV_CORPUS", ROOT.parent / "shared" / "corpus
 # keys whose values are measured times of the run itself, not of the trace (none today;
 # the comparison drops them wherever they are)
 TIMING = frozenset({"wall_s", "cpu_s", "seconds", "elapsed_s", "took_s"})
+# (after the inputs: --iterations takes an optional RANGE)
 VARIANTS = {"default": [], "iterations": ["--iterations"], "modality": ["--modality"]}
 # (name, before, after): diff pairs of the corpus (a real before/after, two ranks of one
 # run, two nsys versions of one program)
@@ -61,12 +62,12 @@ def cases(traces: Path) -> list[tuple[str, list[str]]]:
     for db in _exports():
         name = f"{db.parent.name}__{db.name}"
         for variant, extra in VARIANTS.items():
-            out.append((f"analyze__{name}__{variant}", ["analyze", "--json", *extra, str(db)]))
+            out.append((f"analyze__{name}__{variant}", ["analyze", "--json", str(db), *extra]))
     cori = sorted((CORPUS / "exported").glob("cori_omp_run1_rank*.sqlite"))
     if cori:
         for variant, extra in VARIANTS.items():
             out.append((f"analyze__cori_omp_merged__{variant}",
-                        ["analyze", "--json", *extra, *map(str, cori)]))
+                        ["analyze", "--json", *map(str, cori), *extra]))
         out.append(("scaling__cori_1_2_8", [
             "analyze", "--scaling", "--json", str(cori[0]),
             f"@{traces / 'cori2.list'}", f"@{traces / 'cori8.list'}"]))
@@ -76,7 +77,7 @@ def cases(traces: Path) -> list[tuple[str, list[str]]]:
             prv = traces / (db.name.split(".")[0] + ".prv")
             for variant, extra in VARIANTS.items():
                 out.append((f"trace__{db.name.split('.')[0]}__{variant}",
-                            ["analyze", "--json", *extra, str(prv)]))
+                            ["analyze", "--json", str(prv), *extra]))
     for name, a, b in DIFF_PAIRS:
         if (CORPUS / a).exists() and (CORPUS / b).exists():
             out.append((f"diff__{name}", ["diff", "--json", str(CORPUS / a), str(CORPUS / b)]))
@@ -180,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a top-level --json key to leave out of the comparison (repeat)")
     ap.add_argument("-j", type=int, default=1, help="cases run at once")
     ap.add_argument("--exe", default=str(Path(sys.executable).parent / "nsys2prv"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where `compare` writes the new outputs (default: DIR-new beside DIR)")
     args = ap.parse_args(argv)
     base = args.dir.resolve()
     traces = base / "traces"
@@ -189,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             print(name, " ".join(a))
         return 0
     _prepare(traces, args.exe)
-    out = base if args.action == "record" else base.parent / f"{base.name}-new"
+    out = base if args.action == "record" else (
+        args.out.resolve() if args.out else base.parent / f"{base.name}-new")
     if args.action == "compare":
         shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
