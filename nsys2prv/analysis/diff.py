@@ -877,9 +877,12 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             from .launch import LaunchCollector
 
-            collector = ActivityCollector(out)
-            samples = SampleCollector(out)
-            launches = LaunchCollector(out, per_kernel=bool(samples.types))
+            from ..paraver.read import open_trace
+
+            info = open_trace(out)  # read once, for every collector and the model
+            collector = ActivityCollector(info)
+            samples = SampleCollector(info)
+            launches = LaunchCollector(info, per_kernel=bool(samples.types))
             observers = [collector, launches] + ([samples] if samples.types else [])
             state: dict = {}
 
@@ -897,7 +900,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                 return None if spec is None else \
                     instances(acts, *spec).select("instance", "start", "end")
 
-            analysis = analyze_path(out, idle, 10, observers=observers, detail=False,
+            analysis = analyze_path(info, idle, 10, observers=observers, detail=False,
                                     steps=steps if idle else None)
             if "acts" in state:
                 acts = state["acts"]
@@ -921,7 +924,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             km = kernel_metrics(acts, samples if samples.types else None,
                                 launches=launches.result(),
-                                classes=launches.kernel_classes())
+                                classes=launches.kernel_classes(), info=info)
         cand = state.get("candidates") if collector is not None else None
         if cand is None:
             cand = candidates(acts)
