@@ -262,13 +262,6 @@ class StoredActivities(_ActivityViews):
         for b in self.store.bucket_ids(table):
             yield b, self.store.bucket(table, b, key, columns)
 
-    def held(self) -> Activities:
-        """Everything in memory, as `Activities`."""
-        k, m = self._kernels_memops()
-        return Activities(self.path, self.end, self.rows, k, m, self.ranges, self.sync,
-                          self.kernel_names, self.memop_names, self.range_names,
-                          self.domains, self.memory_kinds, self.calls)
-
     def close(self) -> None:
         self._whole = None
         self.store.close()

@@ -32,6 +32,7 @@ import polars as pl
 
 from .activities import Activities
 from .idle import CAUSE_KEYS, UNKNOWN_HOST
+from .projection import RankKeys
 
 MIN_STEPS = 3  # fewer: the verdict cannot judge noise anyway (3 a side: p >= 0.1)
 MIN_FOR_OUTLIERS = 4  # steps from which outliers are judged (Tukey's fences)
@@ -160,31 +161,6 @@ def candidates(acts: Activities) -> pl.DataFrame:
     out = out.join(names, on=fam_key, how="left", nulls_equal=True)
     return (out.select(list(_SCHEMA)).cast(_SCHEMA)
             .sort("gpu_share", "n", "family", descending=[True, True, False]))
-
-
-def rank_positions(points: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Times `t` as positions among the sorted distinct `points` that keep every order
-    relation with them: a point p[i] is 2 i + 1, a time between p[i-1] and p[i] is 2 i."""
-    i = np.searchsorted(points, t, side="left")
-    on = np.zeros(i.size, dtype=bool)
-    inside = i < points.size
-    on[inside] = points[i[inside]] == t[inside]
-    return 2 * i.astype(np.int64) + on
-
-
-class RankKeys:
-    """(group, time) as one int64 that sorts as the pairs do, for times compared with a
-    set of points: `group * width + rank_positions(points, time)` (exact whatever the
-    times' span, unlike a packed time)."""
-
-    def __init__(self, points: list[np.ndarray]) -> None:
-        allp = [np.asarray(p, np.int64) for p in points if np.size(p)]
-        self.points = np.unique(np.concatenate(allp)) if allp else np.zeros(0, np.int64)
-        self.width = 2 * self.points.size + 2
-
-    def __call__(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return (np.asarray(group, np.int64) * self.width
-                + rank_positions(self.points, np.asarray(t, np.int64)))
 
 
 def _task_of_row(acts: Activities, tasks: pl.DataFrame) -> np.ndarray:

@@ -118,9 +118,6 @@ class WindowStore:
             frame = pl.concat(parts).sort(list(by), maintain_order=True)
         return frame.select(list(columns)) if columns else frame
 
-    def timed_schema(self, table: str) -> pl.Schema | None:
-        return self._schema.get(table)
-
     def add(self, table: str, frame: pl.DataFrame) -> None:
         parts = self._parts.setdefault(table, [])
         if frame.height == 0:  # nothing to write: its schema stands in
@@ -135,9 +132,6 @@ class WindowStore:
         """Rows written to `table`."""
         return self._rows.get(table, 0)
 
-    def tables(self) -> list[str]:
-        return list(self._parts)
-
     def parts(self, table: str, columns: Sequence[str] | None = None
               ) -> Iterator[pl.DataFrame]:
         """The parts of `table` in the order written (with `columns` only)."""
@@ -147,14 +141,6 @@ class WindowStore:
             else:
                 frame = pl.read_ipc(part, columns=list(columns) if columns else None)
             yield frame.select(list(columns)) if columns else frame
-
-    def frame(self, table: str, columns: Sequence[str] | None = None) -> pl.DataFrame:
-        """The whole of `table` in one frame (memory of all of it: for what is bounded, or
-        for the callers that need it whole)."""
-        parts = list(self.parts(table, columns))
-        if not parts:
-            raise KeyError(table)
-        return pl.concat(parts, rechunk=True)
 
     def close(self) -> None:
         """Remove the files (the store cannot be read after)."""
