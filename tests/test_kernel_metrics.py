@@ -429,10 +429,10 @@ def _trace_rates(path: Path) -> pl.DataFrame:
     """(kernel full name, metric, rate) at every kernel's start, as Paraver's Last Evt Val
     has it there: the rates are written where they change, and hold until the next kernel
     of the row sets them."""
-    from nsys2prv.analysis.activities import _names, _type_labels
+    from nsys2prv.paraver.read import open_trace
 
-    pcf = path.with_suffix(".pcf")
-    names, labels = _names(pcf), _type_labels(pcf)
+    info = open_trace(path)
+    names, labels = info.names, info.type_labels
     rate_types = {t: lab.split(": ", 1)[1] for t, lab in labels.items()
                   if greg.RATE.base <= t < greg.RATE.base + greg.RATE.size}
     tr = read_trace(path, types={67_000_001, *rate_types})

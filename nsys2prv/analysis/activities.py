@@ -12,6 +12,7 @@ result (a few numbers per activity).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,9 +20,10 @@ import numpy as np
 import polars as pl
 
 from ..engine import NUL
-from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
+from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
+from .store import WindowStore
 from .timeline import Spans
 
 KERNEL = cuda.CUDA_KERNEL
@@ -40,8 +42,88 @@ _KERNELS = {"row": pl.Int32, "start": pl.Int64, "dur": pl.Int64, "name": pl.Int3
 LAUNCH_TAGS = (cuda.TAG_KERNEL_LAUNCH, cuda.TAG_NCCL_LAUNCH, cuda.TAG_MEMORY_OPERATION)
 
 
+# one GPU activity (a kernel or a memory operation) as the sections that sweep them read
+# it: `Activities.gpu_items`; name/full are -1 for a memory operation, op -1 for a kernel
+GPU_ITEM = {"row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "launch": pl.Int64,
+            "launch_row": pl.Int32, "kernel": pl.Boolean, "nccl": pl.Boolean,
+            "name": pl.Int32, "full": pl.Int32, "op": pl.Int32, "src_kind": pl.Int16,
+            "dst_kind": pl.Int16}
+
+
+# what the sections that read the work by launch read of it (`gpu_items(by="launch")`)
+LAUNCHED = ("row", "start", "end", "launch", "launch_row", "kernel", "nccl", "full", "op")
+
+
+def gpu_items(kernels: pl.DataFrame, memops: pl.DataFrame) -> pl.DataFrame:
+    """Kernels and memory operations (the frames of `Activities`) as GPU items, kernels
+    first."""
+    c = pl.col
+    k = kernels.select(
+        "row", "start", (c("start") + c("dur")).alias("end"), "launch", "launch_row",
+        pl.lit(True).alias("kernel"), "nccl", c("name").cast(pl.Int32),
+        c("full").cast(pl.Int32), pl.lit(-1, pl.Int32).alias("op"),
+        pl.lit(None, pl.Int16).alias("src_kind"), pl.lit(None, pl.Int16).alias("dst_kind"))
+    m = memops.select(
+        "row", "start", (c("start") + c("dur")).alias("end"), "launch", "launch_row",
+        pl.lit(False).alias("kernel"), pl.lit(False).alias("nccl"),
+        pl.lit(-1, pl.Int32).alias("name"), pl.lit(-1, pl.Int32).alias("full"),
+        c("op").cast(pl.Int32), *(c(x) if x in memops.columns else pl.lit(None, pl.Int16)
+                                   .alias(x) for x in ("src_kind", "dst_kind")))
+    return pl.concat([k.cast(GPU_ITEM), m.cast(GPU_ITEM)])
+
+
+class _ActivityViews:
+    """What any trace's activities answer from their fields, whether they are held
+    (`Activities`) or read back from the analysis' store (`StoredActivities`)."""
+
+    def named_ranges(self) -> pl.DataFrame:
+        """`ranges` with the text of their name and their domain (row, start, dur, name,
+        domain, level, top)."""
+        return (self.ranges.join(self.range_names.rename({"id": "name", "name": "text"}),
+                                 on="name", how="left")
+                .join(self.domains, on="type", how="left")
+                .select("row", "start", "dur", pl.col("text").alias("name"), "domain",
+                        "level", "top"))
+
+    def window(self, lo: int, hi: int) -> "Activities":
+        """The activities that start in [lo, hi), times moved so that lo is 0 (a step of
+        the run as a run of its own, to compare two steps). The synchronisation time is
+        per row, not per instant: a window has none."""
+        inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
+        moved = pl.col("start") - lo
+
+        def cut(df: pl.DataFrame) -> pl.DataFrame:
+            df = df.filter(inside).with_columns(moved)
+            return df.with_columns(pl.col("launch") - lo) if "launch" in df.columns else df
+
+        kernels, memops = self._kernels_memops(lo, hi)
+        return Activities(self.path, hi - lo, self.rows, cut(kernels), cut(memops),
+                          self.ranges.filter(inside).with_columns(moved),
+                          self.sync.clear(), self.kernel_names, self.memop_names,
+                          self.range_names, self.domains, self.memory_kinds,
+                          self.calls.filter(inside).with_columns(moved))
+
+    def named_kernels(self) -> pl.DataFrame:
+        """`kernels` with the text of their short and full names."""
+        names = self.kernel_names
+        return (self.kernels
+                .join(names.rename({"id": "name", "name": "short"}), on="name", how="left")
+                .join(names.rename({"id": "full", "name": "full_name"}), on="full",
+                      how="left")
+                .select("row", "start", "dur", pl.col("short").alias("name"),
+                        pl.col("full_name").fill_null(pl.col("short")).alias("full"), "nccl"))
+
+    def gpu_items(self, columns=None, by: str = "start") -> Iterator[pl.DataFrame]:
+        """Every kernel and memory operation as `GPU_ITEM` rows, in chunks: held
+        activities in one, stored ones bucket by bucket in time order (`by`: "start", or
+        "launch": by the start of their launching call, their own start without one),
+        each chunk sorted by it; by launch, the columns of `LAUNCHED` only. Sums over the
+        chunks equal the sums over all."""
+        raise NotImplementedError
+
+
 @dataclass
-class Activities:
+class Activities(_ActivityViews):
     """One trace's activities (times in the trace's ns, rows as in `rows`). Names are the
     trace's value ids (a few bytes an activity, whatever the length of a kernel signature);
     the `*_names` tables give their text.
@@ -75,41 +157,114 @@ class Activities:
     # many), zero (all of them 0 ns); read only where the trace has NVTX ranges
     calls: pl.DataFrame = field(default_factory=lambda: _empty(_CALLS))
 
-    def named_ranges(self) -> pl.DataFrame:
-        """`ranges` with the text of their name and their domain (row, start, dur, name,
-        domain, level, top)."""
-        return (self.ranges.join(self.range_names.rename({"id": "name", "name": "text"}),
-                                 on="name", how="left")
-                .join(self.domains, on="type", how="left")
-                .select("row", "start", "dur", pl.col("text").alias("name"), "domain",
-                        "level", "top"))
+    def _kernels_memops(self, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return self.kernels, self.memops
 
-    def window(self, lo: int, hi: int) -> "Activities":
-        """The activities that start in [lo, hi), times moved so that lo is 0 (a step of
-        the run as a run of its own, to compare two steps). The synchronisation time is
-        per row, not per instant: a window has none."""
-        inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
-        moved = pl.col("start") - lo
+    def gpu_count(self) -> int:
+        """Kernels and memory operations."""
+        return self.kernels.height + self.memops.height
 
-        def cut(df: pl.DataFrame) -> pl.DataFrame:
-            df = df.filter(inside).with_columns(moved)
-            return df.with_columns(pl.col("launch") - lo) if "launch" in df.columns else df
+    def kernel_pairs(self) -> pl.DataFrame:
+        """(name, full): the distinct pairs of short and full name ids of the kernels."""
+        return self.kernels.select("name", "full").unique()
 
-        return Activities(self.path, hi - lo, self.rows, cut(self.kernels), cut(self.memops),
-                          self.ranges.filter(inside).with_columns(moved),
-                          self.sync.clear(), self.kernel_names, self.memop_names,
-                          self.range_names, self.domains, self.memory_kinds,
-                          self.calls.filter(inside).with_columns(moved))
+    def gpu_items(self, columns=None, by: str = "start") -> Iterator[pl.DataFrame]:
+        items = gpu_items(self.kernels, self.memops)
+        if by == "launch":
+            items = items.with_columns(pl.col("launch").fill_null(pl.col("start"))
+                                       .alias("_t")).sort("_t", maintain_order=True) \
+                .drop("_t")
+        else:
+            items = items.sort("start", "row", maintain_order=True)
+        yield items.select(list(columns)) if columns else items
 
-    def named_kernels(self) -> pl.DataFrame:
-        """`kernels` with the text of their short and full names."""
-        names = self.kernel_names
-        return (self.kernels
-                .join(names.rename({"id": "name", "name": "short"}), on="name", how="left")
-                .join(names.rename({"id": "full", "name": "full_name"}), on="full",
-                      how="left")
-                .select("row", "start", "dur", pl.col("short").alias("name"),
-                        pl.col("full_name").fill_null(pl.col("short")).alias("full"), "nccl"))
+    def gpu_buckets(self, columns=None, by: str = "start"
+                    ) -> Iterator[tuple[int, pl.DataFrame]]:
+        for items in self.gpu_items(columns, by):
+            yield 0, items
+
+
+class StoredActivities(_ActivityViews):
+    """A trace's activities as the analysis' pass kept them (`ActivityCollector` with a
+    `WindowStore`): the ranges, names and per-row sums held (bounded by the ranges and the
+    names), the GPU activities on disk, read back bucket by bucket (`gpu_items`: memory of
+    one window). `kernels` and `memops` read them all into memory (what the analyses that
+    are not streamed yet take: the comparison, the kernels' modality). `close` removes the
+    store."""
+
+    def __init__(self, held: Activities, store: WindowStore) -> None:
+        for name in ("path", "end", "rows", "ranges", "sync", "kernel_names", "memop_names",
+                     "range_names", "domains", "memory_kinds", "calls"):
+            setattr(self, name, getattr(held, name))
+        self.store = store
+        self._whole: tuple[pl.DataFrame, pl.DataFrame] | None = None
+
+    def _kernels_memops(self, lo: int | None = None, hi: int | None = None
+                        ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The kernels and memory operations as `Activities` has them (those that start in
+        [lo, hi) where given: only the buckets of that window are read)."""
+        if lo is None and self._whole is not None:
+            return self._whole
+        starts = self.store.starts
+        parts = []
+        for b in self.store.bucket_ids("gpu"):
+            if lo is not None:  # the buckets of the window alone are read
+                b_lo = starts[b] if b < len(starts) else starts[-1]
+                b_hi = starts[b + 1] if b + 1 < len(starts) else None
+                if (b_hi is not None and b_hi <= lo) or b_lo >= hi:
+                    continue
+            part = self.store.bucket("gpu", b, ["start", "row"])
+            if lo is not None:
+                part = part.filter((pl.col("start") >= lo) & (pl.col("start") < hi))
+            parts.append(part)
+        items = pl.concat(parts) if parts else pl.DataFrame(schema=GPU_ITEM)
+        c = pl.col
+        kernels = (items.filter(c("kernel"))
+                   .select("row", "start", (c("end") - c("start")).alias("dur"), "name",
+                           "full", "nccl", "launch", "launch_row")
+                   .cast(_KERNEL_PARTS).sort("start", "row"))
+        memops = (items.filter(~c("kernel"))
+                  .select("row", "start", (c("end") - c("start")).alias("dur"),
+                          c("op").cast(pl.Int64), "launch", "launch_row", "src_kind",
+                          "dst_kind")
+                  .cast(_MEMOP_PARTS).sort("start", "row"))
+        if lo is None:
+            self._whole = (kernels, memops)
+        return kernels, memops
+
+    def gpu_count(self) -> int:
+        return self.store.rows("gpu")
+
+    def kernel_pairs(self) -> pl.DataFrame:
+        parts = [items.filter(pl.col("kernel")).select("name", "full").unique()
+                 for items in self.gpu_items(["kernel", "name", "full"])]
+        if not parts:
+            return pl.DataFrame(schema={"name": pl.Int32, "full": pl.Int32})
+        return pl.concat(parts).unique()
+
+    @property
+    def kernels(self) -> pl.DataFrame:
+        return self._kernels_memops()[0]
+
+    @property
+    def memops(self) -> pl.DataFrame:
+        return self._kernels_memops()[1]
+
+    def gpu_items(self, columns=None, by: str = "start") -> Iterator[pl.DataFrame]:
+        for _, items in self.gpu_buckets(columns, by):
+            yield items
+
+    def gpu_buckets(self, columns=None, by: str = "start"
+                    ) -> Iterator[tuple[int, pl.DataFrame]]:
+        """`gpu_items` with each chunk's bucket (the window its times fall in: the key of
+        the other tables filed by time, `WindowStore.bucket`)."""
+        table, key = ("launched", ["t"]) if by == "launch" else ("gpu", ["start", "row"])
+        for b in self.store.bucket_ids(table):
+            yield b, self.store.bucket(table, b, key, columns)
+
+    def close(self) -> None:
+        self._whole = None
+        self.store.close()
 
 
 def _table(names: dict[int, str]) -> pl.DataFrame:
@@ -119,56 +274,6 @@ def _table(names: dict[int, str]) -> pl.DataFrame:
 
 def _empty(schema: dict) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
-
-
-def _names(pcf: Path) -> dict[int, dict[int, str]]:
-    """type -> {value: label} of a .pcf, labels whole (they hold spaces: kernel signatures,
-    NVTX texts, 'memcpy Host-to-Device')."""
-    if not pcf.exists():
-        return {}
-    types: dict[int, dict[int, str]] = {}
-    group: list[int] = []
-    section = ""
-    for raw in pcf.read_text(errors="replace").splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.isupper() and " " not in line:
-            section = line
-            if section == "EVENT_TYPE":
-                group = []
-            continue
-        parts = line.split(None, 2)
-        if section == "EVENT_TYPE" and len(parts) >= 2 and parts[0].lstrip("-").isdigit() \
-                and parts[1].isdigit():
-            group.append(int(parts[1]))
-            types.setdefault(int(parts[1]), {})
-        elif section == "VALUES":
-            value, _, label = line.partition(" ") if " " in line else \
-                line.partition("\t")
-            if value.lstrip("-").isdigit():
-                for t in group:
-                    types[t][int(value)] = label.strip()
-    return types
-
-
-def _type_labels(pcf: Path) -> dict[int, str]:
-    labels: dict[int, str] = {}
-    if not pcf.exists():
-        return labels
-    in_types = False
-    for line in pcf.read_text(errors="replace").splitlines():
-        s = line.strip()
-        if s == "EVENT_TYPE":
-            in_types = True
-            continue
-        if in_types:
-            parts = s.split(None, 2)
-            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-                labels[int(parts[1])] = parts[2]
-            else:
-                in_types = False
-    return labels
 
 
 def _domain_of(label: str) -> str | None:
@@ -190,12 +295,12 @@ class ActivityCollector:
     their start; memory operations; NVTX start/end lanes), a push and its pop (NVTX
     push/pop), what is still open handed from window to window."""
 
-    def __init__(self, path: Source) -> None:
-        self.path = source_path(path)
-        pcf = companion(self.path, ".pcf")
-        self.names = _names(pcf)
-        self.labels = _type_labels(pcf)
-        self.layout = read_layout(path)
+    def __init__(self, path: Source | TraceInfo, spill: bool = False) -> None:
+        info = open_trace(path)
+        self.path = info.path
+        self.names = info.names
+        self.labels = info.type_labels
+        self.layout = info.layout
         self.nvtx_types = [t for t in self.labels if t in PUSHPOP or t in STARTEND]
         self.pushpop = [t for t in self.nvtx_types if t in PUSHPOP]
         self.flat = [KERNEL, NCCL_KERNEL, MEMOP] + [t for t in self.nvtx_types
@@ -207,52 +312,65 @@ class ActivityCollector:
         self._spans = Spans(self.flat, [KERNEL, NCCL_KERNEL], self.pushpop,
                             FULL_NAME if FULL_NAME in self.labels else None,
                             self.layout.rows.height)
+        # the GPU activities of each window, with their launch and memory kinds: kept here,
+        # or with `spill` written to a store (read back by `stored`)
+        self.store = WindowStore("nsys2prv-acts-") if spill else None
         self._kernels: list[pl.DataFrame] = []
-        self._flat: list[pl.DataFrame] = []
+        self._memops: list[pl.DataFrame] = []
+        self._flat: list[pl.DataFrame] = []  # NVTX start/end ranges
         self._stacked: list[pl.DataFrame] = []
         self._end = self.layout.end
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
-        # the launch lines (receiving row, time, sending time: 20 bytes a line) and the
-        # copies' memory kinds, matched to the activities once, at the end (a sort and a
-        # search in numpy: per window, the activities still open made it quadratic)
-        self._lines: list[tuple[np.ndarray, ...]] = []
-        self._kinds: list[pl.DataFrame] = []
+        self._starts = _Starts()
         self._calls: list[pl.DataFrame] = []
+        self.windows = 0
 
     comms = True  # an observer of `model.analyze_path` that needs the launch lines
 
     def add(self, w: Trace) -> None:
         self._end = max(self._end, w.end)
         own = w.events.slice(w.carried)
-        kinds = own.filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
-        if kinds.height:  # a copy's memory kinds, at its start on its row
-            self._kinds.append(_memory_kinds(kinds))
-        if w.comms is not None and w.comms.height:
-            c = w.comms
-            tag = c["tag"].to_numpy()
-            keep = np.isin(tag, LAUNCH_TAGS)
-            if keep.any():
-                self._lines.append((c["recv_row"].to_numpy()[keep].astype(np.int32),
-                                    c["recv"].to_numpy()[keep].astype(np.int64),
-                                    c["send"].to_numpy()[keep].astype(np.int64),
-                                    c["send_row"].to_numpy()[keep].astype(np.int32)))
+        if self.store is not None:
+            self.store.window(w.start)
+        self._starts.add(own, w.comms, w.end)
         if self.call_types:
             groups = _call_groups(own)
             if groups.height:
                 self._calls.append(groups)
         flat, stacked = self._spans.add(own)
+        kernels, memops = _empty(_KERNEL_PARTS), _empty(_MEMOP_PARTS)
         if len(flat):  # kept compact: a few bytes an activity
             kernel = np.isin(flat[:, 1], [KERNEL, NCCL_KERNEL])
             k = flat[kernel]
             name = k[:, 2].astype(np.int32)
             # a kernel whose full name never came (a trace without it for some): the short one
             full = np.where(k[:, 5] == NUL, k[:, 2], k[:, 5]).astype(np.int32)
-            self._kernels.append(pl.DataFrame({
+            kernels = self._starts.attach(pl.DataFrame({
                 "row": k[:, 0].astype(np.int32), "start": k[:, 3], "dur": k[:, 4],
-                "name": name, "full": full, "nccl": k[:, 1] == NCCL_KERNEL}))
-            self._flat.append(_spans_frame(flat[~kernel]))
+                "name": name, "full": full, "nccl": k[:, 1] == NCCL_KERNEL}), kinds=False)
+            other = _spans_frame(flat[~kernel])
+            memops = self._starts.attach(
+                other.filter(pl.col("type") == MEMOP)
+                .select("row", "start", "dur", pl.col("value").alias("op")), kinds=True)
+            self._starts.done(pl.concat([kernels.select("row", "start"),
+                                         memops.select("row", "start")]))
+            ranges = other.filter(pl.col("type") != MEMOP)
+            if ranges.height:
+                self._flat.append(ranges)
+        if self.store is not None:  # by start, and by launch (its call's start, else its own)
+            items = gpu_items(kernels, memops).sort("start", "row", maintain_order=True)
+            self.store.add_timed("gpu", items, "start", sorted_by=("start", "row"))
+            self.store.add_timed("launched", items.select(
+                *LAUNCHED, pl.col("launch").fill_null(pl.col("start")).alias("t"))
+                .sort("t", maintain_order=True), "t", sorted_by=("t",))
+        else:
+            if kernels.height:
+                self._kernels.append(kernels)
+            if memops.height:
+                self._memops.append(memops)
+        self.windows += 1
         if len(stacked):
             self._stacked.append(_spans_frame(stacked, "level"))
         st = w.states
@@ -263,33 +381,36 @@ class ActivityCollector:
             np.add.at(self._sync, row[sync], dur)
             self._sync_seen[row[sync]] = True
 
+    def stored(self) -> StoredActivities:
+        """With `spill`: the activities, their GPU work read back from the store (what
+        `result` holds but the kernels and memory operations)."""
+        return StoredActivities(self.result(), self.store)
+
+    def close(self) -> None:
+        """Remove the store (with `spill`)."""
+        if self.store is not None:
+            self.store.close()
+
     def result(self, window: tuple[int, int] | None = None) -> Activities:
         names, labels = self.names, self.labels
         nvtx_types = self.nvtx_types
         flat_spans = pl.concat(self._flat) if self._flat else _spans_frame(_NO_SPANS)
         stack_spans = (pl.concat(self._stacked) if self._stacked
                        else _spans_frame(_NO_SPANS, "level"))
-        kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNELS)
-        kinds = (pl.concat(self._kinds).unique(["row", "start"], keep="first")
-                 if self._kinds else _empty(_KINDS))
-        lines = _Lines(self._lines)
+        kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNEL_PARTS)
+        memops = pl.concat(self._memops) if self._memops else _empty(_MEMOP_PARTS)
         calls = pl.concat(self._calls) if self._calls else _empty(_CALLS)
-        self._flat, self._stacked, self._kernels, self._lines = [], [], [], []
-        self._kinds, self._calls = [], []
+        self._flat, self._stacked, self._kernels, self._memops = [], [], [], []
+        self._calls = []
         if window is not None:
             lo, hi = window
             inside = (pl.col("start") >= lo) & (pl.col("start") < hi)
             flat_spans = flat_spans.filter(inside)
             stack_spans = stack_spans.filter(inside)
             kernels = kernels.filter(inside)
+            memops = memops.filter(inside)
         kernels = kernels.sort("start", "row")
-        kernels = kernels.with_columns(*lines.launch(kernels))
-        memops = (flat_spans.filter(pl.col("type") == MEMOP)
-                  .select("row", "start", "dur", pl.col("value").alias("op"))
-                  .sort("start", "row"))
-        memops = (memops.with_columns(*lines.launch(memops))
-                  .join(kinds, on=["row", "start"], how="left"))
-        del lines
+        memops = memops.sort("start", "row")
         nvtx_names: dict[int, str] = {}
         for t in nvtx_types:
             nvtx_names.update(names.get(t, {}))
@@ -327,6 +448,82 @@ _NO_SPANS = np.empty((0, 6), dtype=np.int64)
 
 
 _KINDS = {"row": pl.Int32, "start": pl.Int64, "src_kind": pl.Int16, "dst_kind": pl.Int16}
+_LAUNCH = {"launch": pl.Int64, "launch_row": pl.Int32}
+_KERNEL_PARTS = {**_KERNELS, **_LAUNCH}
+_MEMOP_PARTS = {"row": pl.Int32, "start": pl.Int64, "dur": pl.Int64, "op": pl.Int64,
+                **_LAUNCH, "src_kind": pl.Int16, "dst_kind": pl.Int16}
+_LINES = {"row": pl.Int32, "start": pl.Int64, **_LAUNCH}
+_OPEN = {"row": pl.Int32, "start": pl.Int64, **_LAUNCH, "src_kind": pl.Int16,
+         "dst_kind": pl.Int16, "n": pl.Int64}
+
+
+class _Starts:
+    """What a GPU activity's start tells, held from the window where it starts to the one
+    where it ends (`Spans` gives activities when they end): the launch line that reaches it
+    (the first to its row and start time, in the trace's order: a line is written at its
+    send time, never after the activity's start) and a copy's memory kinds. Memory: the
+    activities open and the lines not yet at their activity."""
+
+    def __init__(self) -> None:
+        self._pending = _empty(_LINES)  # lines whose activity has not started yet
+        self._open = _empty(_OPEN)  # per (row, start): its line and kinds, and how many
+        self.dropped = 0  # lines that reach no activity start (checked by the tests)
+
+    def add(self, own: pl.DataFrame, comms: pl.DataFrame | None, end: int) -> None:
+        """A window's own events and communications (`end`: the window's end)."""
+        if comms is not None and comms.height:
+            lines = comms.filter(pl.col("tag").is_in(LAUNCH_TAGS)).select(
+                pl.col("recv_row").cast(pl.Int32).alias("row"),
+                pl.col("recv").cast(pl.Int64).alias("start"),
+                pl.col("send").cast(pl.Int64).alias("launch"),
+                pl.col("send_row").cast(pl.Int32).alias("launch_row"))
+            if lines.height:
+                self._pending = pl.concat([self._pending, lines])
+        starts = (own.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL, MEMOP])
+                             & (pl.col("value") != 0))
+                  .group_by("row", "time", maintain_order=True)
+                  .agg(pl.len().cast(pl.Int64).alias("n"))
+                  .select(pl.col("row").cast(pl.Int32), pl.col("time").alias("start"), "n"))
+        p = self._pending
+        # lines up to the window's end meet their start here (one at its end may meet it
+        # in the next window too: a time's records can span two windows)
+        due = p.filter(pl.col("start") <= end)
+        self._pending = p.filter(pl.col("start") >= end)
+        if not starts.height:
+            self.dropped += due.filter(pl.col("start") < end).height
+            return
+        first = due.unique(["row", "start"], keep="first", maintain_order=True)
+        kinds = own.filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
+        kinds = _memory_kinds(kinds).unique(["row", "start"], keep="first",
+                                            maintain_order=True) if kinds.height \
+            else _empty(_KINDS)
+        new = (starts.join(first, on=["row", "start"], how="left", maintain_order="left")
+               .join(kinds, on=["row", "start"], how="left", maintain_order="left"))
+        self.dropped += due.filter(pl.col("start") < end).join(
+            starts, on=["row", "start"], how="anti").height
+        opened = pl.concat([self._open, new.select(list(_OPEN)).cast(_OPEN)])
+        if opened.select(pl.struct("row", "start").is_duplicated().any()).item():
+            opened = opened.group_by("row", "start", maintain_order=True).agg(
+                pl.col("launch", "launch_row", "src_kind", "dst_kind").drop_nulls().first(),
+                pl.col("n").sum())
+        self._open = opened
+
+    def attach(self, acts: pl.DataFrame, kinds: bool) -> pl.DataFrame:
+        """`acts` (row, start, ...: ended in this window) with their launch, launch_row and,
+        with `kinds`, src_kind and dst_kind (null: none)."""
+        cols = ["launch", "launch_row"] + (["src_kind", "dst_kind"] if kinds else [])
+        return acts.join(self._open.select("row", "start", *cols), on=["row", "start"],
+                         how="left", maintain_order="left")
+
+    def done(self, ended: pl.DataFrame) -> None:
+        """The activities (row, start) that ended: their starts are let go."""
+        if not ended.height:
+            return
+        count = ended.group_by("row", "start").agg(pl.len().cast(pl.Int64).alias("k"))
+        self._open = (self._open.join(count, on=["row", "start"], how="left",
+                                      maintain_order="left")
+                      .with_columns(pl.col("n") - pl.col("k").fill_null(0))
+                      .filter(pl.col("n") > 0).drop("k"))
 _CALLS = {"row": pl.Int32, "start": pl.Int64, "calls": pl.Int32, "zero": pl.Boolean}
 
 
@@ -377,73 +574,15 @@ def _spans_frame(a: np.ndarray, last: str | None = None) -> pl.DataFrame:
                          **({last: a[:, 5]} if last else {})})
 
 
-class _Lines:
-    """The launch lines of a trace, sorted once by (time, receiving row) as one int64 key,
-    to find the line that reaches each activity (`launch`) by a search of activities sorted
-    the same way (start, row): 4.7M lines and as many activities in ~1 s and ~150 MB,
-    where a join of frames took 2 GB."""
-
-    def __init__(self, parts: list[tuple[np.ndarray, ...]]) -> None:
-        if parts:
-            row, recv, send, send_row = (np.concatenate([p[k] for p in parts])
-                                         for k in range(4))
-        else:
-            row, recv, send = np.zeros(0, np.int32), np.zeros(0, np.int64), \
-                np.zeros(0, np.int64)
-            send_row = np.zeros(0, np.int32)
-        parts.clear()  # the windows' arrays go as soon as they are joined
-        self.lo = int(recv.min()) if recv.size else 0
-        self.wide = bool(recv.size) and (int(recv.max()) - self.lo >= 1 << 43
-                                         or int(row.max()) >= 1 << 20)
-        if self.wide:  # a span of more than 2.4 h: matched with a join instead
-            self.frame = pl.DataFrame({"row": row, "start": recv, "launch": send,
-                                       "launch_row": send_row}).unique(["row", "start"],
-                                                                       keep="first")
-            return
-        key = recv  # in place: (time - lo) << 20 | row, one array of 8 bytes a line
-        key -= self.lo
-        key <<= 20
-        key |= row
-        del row
-        order = np.argsort(key, kind="stable")
-        self.key = key[order]
-        del key
-        self.send = send[order]
-        self.send_row = send_row[order]
-
-    def launch(self, acts: pl.DataFrame) -> list[pl.Series]:
-        """The start of the call that launched each of `acts` (row, start, sorted by start
-        then row: the search walks the keys once) and the host row it was made on (nulls:
-        none)."""
-        if self.wide:
-            found = acts.select("row", "start").join(self.frame, on=["row", "start"],
-                                                     how="left")
-            return [found["launch"], found["launch_row"]]
-        out = np.zeros(acts.height, dtype=np.int64)
-        out_row = np.zeros(acts.height, dtype=np.int32)
-        found = np.zeros(acts.height, dtype=bool)
-        if self.key.size and acts.height:
-            start = acts["start"].to_numpy()
-            ok = start >= self.lo
-            q = ((start - self.lo) << 20) | acts["row"].to_numpy().astype(np.int64)
-            i = np.searchsorted(self.key, q)
-            ok &= i < self.key.size
-            i = np.where(ok, i, 0)
-            found = ok & (self.key[i] == q)
-            out = np.where(found, self.send[i], 0)
-            out_row = np.where(found, self.send_row[i], 0).astype(np.int32)
-        missing = pl.Series(~found)
-        return [pl.Series("launch", out).set(missing, None),
-                pl.Series("launch_row", out_row).set(missing, None)]
-
-
-def read_activities(path: Source, window: tuple[int, int] | None = None) -> Activities:
+def read_activities(path: Source | TraceInfo, window: tuple[int, int] | None = None
+                    ) -> Activities:
     """Every kernel, memory operation and NVTX range of the trace `path` with its duration,
     and the synchronisation time of its CPU threads (one pass); with `window` (trace ns,
     [start, end)), only activities that start inside it (whole activities are counted where
     they start, as nsys' statistics count them)."""
-    collector = ActivityCollector(path)
-    for w in windows(path, collector.types, state_rows="cpu", comms=True):
+    info = open_trace(path)
+    collector = ActivityCollector(info)
+    for w in windows(info, collector.types, state_rows="cpu", comms=True):
         collector.add(w)
     return collector.result(window)
 

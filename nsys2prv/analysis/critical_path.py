@@ -49,10 +49,10 @@ import polars as pl
 
 from ..engine import NUL, graph_float, graph_path, graph_replay
 from ..errors import UsageError
-from ..paraver.read import Source, Trace, companion, read_layout, source_path, windows
+from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
 from ..paraver.registry import mpi as mpi_reg
-from .activities import PUSHPOP, _names, _type_labels
+from .activities import PUSHPOP
 from .timeline import Spans
 
 KERNEL, NCCL_KERNEL, MEMOP = cuda.CUDA_KERNEL, cuda.NCCL_KERNEL, cuda.MEMORY_OPERATION
@@ -142,14 +142,15 @@ class GraphCollector:
 
     comms = True  # an observer of `model.analyze_path` that needs the lines
 
-    def __init__(self, path: Source) -> None:
-        self.path = source_path(path)
-        self.layout = read_layout(path)
+    def __init__(self, path: Source | TraceInfo) -> None:
+        self.info = info = open_trace(path)
+        self.path = info.path
+        self.layout = info.layout
         self.end = self.layout.end
         # the work: a value event to the next event of its row and type, paired across
         # windows
         # (kernels with their demangled name: the path's kernels listed by it)
-        labels = _type_labels(companion(self.path, ".pcf"))
+        labels = info.type_labels
         full = FULL_NAME if FULL_NAME in labels else None
         self._work = Spans(sorted(TYPES - {KERNEL, NCCL_KERNEL}), (KERNEL, NCCL_KERNEL), (),
                            full, self.layout.rows.height)
@@ -190,7 +191,7 @@ class GraphCollector:
 
     def nvtx(self) -> NvtxStacks:
         """The NVTX push/pop events seen (`NvtxStacks`)."""
-        names = _names(companion(self.path, ".pcf"))
+        names = self.info.names
         cols = _columns(self._nvtx, {"row": np.int32, "time": np.int64, "type": np.int64,
                                      "value": np.int64})
         self._nvtx = []
@@ -201,7 +202,7 @@ class GraphCollector:
         self._iv = []
         comms = _columns(self._comms, _LINES)
         self._comms = []
-        names = _names(companion(self.path, ".pcf"))
+        names = self.info.names
         g = build_graph(self.layout.rows, iv, comms, names, span or (0, self.end),
                         self._alive)
         g.nvtx = self.nvtx()
@@ -219,11 +220,11 @@ def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
             for name, dtype in schema.items()}
 
 
-def read_graph(path: Source, span: tuple[int, int] | None = None) -> "Graph":
+def read_graph(path: Source | TraceInfo, span: tuple[int, int] | None = None) -> "Graph":
     """The dependency graph of a trace (one pass, window by window), with its NVTX push/pop
     events (`Graph.nvtx`)."""
     collector = GraphCollector(path)
-    for w in windows(path, collector.types, state_rows="cpu", comms=True):
+    for w in windows(collector.info, collector.types, state_rows="cpu", comms=True):
         collector.add(w)
     return collector.graph(span)
 

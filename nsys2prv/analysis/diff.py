@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ..paraver.read import companion, source_path
 from ..report.inputs import is_trace
 from .activities import Activities, read_activities
 from .labels import label_frame
@@ -941,14 +940,16 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             from .launch import LaunchCollector
 
+            from ..paraver.read import open_trace
             from . import samples as code
 
-            collector = ActivityCollector(out)
-            samples = SampleCollector(out)
-            launches = LaunchCollector(out, per_kernel=bool(samples.types))
+            info = open_trace(out)  # read once, for every collector and the model
+            collector = ActivityCollector(info)
+            samples = SampleCollector(info)
+            launches = LaunchCollector(info, per_kernel=bool(samples.types))
             observers = [collector, launches] + ([samples] if samples.types else [])
             state: dict = {}
-            labels = code.read_labels(companion(source_path(out), ".pcf"))[0]
+            labels = code.read_labels(info)[0]
             code_samples = code.SampleCollector() if labels else None
             if code_samples is not None:
                 observers.append(code_samples)
@@ -971,7 +972,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                 return None if spec is None else \
                     instances(acts, *spec).select("instance", "start", "end")
 
-            analysis = analyze_path(out, idle, 10, observers=observers, detail=False,
+            analysis = analyze_path(info, idle, 10, observers=observers, detail=False,
                                     steps=steps if idle else None,
                                     one_pass_code=gap_samples if code_samples else None)
             if code_samples is not None:
@@ -998,7 +999,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             km = kernel_metrics(acts, samples if samples.types else None,
                                 launches=launches.result(),
-                                classes=launches.kernel_classes())
+                                classes=launches.kernel_classes(), info=info)
         cand = state.get("candidates") if collector is not None else None
         if cand is None:
             cand = candidates(acts)

@@ -37,8 +37,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ..paraver.check import parse_pcf, pcf_type_labels
-from ..paraver.read import Trace
+from ..paraver.read import Trace, TraceInfo
 from ..paraver.registry import cuda, nccl, nvtx, osrt
 from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
@@ -552,6 +551,63 @@ class CauseSums:
         return self.fold
 
 
+class StreamedCauseSums(CauseSums):
+    """`CauseSums` over the gaps pass 1 filed beside each window (`WindowSpill.add_gaps`)
+    instead of all of them held: a window's pieces are its own gaps and the few that
+    began before it (`WindowSpill.long_gaps`), folded in the window where they ended.
+    Memory: a window's gaps."""
+
+    def __init__(self, spill: "WindowSpill", keys: np.ndarray, top: int = 10,
+                 buckets: Buckets = None, nvtx: bool = True) -> None:
+        self.keys = keys
+        long = np.concatenate(spill.long_gaps) if spill.long_gaps \
+            else np.empty((0, 5), np.int64)
+        super().__init__(self._frame(long), top, buckets, nvtx)
+        self.spill = spill
+        self.rows = pl.Series(sorted(spill.host_rows), dtype=pl.Int32)
+        self.host_rows = self.rows.to_list()
+        self._index = 0
+
+    def _frame(self, a: np.ndarray) -> pl.DataFrame:
+        """(gid, g, start, end, host_row) of [n, 5] gaps with their ids."""
+        host = pl.Series("host_row", a[:, 4].astype(np.int32))
+        return (pl.DataFrame({"gid": a[:, 0].astype(np.int64),
+                              "g": self.keys[a[:, 1]].astype(np.int64),
+                              "start": a[:, 2], "end": a[:, 3]})
+                .with_columns(host.set(host < 0, None)))
+
+    def add(self, window: Trace) -> None:
+        part = self._frame(self.spill.gaps_of(self._index))
+        self._index += 1
+        long = self.all_gaps.filter((pl.col("start") < window.end)
+                                    & (pl.col("end") > window.start)
+                                    & pl.col("host_row").is_not_null())
+        known = part.filter(pl.col("host_row").is_not_null())
+        here = pl.concat([known, long.join(known.select("gid"), on="gid", how="anti")])
+        self.gaps = here
+        self._start = here["start"].to_numpy()
+        self._end = here["end"].to_numpy()
+        self._done_until = -(2**63)  # every gap of `here` is to be summed in this window
+        super().add(window)
+        unknown = part.filter(pl.col("host_row").is_null())
+        if unknown.height:
+            self.fold.add(_unknown_host(unknown))
+
+    def _finish(self, done: pl.DataFrame) -> None:
+        # the gaps that ended in this window are folded here (`add` calls this with those
+        # of its pieces that end by its end, the gaps of later windows wait)
+        ended = done.filter(pl.col("gid").is_in(self._ended_ids().implode()))
+        super()._finish(ended)
+
+    def _ended_ids(self) -> pl.Series:
+        part = self.spill.gaps_of(self._index - 1) if self._index else \
+            np.empty((0, 5), np.int64)
+        return pl.Series(part[:, 0].astype(np.int64))
+
+    def result(self) -> GapFold:
+        return self.fold
+
+
 def _with_no_data(gaps: pl.DataFrame) -> pl.DataFrame:
     """Gaps with a host row and their cause times: the time no cause explains (no state or
     call record on the row) is 'no data'; none of it is 'unknown host'."""
@@ -676,6 +732,40 @@ class WindowSpill:
         self.dir = Path(tempfile.mkdtemp(prefix="nsys2prv-idle-"))
         register_temp(self.dir)
         self._windows: list[tuple[Trace, Path]] = []
+        # the gaps found in each window (pass 1), filed beside it with an id each; those
+        # that began in an earlier window (a device has at most one open at a time) held
+        self._gap_ids = 0
+        self.long_gaps: list[np.ndarray] = []  # [n, 5]: gid, g index, start, end, host row
+        self.host_rows: set[int] = set()
+
+    def add_gaps(self, found: np.ndarray) -> None:
+        """The gaps that ended in the last window added ([n, 4]: g index, start, end, host
+        row or -1, as `GapFinder.add` gives them)."""
+        shell, base = self._windows[-1]
+        n = len(found)
+        gid = np.arange(self._gap_ids, self._gap_ids + n, dtype=np.int64)
+        self._gap_ids += n
+        if n:
+            with_id = np.column_stack([gid, found]).astype(np.int64)
+            np.save(base.with_suffix(".gaps.npy"), with_id)
+            early = found[:, 1] < shell.start
+            if early.any():
+                self.long_gaps.append(with_id[early])
+            self.host_rows.update(int(r) for r in np.unique(found[:, 3]) if r >= 0)
+
+    def gaps_of(self, index: int) -> np.ndarray:
+        """[n, 5] (gid, g index, start, end, host row) of the gaps that ended in window
+        `index`."""
+        path = self._windows[index][1].with_suffix(".gaps.npy")
+        return np.load(path) if path.exists() else np.empty((0, 5), np.int64)
+
+    def all_gaps(self, keys: np.ndarray) -> pl.DataFrame:
+        """Every gap filed, as `GapFinder.gaps` gives them (gid, g, start, end, host_row, by
+        start): for a reader that needs them all at once (`samples.GapCode`)."""
+        parts = [self.gaps_of(i)[:, 1:] for i in range(len(self._windows))]
+        found = np.concatenate(parts) if parts else np.empty((0, 4), np.int64)
+        return _gap_frame(keys, found).sort("start", "g").with_row_index("gid") \
+            .with_columns(pl.col("gid").cast(pl.Int64))
 
     def add(self, window: Trace) -> None:
         keep = window.events["type"].is_in(self._keep)
@@ -837,35 +927,40 @@ def build_report(fold: GapFold, spans: pl.DataFrame, device_names: pl.DataFrame,
 
 def explain(finder: GapFinder, launches: LaunchStats | None,
             source: Callable[..., Iterable[Trace]] | None, end: int, rows: pl.DataFrame,
-            devices: pl.DataFrame, pcf: Path | None, top: int = 10,
+            devices: pl.DataFrame, info: TraceInfo | None, top: int = 10,
             buckets: Buckets = None, nvtx: bool = True,
-            fold: GapFold | None = None, code=None) -> IdleReport:
+            fold: GapFold | None = None, spill: "WindowSpill | None" = None,
+            code=None) -> IdleReport:
     """Pass 2 over `source` (windows with the host rows' states and `CAUSE_TYPES`) and the
     report; or, with the gaps already folded on the first pass (`OnePassCauses`), the
-    report of `fold`. Names come from the trace's .pcf when there is one. `buckets`
+    report of `fold`. Names come from the trace's .pcf (`info`) when there is one. `buckets`
     (instance, start, end: the steps of the run) adds the idle time and causes of each
     step. Without `launches` (None) or `nvtx`, the report has no launch statistics or NVTX
-    ranges (what a comparison of two runs leaves out: the causes are the same). `code`
+    ranges (what a comparison of two runs leaves out: the causes are the same). `spill`:
+    pass 1's windows and gaps, kept on disk (`WindowSpill`). `code`
     (`samples.GapCode`) sees the second pass too, its types read with the causes', once the
     gaps are known: the code the host ran during them."""
-    values: dict[int, dict[int, str]] = {}
-    type_labels: dict[int, str] = {}
-    if pcf is not None and pcf.exists():
-        text = pcf.read_text(errors="replace")
-        values = parse_pcf(text)[0]
-        type_labels = pcf_type_labels(text)
+    if isinstance(info, Path):  # a .pcf (what the trace's companion files hold)
+        from ..paraver.read import pcf_names
+
+        values, type_labels = pcf_names(info)
+    else:
+        values = info.names if info is not None else {}
+        type_labels = info.type_labels if info is not None else {}
     kernel_names = {**values.get(cuda.NCCL_KERNEL, {}), **values.get(cuda.CUDA_KERNEL, {})}
     launch_list = []
-    if launches is not None:  # demangled names hold spaces: read whole (`_names`)
-        from .activities import _names
-
-        full = _names(pcf).get(cuda.KERNEL_FULL_NAME) if pcf is not None else None
+    if launches is not None:  # demangled names hold spaces: read whole
+        full = values.get(cuda.KERNEL_FULL_NAME)
         launch_list = launches.result(end, kernel_names, full)
     if fold is None:
-        gaps = finder.gaps()
-        sums = CauseSums(gaps, top, buckets, nvtx)
+        # the gaps filed beside pass 1's windows (`spill`: `source` gives those windows
+        # again), else all of them, held
+        held = finder.gaps() if spill is None else None
+        sums = StreamedCauseSums(spill, finder.keys, top, buckets, nvtx) \
+            if spill is not None else CauseSums(held, top, buckets, nvtx)
         types = CAUSE_TYPES if nvtx else CAUSE_TYPES - frozenset(PUSHPOP)
-        if code is not None:
+        if code is not None:  # it sees every gap at once (its index of them)
+            gaps = held if held is not None else spill.all_gaps(finder.keys)
             if gaps.height:
                 code.begin(gaps, rows, end, bucket_sets(buckets).get("steps"))
                 types = types | code.types

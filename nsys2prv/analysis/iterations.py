@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputError
-from ..paraver.read import Source
+from ..paraver.read import Source, open_trace
 from .activities import Activities, ActivityCollector
 from .diff import Comparison, Side, _split_range, compare_sides, explain_changes
 from .steps import MIN_FOR_OUTLIERS, StepPick, instances, pick, step_rows
@@ -193,6 +193,7 @@ def analyze_steps(path: Source, iterations: str | None, explain: bool = True,
     idle causes of each step of `iterations` ("RANGE[@DOMAIN]"; None: picked) summed on the
     second one (`observers` see the first pass too). Where no range can be picked, the
     report is the reason (a range named but absent is an InputError)."""
+    path = open_trace(path)
     collector = ActivityCollector(path)
     state: dict = {}
 

@@ -32,18 +32,20 @@ the rates printed here are those the trace carries for Paraver's views.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from ..paraver.read import Source, companion, read_layout, source_path
+from ..paraver.read import Source, TraceInfo, open_trace
 from ..paraver.registry import gpu_metrics as greg
 from . import occupancy
 from . import rate_model as rm
-from .activities import Activities, _type_labels
+from .activities import Activities
 from .labels import distinct_labels
+from .store import WindowStore
 
 # bound labels (docs/kernel_metrics.md): thresholds on the rates, in percent of peak
 MEMORY_BOUND_DRAM = 60.0  # DRAM read + write bandwidth
@@ -81,9 +83,14 @@ class SampleCollector:
     sample times and a (samples x metrics) matrix of values (NaN where a sample lacks a
     metric)."""
 
-    def __init__(self, path: Source) -> None:
-        self.path = source_path(path)
-        labels = _type_labels(companion(self.path, ".pcf"))
+    def __init__(self, path: Source | TraceInfo, store: WindowStore | None = None) -> None:
+        info = open_trace(path)
+        self.path = info.path
+        # with `store`: the samples written there window by window (read back by
+        # `series`), and per row what the model needs of all of them before it reads them
+        self.store = store
+        self._stats: dict[int, _RowStats] = {}
+        labels = info.type_labels
         prefix = greg.SAMPLES.label.split("{")[0]
         base = greg.SAMPLES.base
         self.metric_types = sorted(t for t, lab in labels.items()
@@ -91,8 +98,7 @@ class SampleCollector:
                                    and lab.startswith(prefix))
         self.keys = [labels[t][len(prefix):] for t in self.metric_types]
         self.types = frozenset(self.metric_types)
-        layout = read_layout(path)
-        self.rows = layout.rows.filter(pl.col("kind") == "metrics")
+        self.rows = info.rows.filter(pl.col("kind") == "metrics")
         self._col = np.full(max(self.metric_types, default=base) - base + 1, -1, dtype=np.int64)
         for i, t in enumerate(self.metric_types):
             self._col[t - base] = i
@@ -116,7 +122,41 @@ class SampleCollector:
         sample = np.cumsum(new) - 1
         mat = np.full((int(new.sum()), len(self.metric_types)), np.nan)
         mat[sample, col] = value / greg.SCALE
-        self._parts.append((row[new].astype(np.int32), time[new], mat))
+        if self.store is None:
+            self._parts.append((row[new].astype(np.int32), time[new], mat))
+            return
+        srow, stime = row[new].astype(np.int32), time[new]
+        self.store.add("samples", pl.DataFrame(
+            {"row": srow, "time": stime,
+             **{f"v{i}": mat[:, i] for i in range(mat.shape[1])}}))
+        bounds = np.flatnonzero(np.append(True, srow[1:] != srow[:-1]))
+        for a, z in zip(bounds, np.append(bounds[1:], srow.size)):
+            r = int(srow[a])
+            st = self._stats.get(r)
+            if st is None:
+                st = self._stats[r] = _RowStats(len(self.metric_types))
+            st.add(stime[a:z], mat[a:z])
+
+    def series(self) -> dict[int, "_Series"]:
+        """row -> its samples (`_Series`), read back from the store, or held (then once:
+        `result`)."""
+        if self.store is not None:
+            return {r: _Series(st, (lambda r=r: self._chunks(r)))
+                    for r, st in sorted(self._stats.items())}
+        out = {}
+        for r, (t, mat) in self.result().items():
+            st = _RowStats(mat.shape[1])
+            st.add(t, mat)
+            out[r] = _Series(st, (lambda t=t, mat=mat: iter([(t, mat)])))
+        return out
+
+    def _chunks(self, row: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        cols = [f"v{i}" for i in range(len(self.metric_types))]
+        for part in self.store.parts("samples"):
+            p = part.filter(pl.col("row") == row)
+            if p.height:
+                yield (p["time"].to_numpy(),
+                       np.ascontiguousarray(p.select(cols).to_numpy(), dtype=np.float64))
 
     def result(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """row -> (sorted sample times, values as float64, periods x metrics)."""
@@ -133,6 +173,46 @@ class SampleCollector:
             sel = row == r
             out[int(r)] = (time[sel], mat[sel])
         return out
+
+
+class _RowStats:
+    """What the model needs to know of all the samples of one metrics row before it reads
+    them again (`SampleCollector` with a store): how many, the intervals between them (as
+    counts of each distinct interval: their median), each metric's largest value and its
+    invalid values."""
+
+    def __init__(self, metrics: int) -> None:
+        self.n = 0
+        self.last: int | None = None
+        self.gaps: dict[int, int] = {}
+        self.top = np.zeros(metrics)  # nanmax with initial 0 (`rate_model.bounds`)
+        self.nan = np.zeros(metrics, dtype=np.int64)
+
+    def add(self, times: np.ndarray, mat: np.ndarray) -> None:
+        t = np.asarray(times, dtype=np.int64)
+        if self.last is not None:
+            t = np.concatenate([[self.last], t])
+        d, c = np.unique(np.diff(t), return_counts=True)
+        for x, k in zip(d.tolist(), c.tolist()):
+            self.gaps[x] = self.gaps.get(x, 0) + k
+        self.last = int(times[-1])
+        self.n += int(len(times))
+        self.top = np.fmax(self.top, np.nanmax(mat, axis=0, initial=0.0))
+        self.nan += np.isnan(mat).sum(0)
+
+    def cut(self, interval: int) -> int:
+        """The periods cut at a gap in the sampling (`rate_model.periods_of`)."""
+        if interval <= 0:
+            return 0
+        return sum(k for g, k in self.gaps.items() if g > rm.GAP_FACTOR * interval)
+
+    def interval(self) -> int:
+        from .rate_model import median_interval
+
+        if not self.gaps:
+            return 0
+        return median_interval(np.array(list(self.gaps), dtype=np.int64),
+                               np.array(list(self.gaps.values()), dtype=np.int64))
 
 
 @dataclass
@@ -179,6 +259,35 @@ class KernelMetrics:
 
 
 # -- the devices ----------------------------------------------------------------------------
+#
+# Every GPU's activities and samples are read as a stream, as often as the model needs them
+# (`_Device.activities`, `_Device.samples`), never held whole: per kernel name and class its
+# time and launches (`_scan`), then the model's sums over blocks of sampling periods, each
+# with the activities that overlap it (`_sweep`); the folding, the steps and the
+# interference's second fit on such sweeps too. The arithmetic is that of the whole arrays
+# (`rate_model.SumsStream`, `block_entries`): the same numbers.
+
+PERIOD_BLOCK = 65_536  # sampling periods a sweep handles at a time
+
+
+@dataclass
+class _Series:
+    """One metrics row's samples: what is known of all of them (`_RowStats`) and their
+    values, read again as chunks of (times, values) in time order."""
+
+    stats: "_RowStats"
+    chunks: object  # () -> Iterator[tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class _PeriodInfo:
+    """What the tables need of a GPU's sampling periods (`rate_model.Periods` without
+    them)."""
+
+    n: int
+    interval: int
+    cut: int
+
 
 @dataclass
 class _Device:
@@ -189,19 +298,26 @@ class _Device:
     streams: list[int]
     keys: list[str]
     names: pl.DataFrame  # code, key, short, kind ('kernel', 'nccl', 'memop')
-    periods: rm.Periods | None = None
-    values: np.ndarray | None = None
-    acts: pl.DataFrame | None = None  # row, start, end, code
+    series: _Series | None = None
+    periods: _PeriodInfo | None = None
+    # per (code, class): time (ns), launches; and per code of a compute kernel the
+    # launches that ran beside an NCCL kernel or a copy and those that ran alone
+    per_code: pl.DataFrame | None = None
+    overlap: pl.DataFrame | None = None  # code, overlapped, launches, time
     labels: list[str] = field(default_factory=list)
-    col: np.ndarray | None = None
+    col_of: dict = field(default_factory=dict)  # model code -> column
     fit: rm.DeviceFit | None = None
-    busy: np.ndarray | None = None  # per period: the share of it in which anything ran
-    activity: np.ndarray | None = None  # per period: the activities' shares summed
-    predicted: np.ndarray | None = None  # (periods x metrics), when the steps need it
     # the launches of its kernels by configuration (`launch.LaunchCollector` rows of its
     # stream rows): what bounds their rates
     launches: pl.DataFrame | None = None
-    classes: pl.DataFrame | None = None  # row, start, class: each kernel's launch class
+    source: object = None  # the trace's activities (`Activities` or `StoredActivities`)
+    classes: object = None  # held classes frame (row, start, class), or None
+    scratch: WindowStore | None = None  # this analysis' own store (overlapped launches)
+    launch_time: np.ndarray | None = None  # per model column, its activities' time
+
+    @property
+    def n_acts(self) -> int:
+        return 0 if self.per_code is None else int(self.per_code["launches"].sum())
 
     def with_names(self, df: pl.DataFrame) -> pl.DataFrame:
         """`df` (with a `code` column) with each code's key, short name and kind."""
@@ -212,114 +328,380 @@ class _Device:
                 dict(zip(self.names["code"].to_list(),
                          (self.names["kind"] == "memop").to_list())))
 
+    def activities(self, overlapped: bool = False) -> Iterator[pl.DataFrame]:
+        """Its activities (row, start, end, code, cls[, overlapped]) longer than 0 ns, in
+        chunks in start order: code, a kernel's name id (its full name's) or -1 - the
+        operation of a copy; cls, a kernel's launch class; overlapped, a compute kernel
+        that ran beside an NCCL kernel or a copy (`_scan` found them, and filed the
+        device's activities in the scratch store as it read them: read from there)."""
+        table = f"acts{self.row}"
+        for b in self.scratch.bucket_ids(table):
+            a = self.scratch.bucket(table, b, ["start", "row"])
+            if overlapped:
+                hit = (self.scratch.bucket("overlapped", b, ["start"])
+                       .unique(["row", "start"], keep="first", maintain_order=True)
+                       .with_columns(pl.lit(True).alias("overlapped")))
+                a = a.join(hit, on=["row", "start"], how="left", maintain_order="left") \
+                    .with_columns(pl.col("overlapped").fill_null(False))
+            yield a
+
+    def samples(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(times, values) of its samples in time order, in chunks of PERIOD_BLOCK at
+        most."""
+        for times, mat in self.series.chunks():
+            for a in range(0, len(times), PERIOD_BLOCK):
+                yield times[a:a + PERIOD_BLOCK], mat[a:a + PERIOD_BLOCK]
+
+
+def _with_classes(items: pl.DataFrame, table: pl.DataFrame | None) -> pl.DataFrame:
+    """`items` with each activity's launch class (`cls`; 0 where none is known): the first
+    class written for its (row, start) in the trace's order (`launch.LaunchCollector`:
+    held, or filed in the store beside the activities)."""
+    if table is None or table.height == 0 or items.height == 0:
+        return items.with_columns(pl.lit(0, pl.Int64).alias("cls"))
+    first = (table.select(pl.col("row").cast(pl.Int32), "start",
+                          pl.col("class").cast(pl.Int64).alias("cls"))
+             .unique(["row", "start"], keep="first", maintain_order=True))
+    return (items.join(first, on=["row", "start"], how="left", maintain_order="left")
+            .with_columns(pl.col("cls").fill_null(0)))
+
 
 def _device_name(rows: pl.DataFrame, row: int) -> str:
     r = rows.filter(pl.col("row") == row).row(0, named=True)
     return f"{r['task_label']} / GPU {r['device']}"
 
 
-def _activities_table(acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Kernels and memory operations as model intervals (row, start, end, code) and the
-    table of their codes (code, key, short, kind): a kernel's code is its full name's value
-    id, a memory operation's -1 - its operation's value (key 'memop:<value>'). A few numbers
-    an activity; the names are looked at once per code."""
+class _Overlaps:
+    """Which compute kernels of a GPU ran beside an NCCL kernel or a memory operation
+    (another stream: a stream runs one thing at a time), from its activities in start
+    order: a kernel is decided once every activity that starts before its end has been
+    seen; the union of the others is kept only as far back as an undecided kernel needs.
+    Memory: the kernels running at once, not all of them."""
+
+    def __init__(self) -> None:
+        self._k = {n: np.zeros(0, np.int64) for n in ("row", "start", "end", "code")}
+        self._us = np.zeros(0, np.int64)  # the union of the others, so far
+        self._ue = np.zeros(0, np.int64)
+
+    def add(self, kernel: np.ndarray, cols: dict[str, np.ndarray], last: bool = False
+            ) -> dict[str, np.ndarray]:
+        """The next activities (`kernel`: a compute kernel, else one of the others; `cols`:
+        row, start, end, code); returns the kernels decided (all of them with `last`):
+        row, start, end, code, overlapped."""
+        start, end = cols["start"], cols["end"]
+        other = ~kernel
+        if other.any():
+            self._us, self._ue = rm._union(np.concatenate([self._us, start[other]]),
+                                           np.concatenate([self._ue, end[other]]))
+        k = {n: np.concatenate([self._k[n], np.asarray(cols[n], np.int64)[kernel]])
+             for n in self._k}
+        seen = int(start.max()) if start.size else None
+        done = np.ones(k["start"].size, bool) if last or seen is None else k["end"] <= seen
+        out = {n: v[done] for n, v in k.items()}
+        self._k = {n: v[~done] for n, v in k.items()}
+        ks, ke = out["start"], out["end"]
+        over = np.zeros(ks.size, dtype=bool)
+        if ks.size and self._us.size:
+            i = np.searchsorted(self._us, ke, side="left") - 1
+            over = (i >= 0) & (self._ue[np.maximum(i, 0)] > ks)
+        out["overlapped"] = over
+        # the union no kernel to decide can reach: they start at `seen` or after, or are
+        # among the undecided
+        if seen is not None and self._us.size:
+            floor = min(seen, int(self._k["start"].min())) if self._k["start"].size else seen
+            keep = self._ue > floor
+            if not keep.all():
+                first = int(np.argmax(keep)) if keep.any() else self._us.size
+                self._us, self._ue = self._us[first:], self._ue[first:]
+        return out
+
+
+def _scan(acts, devices: list["_Device"], classes: pl.DataFrame | None,
+          overlap_launches: bool) -> pl.DataFrame | None:
+    """One pass over the trace's activities: the names of their codes (`_Device.names`),
+    and per sampled GPU its activities filed in the scratch store (row, start, end, code,
+    cls: what the model's sweeps read), per (code, class) their time and launches, and
+    which compute kernels ran beside an NCCL kernel or a copy (their (row, start) filed in
+    the scratch store; per code their launches and time in both cases). With
+    `overlap_launches`, every launch of the kernels that ran beside others at least once
+    (code, dur, overlapped) is returned too (`slow_launches_overlapped`; a few numbers a
+    launch)."""
     c = pl.col
-    k = acts.kernels.select(c("row").cast(pl.Int32), "start",
-                            (c("start") + c("dur")).alias("end"),
-                            c("full").cast(pl.Int64).alias("code"))
-    m = acts.memops.select(c("row").cast(pl.Int32), "start",
-                           (c("start") + c("dur")).alias("end"),
-                           (-1 - c("op").cast(pl.Int64)).alias("code"))
+    firsts: list[pl.DataFrame] = []
+    ops: set[int] = set()
+    store = getattr(acts, "store", None)
+    state = []
+    for d in devices:
+        st = {"streams": pl.Series(d.streams, dtype=pl.Int32).implode(), "sums": [],
+              "over": [], "touched": [], "flags": _Overlaps()}
+        state.append(st)
+
+    def settle(d: "_Device", st: dict, done: dict[str, np.ndarray]) -> None:
+        if done["start"].size == 0:
+            return
+        f = pl.DataFrame({"row": done["row"].astype(np.int32), "start": done["start"],
+                          "dur": done["end"] - done["start"], "code": done["code"],
+                          "overlapped": done["overlapped"]})
+        st["over"].append(f.group_by("code", "overlapped").agg(
+            pl.len().cast(pl.Int64).alias("launches"), c("dur").sum().alias("time")))
+        hit = f.filter(c("overlapped")).select("row", "start")
+        if hit.height:
+            d.scratch.add_timed("overlapped", hit, "start")
+        if overlap_launches:
+            st["touched"].append(f.select("code", "dur", "overlapped"))
+
+    for b, items in acts.gpu_buckets(["row", "start", "end", "kernel", "nccl", "name",
+                                      "full", "op"]):
+        k = items.filter(c("kernel"))
+        if k.height:
+            firsts.append(k.group_by("full", maintain_order=True).agg(
+                c("name").first(), c("nccl").any()))
+        ops.update(items.filter(~c("kernel"))["op"].unique().to_list())
+        live = items.filter(c("end") > c("start"))
+        if not live.height:
+            continue
+        live = _with_classes(live.select(
+            "row", "start", "end", pl.when(c("kernel")).then(c("full").cast(pl.Int64))
+            .otherwise(-1 - c("op").cast(pl.Int64)).alias("code"),
+            (c("kernel") & ~c("nccl")).alias("compute")),
+            classes if classes is not None and classes.height
+            else (store.bucket("classes", b, ["start"]) if store is not None else None))
+        for d, st in zip(devices, state):
+            a = live.filter(c("row").is_in(st["streams"]))
+            if not a.height:
+                continue
+            d.scratch.add_timed(f"acts{d.row}", a.select("row", "start", "end", "code",
+                                                         "cls"), "start",
+                                sorted_by=("start", "row"))
+            st["sums"].append(a.group_by("code", "cls").agg(
+                (c("end") - c("start")).sum().alias("time"),
+                pl.len().cast(pl.Int64).alias("launches")))
+            settle(d, st, st["flags"].add(a["compute"].to_numpy(),
+                                          {n: a[n].to_numpy() for n in ("row", "start",
+                                                                        "end", "code")}))
+            for key, by in (("sums", ["code", "cls"]), ("over", ["code", "overlapped"])):
+                if len(st[key]) > 64:  # the partial sums summed: a few rows per code
+                    cols = st[key][0].columns
+                    st[key] = [pl.concat(st[key]).group_by(by).agg(
+                        c(x).sum() for x in cols if x not in by).select(cols)]
+    z = np.zeros(0, np.int64)
+    listed = []
+    for d, st in zip(devices, state):
+        settle(d, st, st["flags"].add(np.zeros(0, bool),
+                                      {"row": z, "start": z, "end": z, "code": z}, last=True))
+        d.per_code = (pl.concat(st["sums"]).group_by("code", "cls")
+                      .agg(c("time").sum(), c("launches").sum()) if st["sums"] else
+                      pl.DataFrame(schema={"code": pl.Int64, "cls": pl.Int64,
+                                           "time": pl.Int64, "launches": pl.Int64}))
+        d.overlap = (pl.concat(st["over"]).group_by("code", "overlapped")
+                     .agg(c("launches").sum(), c("time").sum()) if st["over"] else
+                     pl.DataFrame(schema={"code": pl.Int64, "overlapped": pl.Boolean,
+                                          "launches": pl.Int64, "time": pl.Int64}))
+        if overlap_launches and st["touched"]:
+            all_ = pl.concat(st["touched"])
+            hit = all_.filter(c("overlapped"))["code"].unique()
+            if hit.len():
+                listed.append(all_.filter(c("code").is_in(hit.implode())))
+    names = _names_table(acts, firsts, ops)
+    for d in devices:
+        d.names = names
+    return pl.concat(listed) if listed else None
+
+
+def _names_table(acts, firsts: list[pl.DataFrame], ops: set[int]) -> pl.DataFrame:
+    """(code, key, short, kind) of every code of the trace's activities: a kernel's code is
+    its full name's value id, a memory operation's -1 - its operation's value (key
+    'memop:<value>'); from the first (name, nccl) of each full name in the activities'
+    order (`firsts`, per chunk) and the operations (`ops`)."""
+    c = pl.col
+    per = (pl.concat(firsts).group_by("full", maintain_order=True)
+           .agg(c("name").first(), c("nccl").any()) if firsts
+           else pl.DataFrame(schema={"full": pl.Int32, "name": pl.Int32, "nccl": pl.Boolean}))
     names = acts.kernel_names
-    kn = (acts.kernels.group_by("full").agg(c("name").first(), c("nccl").any())
+    kn = (per.with_columns(c("full").cast(pl.Int64), c("name").cast(pl.Int64))
           .join(names.rename({"id": "full", "name": "key"}), on="full", how="left")
           .join(names.rename({"id": "name", "name": "short"}), on="name", how="left")
-          .select(c("full").cast(pl.Int64).alias("code"),
+          .select(c("full").alias("code"),
                   c("key").fill_null(c("short")).fill_null("(unnamed)"),
                   c("short").fill_null("(unnamed)"),
                   pl.when(c("nccl")).then(pl.lit("nccl")).otherwise(pl.lit("kernel"))
                   .alias("kind")))
-    mn = (acts.memops.select("op").unique()
+    mn = (pl.DataFrame({"op": sorted(ops)}, schema={"op": pl.Int64})
           .join(acts.memop_names.rename({"id": "op", "name": "short"}), on="op", how="left")
-          .select((-1 - c("op").cast(pl.Int64)).alias("code"),
+          .select((-1 - c("op")).alias("code"),
                   pl.format("memop:{}", c("op")).alias("key"),
                   c("short").fill_null(pl.format("memory operation {}", c("op"))),
                   pl.lit("memop").alias("kind")))
-    return pl.concat([k, m]), pl.concat([kn, mn])
+    return pl.concat([kn, mn])
 
 
-def _devices(acts: Activities, samples: dict, keys: list[str]) -> list[_Device]:
+def _devices(acts, series: dict[int, _Series], keys: list[str], classes,
+             scratch: WindowStore) -> list[_Device]:
     rows = acts.rows
     metrics = rows.filter(pl.col("kind") == "metrics").sort("row")
-    table, names = _activities_table(acts)
+    names = pl.DataFrame(schema={"code": pl.Int64, "key": pl.Utf8, "short": pl.Utf8,
+                                 "kind": pl.Utf8})  # `_scan` finds them
     out = []
     for r in metrics.iter_rows(named=True):
-        if r["row"] not in samples:
+        if r["row"] not in series:
             continue
         streams = rows.filter((pl.col("kind") == "gpu") & (pl.col("task_index") == r["task_index"])
                               & (pl.col("device") == r["device"]))["row"].to_list()
-        d = _Device(_device_name(rows, r["row"]), r["row"], streams, keys, names)
-        times, values = samples[r["row"]]
-        d.periods = rm.periods_of(times)
-        d.values = values
-        d.acts = table.filter(pl.col("row").is_in(streams) & (pl.col("end") > pl.col("start")))
+        d = _Device(_device_name(rows, r["row"]), r["row"], streams, keys, names,
+                    series[r["row"]], source=acts, classes=classes, scratch=scratch)
+        st = d.series.stats
+        interval = st.interval()
+        d.periods = _PeriodInfo(st.n, interval, st.cut(interval))
         out.append(d)
-    del table
     return out
 
 
-def _fit(d: _Device, predict: bool = False) -> None:
-    """The device's model, and what the folding (and, with `predict`, the steps) need of
-    its (period, column) shares: those are dropped after, they are the fit's largest part."""
-    a = d.acts
-    start, end = a["start"].to_numpy(), a["end"].to_numpy()
+def _model_columns(d: _Device) -> None:
+    """The model's columns: one per kernel name and launch class, per kind of copy (as
+    `rate_model.design_codes` makes them from every interval, here from their sums)."""
+    c = pl.col
+    pc = d.per_code
+    mcode = np.where(pc["code"].to_numpy() >= 0,
+                     occupancy.model_code(pc["code"].to_numpy(), pc["cls"].to_numpy()),
+                     pc["code"].to_numpy())
+    per = (pl.DataFrame({"mcode": mcode, "time": pc["time"].to_numpy()})
+           .group_by("mcode").agg(c("time").sum()).sort("mcode"))
     label_of, memop_of = d.label_maps()
-    # a kernel's column: its name and its launch class (occupancy.grid_class), as the
-    # translation's model has it
+    mlabels, mmemop = occupancy.model_labels(label_of, memop_of, per["mcode"].to_numpy())
+    col, d.labels = rm.design_codes(per["mcode"].to_numpy(), mlabels, mmemop,
+                                    per["time"].to_numpy())
+    d.col_of = dict(zip(per["mcode"].to_list(), col.tolist()))
+    d.launch_time = np.bincount(col, weights=per["time"].to_numpy().astype(np.float64),
+                                minlength=len(d.labels) + 1)
+
+
+def _model_codes(a: pl.DataFrame) -> np.ndarray:
     code = a["code"].to_numpy()
-    classes = _classes_of(a, d.classes)
-    d.classes = None  # done with
-    mcode = np.where(code >= 0, occupancy.model_code(code, classes), code)
-    mlabels, mmemop = occupancy.model_labels(label_of, memop_of, mcode)
-    d.col, d.labels = rm.design_codes(mcode, mlabels, mmemop, end - start)
-    lo, hi = _bounds(d, mcode, d.col, classes=True)
-    d.fit, ent = rm.fit_device(d.periods, d.values, start, end, d.col, len(d.labels), lo, hi)
-    d.busy = ent.busy
-    d.activity = np.bincount(ent.period, weights=np.where(ent.col < ent.n_cols, ent.share,
-                                                          0.0), minlength=d.periods.n)
-    if predict:
-        rates = np.stack([m.rates for m in d.fit.metrics], axis=1)
-        d.predicted = rm.predict(ent, rates, d.periods.n)
+    return np.where(code >= 0, occupancy.model_code(code, a["cls"].to_numpy()), code)
 
 
-def _classes_of(acts: pl.DataFrame, classes: pl.DataFrame | None) -> np.ndarray:
-    """Each activity's launch class (0 where `classes`, the kernels' (row, start, class)
-    other than 0, has none), found stream by stream with a binary search (a hash join of
-    the millions of kernels of a large trace took half a GB)."""
-    out = np.zeros(acts.height, dtype=np.int64)
-    if classes is None or classes.height == 0:
-        return out
-    rows, starts = acts["row"].to_numpy(), acts["start"].to_numpy()
-    c_rows, c_starts = classes["row"].to_numpy(), classes["start"].to_numpy()
-    c_class = classes["class"].to_numpy()
-    for r in np.unique(c_rows).tolist():  # the GPU's streams
-        mine = c_rows == r
-        order = np.argsort(c_starts[mine], kind="stable")  # the first of equal starts
-        s, k = c_starts[mine][order], c_class[mine][order]
-        at = np.flatnonzero(rows == r)
-        i = np.minimum(np.searchsorted(s, starts[at]), s.size - 1)
-        hit = s[i] == starts[at]
-        out[at[hit]] = k[i[hit]]
-    return out
+def _period_blocks(chunks, interval: int):
+    """(times, values, the next sample's time or None) of consecutive chunks of samples:
+    the period ends of each chunk need the sample after it."""
+    prev = None
+    for times, mat in chunks:
+        if len(times) == 0:
+            continue
+        if prev is not None:
+            yield prev[0], prev[1], int(times[0])
+        prev = (times, mat)
+    if prev is not None:
+        yield prev[0], prev[1], None
 
 
-def _bounds(d: _Device, code: np.ndarray, col: np.ndarray, n_cols: int | None = None,
+def _sweep(d: _Device, columns, n_cols: int, on_block, overlapped: bool = False) -> None:
+    """The sampling periods of the device in blocks, each with the entries of the model
+    (`rate_model.block_entries`) from the activities that overlap it:
+    `on_block(ent, times, ends, values, acts, p0)` (p0: the block's first period's index),
+    `columns(acts)` giving each activity's
+    column (`acts`: those that start before the block's last period ends and end after
+    the previous block's). The activities come in start order; those that may still
+    overlap a later period are kept (a kernel that spans the run stays to its end), the
+    others let go."""
+    stream = d.activities(overlapped)
+    kept: pl.DataFrame | None = None
+    exhausted = False
+    p0 = 0
+    z = np.zeros(0, np.int64)
+    for times, mat, following in _period_blocks(d.samples(), d.periods.interval):
+        ends, _ = rm.periods_block(times, following, d.periods.interval)
+        last = int(ends.max())
+        # every activity that starts before the block's last period ends
+        while not exhausted and (kept is None or kept.height == 0
+                                 or int(kept["start"][-1]) < last):
+            nxt = next(stream, None)
+            if nxt is None:
+                exhausted = True
+                break
+            nxt = nxt.with_columns(pl.Series("col", columns(nxt), dtype=pl.Int64))
+            kept = nxt if kept is None else pl.concat([kept, nxt])
+        near = kept.filter(pl.col("start") < last) if kept is not None else None
+        if near is not None and near.height:
+            ent = rm.block_entries(times, ends, near["start"].to_numpy(),
+                                   near["end"].to_numpy(), near["col"].to_numpy(), n_cols,
+                                   p0=p0)
+        else:
+            ent = rm.block_entries(times, ends, z, z, z, n_cols, p0=p0)
+        on_block(ent, times, ends, mat, near, p0)
+        p0 += times.size
+        if kept is not None:  # what ends by this block's last period cannot reach later
+            kept = kept.filter(pl.col("end") > last)
+
+
+def _lookup(table: dict, keys: np.ndarray) -> np.ndarray:
+    """table[k] for each of `keys` (every key is in the table)."""
+    k = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+    v = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    order = np.argsort(k)
+    k, v = k[order], v[order]
+    return v[np.searchsorted(k, np.asarray(keys, dtype=np.int64))]
+
+
+def _fit(d: _Device, long_codes: np.ndarray | None) -> pl.DataFrame | None:
+    """The device's model (`rate_model.fit` of its streamed sums), and, for the compute
+    kernels `long_codes`, the folding's samples: (start, row, period, code, bin, metric
+    values) of every period that lies inside one of their launches while nothing else ran."""
+    _model_columns(d)
+    n_cols = len(d.labels)
+    pairs = pl.DataFrame({"code": np.fromiter(d.col_of.keys(), np.int64, len(d.col_of)),
+                          "col": np.fromiter(d.col_of.values(), np.int64, len(d.col_of))})
+    lo, hi = _bounds(d, pairs, classes=True)
+    M = len(d.keys)
+    sums = rm.SumsStream(n_cols, M, [m for m in range(M) if d.series.stats.nan[m] > 0])
+    folded: list[pl.DataFrame] = []
+
+    def on_block(ent, times, ends, mat, near, p0) -> None:
+        length = (ends - times).astype(np.float64)
+        sums.add(ent, mat, length)
+        if long_codes is None or near is None or not near.height:
+            return
+        k = near.filter(pl.col("code").is_in(pl.Series(long_codes).implode()))
+        if not k.height:
+            return
+        # per period, the shares of what ran (`rate_model` entries but the idle one)
+        activity = np.bincount(ent.period - p0, weights=np.where(ent.col < ent.n_cols,
+                                                                 ent.share, 0.0),
+                               minlength=times.size)
+        s, e = k["start"].to_numpy(), k["end"].to_numpy()
+        first = np.searchsorted(times, s, side="left")
+        last = np.searchsorted(ends, e, side="right") - 1
+        counts = np.maximum(last - first + 1, 0)
+        idx = np.repeat(np.arange(s.size), counts)
+        per = first[idx] + (np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts,
+                                                            counts))
+        alone = activity[per] <= 1.0 + 1e-9
+        idx, per = idx[alone], per[alone]
+        if idx.size == 0:
+            return
+        mid = (times[per] + ends[per]) / 2.0
+        x = (mid - s[idx]) / np.maximum(e[idx] - s[idx], 1)
+        b = np.clip((x * FOLD_BINS).astype(np.int64), 0, FOLD_BINS - 1)
+        folded.append(pl.DataFrame({
+            "start": s[idx], "row": k["row"].to_numpy()[idx], "period": per + p0,
+            "code": k["code"].to_numpy()[idx], "bin": b,
+            **{f"v{m}": mat[per, m] for m in range(M)}}))
+
+    _sweep(d, lambda a: _lookup(d.col_of, _model_codes(a)), n_cols, on_block)
+    d.fit = rm.fit(sums.result(), lo, hi)
+    d.fit.time = sums.time
+    d.fit.periods = d.periods.n
+    d.fit.interval = d.periods.interval
+    return pl.concat(folded) if folded else None
+
+
+def _bounds(d: _Device, pairs: pl.DataFrame, n_cols: int | None = None,
             classes: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The bounds of the device's rates per column and metric: the metric's range, and for
     the kernels what their grids allow (`occupancy.rate_bounds`, on the launches' ceilings
-    as the trace holds them: the translation's bounds). `code`: each interval's code, a
-    model code (name and launch class) with `classes`, else the name's."""
-    lo, hi = rm.bounds([greg.is_percent(k) for k in d.keys], d.values)
+    as the trace holds them: the translation's bounds). `pairs`: (code, col) of the
+    columns' codes, a model code (name and launch class) with `classes`, else the
+    name's."""
+    lo, hi = rm.bounds_from_top([greg.is_percent(k) for k in d.keys], d.series.stats.top)
     L = d.launches
     if L is None or L.height == 0:
         return lo, hi
@@ -331,8 +713,7 @@ def _bounds(d: _Device, code: np.ndarray, col: np.ndarray, n_cols: int | None = 
     L = L.with_columns(key.alias("code"))
     # the column(s) of each kernel code (memory operations have none; the interference
     # fit splits a kernel in two columns, each bounded by all of its launches)
-    pairs = (pl.DataFrame({"code": code, "col": col}).filter(pl.col("code") >= 0)
-             .unique(["code", "col"]))
+    pairs = pairs.filter(pl.col("code") >= 0).unique(["code", "col"])
     k = L.join(pairs, on="code", how="inner")
     if k.height == 0:
         return lo, hi
@@ -343,6 +724,262 @@ def _bounds(d: _Device, code: np.ndarray, col: np.ndarray, n_cols: int | None = 
     return occupancy.rate_bounds(d.keys, lo, hi, k["col"].to_numpy(), f64("time"),
                                  f64("sms"), f64("sm_ceiling"), f64("warps_ceiling"),
                                  len(d.labels) if n_cols is None else n_cols)
+
+
+def _interference(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
+    """Kernels that run both alone and beside an NCCL kernel or a memory operation on
+    another stream of their GPU: launches, mean duration and rates in each case (the model
+    fitted again with the two cases as two columns)."""
+    c = pl.col
+    out = []
+    for d in devices:
+        ov = d.overlap
+        if ov is None or not ov.filter(c("overlapped")).height:
+            continue
+        counts = ov.group_by("code").agg(
+            c("launches").filter(c("overlapped")).sum().alias("n_over"),
+            c("launches").filter(~c("overlapped")).sum().alias("n_alone"))
+        both = counts.filter((c("n_over") >= INTERFERENCE_LAUNCHES)
+                             & (c("n_alone") >= INTERFERENCE_LAUNCHES))["code"]
+        if both.len() == 0:
+            continue
+        # the overlapped launches of those kernels get codes of their own, past every code
+        split_at = int(d.names["code"].max()) + 1
+        both_np = np.sort(both.to_numpy().astype(np.int64))
+        label_of, memop_of = d.label_maps()
+        for code in both_np.tolist():
+            label_of[code + split_at] = label_of[code] + "\x00overlapped"
+        # per code of the split design, its time (the overlapped launches of `both` apart)
+        per = d.per_code.group_by("code").agg(c("time").sum())
+        split_time = ov.filter(c("code").is_in(both.implode()) & c("overlapped")).select(
+            (c("code") + split_at).alias("code"), "time")
+        per = (per.join(split_time.select(c("code") - split_at, c("time").alias("_o")),
+                        on="code", how="left")
+               .with_columns(c("time") - c("_o").fill_null(0)).drop("_o"))
+        per = pl.concat([per, split_time]).filter(c("time").is_not_null()).sort("code")
+        codes = per["code"].to_numpy()
+        col, labels = rm.design_codes(codes, label_of, memop_of, per["time"].to_numpy())
+        col_of = dict(zip(codes.tolist(), col.tolist()))
+        pairs = pl.DataFrame({"code": np.where(codes >= split_at, codes - split_at, codes),
+                              "col": col})
+        d_labels = d.labels
+        d.labels = labels
+        lo, hi = _bounds(d, pairs, len(labels))
+        d.labels = d_labels
+        M = len(d.keys)
+        sums = rm.SumsStream(len(labels), M,
+                             [m for m in range(M) if d.series.stats.nan[m] > 0])
+
+        def columns(a: pl.DataFrame) -> np.ndarray:
+            code = a["code"].to_numpy()
+            split = np.isin(code, both_np) & a["overlapped"].to_numpy()
+            return _lookup(col_of, np.where(split, code + split_at, code))
+
+        _sweep(d, columns, len(labels),
+               lambda ent, times, ends, mat, near, p0: sums.add(
+                   ent, mat, (ends - times).astype(np.float64)), overlapped=True)
+        # the two cases' rates alone: their ranges are not reported
+        fit = rm.fit(sums.result(), lo, hi, with_ranges=False)
+        index = {lab: i for i, lab in enumerate(labels)}
+        stats = d.with_names(ov.filter(c("code").is_in(both.implode())).select(
+            "code", "overlapped", "launches", (c("time") / c("launches")).alias("mean_dur")))
+        for r in stats.iter_rows(named=True):
+            lab = r["key"] + ("\x00overlapped" if r["overlapped"] else "")
+            j = index.get(lab)
+            row = {"device": d.name, "kernel": r["key"], "short": r["short"],
+                   "case": "overlapped" if r["overlapped"] else "alone",
+                   "launches": r["launches"], "mean_dur": r["mean_dur"]}
+            for m, key in enumerate(keys):
+                if key in KEY_METRICS:
+                    row[key] = float(fit.metrics[m].rates[j]) if j is not None else None
+            out.append(row)
+    if not out:
+        return pl.DataFrame()
+    return pl.DataFrame(out).sort(["device", "kernel", "case"])
+
+
+def _folding(devices: list[_Device], keys: list[str], folded: dict) -> pl.DataFrame:
+    """Per long kernel name (at least FOLD_PERIODS sampling intervals on average, launched at
+    least FOLD_LAUNCHES times): each metric along its normalised duration, FOLD_BINS bins,
+    the mean of the samples whose whole period lies inside one of its launches while
+    nothing else ran (`folded`: per device, those samples, found on the model's sweep)."""
+    c = pl.col
+    out = []
+    for d in devices:
+        rows = folded.get(d.name)
+        if rows is None or not rows.height:
+            continue
+        rows = rows.sort("start", "row", "period", maintain_order=True)
+        for m, key in enumerate(keys):
+            if key not in KEY_METRICS:
+                continue
+            df = rows.select("code", "bin", c(f"v{m}").alias("value")).filter(
+                c("value").is_not_nan())
+            if not df.height:
+                continue
+            folded_m = df.group_by("code", "bin").agg(c("value").mean().alias("mean"),
+                                                      pl.len().alias("samples"))
+            out.append(d.with_names(folded_m).select(
+                pl.lit(d.name).alias("device"), c("key").alias("kernel"), "short",
+                pl.lit(key).alias("metric"), "bin", "mean", "samples"))
+    if not out:
+        return pl.DataFrame()
+    return (pl.concat(out).select("device", "kernel", "short", "metric", "bin", "mean",
+                                  "samples").sort(["device", "kernel", "metric", "bin"]))
+
+
+def _long_codes(d: _Device) -> np.ndarray | None:
+    """The compute kernels the folding looks at (FOLD_LAUNCHES launches at least, FOLD_PERIODS
+    sampling intervals long on average)."""
+    c = pl.col
+    kinds = d.names.select("code", "kind")
+    per = (d.per_code.group_by("code").agg(c("time").sum(), c("launches").sum())
+           .join(kinds, on="code", how="left").filter(c("kind") == "kernel")
+           .with_columns((c("time") / c("launches")).alias("mean")))
+    long = per.filter((c("launches") >= FOLD_LAUNCHES)
+                      & (c("mean") >= FOLD_PERIODS * max(d.periods.interval, 1)))["code"]
+    return long.to_numpy().astype(np.int64) if long.len() else None
+
+
+def _steps(devices: list[_Device], keys: list[str], steps: pl.DataFrame) -> pl.DataFrame:
+    """Per step and metric: the mean of the samples of the step's periods against the
+    model's prediction for them (from the run's rates and the step's own mix of kernels);
+    `z` is the step's difference in units of the differences' spread over the steps. One
+    more sweep of each device's periods, a step's periods held until it ends."""
+    c = pl.col
+    out = []
+    todo = steps.select("instance", "start", "end").rows()
+    for d in devices:
+        rates = np.nan_to_num(np.stack([m.rates for m in d.fit.metrics], axis=1))
+        held: dict[int, list] = {}  # step -> (values, predicted) of its busy periods so far
+
+        def close(i: int) -> None:
+            """A step whose periods have all been seen: its means."""
+            parts = held.pop(i, None)
+            if not parts:
+                return
+            v_all = np.concatenate([p[0] for p in parts])
+            q_all = np.concatenate([p[1] for p in parts])
+            if v_all.shape[0] == 0:  # no busy period in it
+                return
+            for m, key in enumerate(keys):
+                if key not in KEY_METRICS:
+                    continue
+                v, q = v_all[:, m], q_all[:, m]
+                ok = ~np.isnan(v)
+                if not ok.any():
+                    continue
+                out.append({"device": d.name, "instance": todo[i][0], "metric": key,
+                            "measured": float(v[ok].mean()), "predicted": float(q[ok].mean()),
+                            "samples": int(ok.sum())})
+
+        def on_block(ent, times, ends, mat, near, p0) -> None:
+            for i in [i for i in held if todo[i][2] <= times[0]]:
+                close(i)
+            pred = np.zeros((times.size, rates.shape[1]))
+            for m in range(rates.shape[1]):
+                pred[:, m] = np.bincount(ent.period - p0,
+                                         weights=ent.share * rates[ent.col, m],
+                                         minlength=times.size)
+            busy = ent.busy > 0
+            for i, (_, s, e) in enumerate(todo):
+                a = int(np.searchsorted(times, s, side="left"))
+                z = int(np.searchsorted(times, e, side="left"))
+                if z > a:
+                    sel = np.flatnonzero(busy[a:z]) + a
+                    held.setdefault(i, []).append((mat[sel], pred[sel]))
+
+        _sweep(d, lambda a: _lookup(d.col_of, _model_codes(a)), len(d.labels), on_block)
+        for i in list(held):
+            close(i)
+    if not out:
+        return pl.DataFrame()
+    df = pl.DataFrame(out).with_columns((c("measured") - c("predicted")).alias("diff"))
+    med = c("diff").median().over("device", "metric")
+    spread = pl.max_horizontal(1.4826 * (c("diff") - med).abs().median().over(
+        "device", "metric"), pl.lit(STEP_FLOOR))
+    df = df.with_columns(((c("diff") - med) / spread).alias("z"))
+    return df.with_columns(((c("z").abs() >= STEP_Z) & ((c("diff") - med).abs() >= STEP_POINTS))
+                           .alias("differs")).sort(["device", "instance", "metric"])
+
+
+def kernel_metrics(acts: Activities | None, samples: SampleCollector | None,
+                   steps: pl.DataFrame | None = None,
+                   launches: pl.DataFrame | None = None,
+                   classes: pl.DataFrame | None = None,
+                   info: TraceInfo | None = None,
+                   overlap_launches: bool = True) -> KernelMetrics:
+    """The tables of the module docstring from a trace's activities and samples (both
+    collected on the analysis' pass: held, or in its store); `steps` (instance, start,
+    end) adds the per-step table; `launches` (a `launch.LaunchCollector` result, same
+    pass) the launch statistics and the bounds they set on the rates, `classes` (its
+    `kernel_classes`, where they are not in the store) each kernel's launch class
+    (`info`: the trace as `open_trace` read it, else read from `acts.path`);
+    `overlap_launches`: every launch of the kernels that ran beside others at least once
+    (`launch_overlap`, for `slow_launches_overlapped`: a few numbers a launch). Without
+    samples, the launch statistics alone. Memory: the activities and samples are read as
+    streams (`_Device`), a block of periods at a time."""
+    from .launch import Launches, launch_tables
+
+    launch = Launches()
+    if launches is not None and acts is not None:
+        launch = launch_tables(launches, info if info is not None else acts.path, acts.rows)
+    keys = samples.keys if samples is not None else []
+    series = samples.series() if samples is not None else {}
+    empty = KernelMetrics(launch=launch)
+    if not keys or not series or acts is None:
+        empty.note = NO_METRICS
+        return empty
+    from ..lifeline import signals_held
+
+    scratch = None
+    try:
+        with signals_held():  # made and held here at once: a Ctrl-C finds it to remove
+            scratch = WindowStore("nsys2prv-metrics-")
+        store = getattr(acts, "store", None)
+        if store is not None:  # its own tables filed in the activities' buckets
+            scratch.starts = list(store.starts)
+        else:
+            scratch.window(-(2 ** 62))
+        devices = _devices(acts, series, keys, classes, scratch)
+        overlap = _scan(acts, devices, classes, overlap_launches)
+        devices = [d for d in devices if d.n_acts and d.periods.n]
+        if not devices:
+            empty.note = "GPU metrics, but no kernel ran on a sampled GPU"
+            return empty
+        folded = {}
+        for d in devices:
+            if launches is not None:
+                d.launches = launches.filter(pl.col("row").is_in(d.streams))
+            folded[d.name] = _fit(d, _long_codes(d))
+        tables = [_rates_table(d) for d in devices]
+        rates = pl.concat([t[0] for t in tables])
+        by_launch = pl.concat([t[1] for t in tables], how="diagonal_relaxed")
+        job = _job_rates(rates) if len(devices) > 1 else rates.clear()
+        rates = pl.concat([rates, job])
+        fits = pl.concat([_fits_table(d) for d in devices])
+        kernels = _kernels_table(devices, rates, fits, launch)
+        spread, outliers = _spread(rates, kernels)
+        result = KernelMetrics(fits, rates, kernels, spread, outliers,
+                               _interference(devices, keys), _folding(devices, keys, folded),
+                               launch=launch, rates_by_launch=by_launch)
+        if overlap is not None:
+            result.launch_overlap = overlap
+            result.launch_names = devices[0].names.select("code", "key")
+        if steps is not None and steps.height:
+            result.steps = _steps(devices, keys, steps)
+    finally:
+        if scratch is not None:
+            scratch.close()
+    _label(result)
+    missing = {d.name: int(d.series.stats.nan.sum()) for d in devices
+               if d.series.stats.nan.any()}
+    if missing:
+        result.dropped["values missing or invalid, by GPU"] = missing
+    cut = {d.name: d.periods.cut for d in devices if d.periods.cut}
+    if cut:
+        result.dropped["samples before a gap in the sampling (period cut), by GPU"] = cut
+    return result
 
 
 # -- the tables -----------------------------------------------------------------------------
@@ -359,8 +996,7 @@ def _rates_table(d: _Device) -> tuple[pl.DataFrame, pl.DataFrame]:
     kind_of = dict(zip(kinds["key"].to_list(), kinds["kind"].to_list()))
     short_of = dict(zip(kinds["key"].to_list(), kinds["short"].to_list()))
     group_label = [labels[g] if g >= 0 else None for g in f.group]
-    launch_time = np.bincount(d.col, weights=(d.acts["end"] - d.acts["start"]).to_numpy()
-                              .astype(np.float64), minlength=K1)
+    launch_time = d.launch_time  # per column, its activities' time
     frames = []
     for m, key in enumerate(d.keys):
         mf = f.metrics[m]
@@ -540,9 +1176,7 @@ def _kernels_table(devices: list[_Device], rates: pl.DataFrame,
     c = pl.col
     parts = []
     for d in devices:
-        a = d.acts.with_columns((c("end") - c("start")).alias("dur"))
-        per_code = a.group_by("code").agg(c("dur").sum().alias("time"),
-                                          pl.len().cast(pl.Int64).alias("launches"))
+        per_code = d.per_code.group_by("code").agg(c("time").sum(), c("launches").sum())
         parts.append(d.with_names(per_code).group_by("key").agg(
             c("short").first(), c("kind").first(), c("time").sum(), c("launches").sum())
             .with_columns((c("time") / c("launches")).alias("mean_dur"),
@@ -657,30 +1291,6 @@ def _spread(rates: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame, p
     return spread, out
 
 
-def _kinds(d: _Device) -> pl.DataFrame:
-    """The device's activities with their kind (row, start, end, code, kind)."""
-    return d.acts.join(d.names.select("code", "kind"), on="code", how="left")
-
-
-def _overlap_flags(d: _Device) -> pl.DataFrame:
-    """The compute kernels of a GPU (row, start, end, code) with whether each overlaps an
-    NCCL kernel or a memory operation (on another stream: a stream runs one thing at a
-    time)."""
-    c = pl.col
-    a = _kinds(d)
-    busy = a.filter(c("kind") != "kernel")
-    k = a.filter(c("kind") == "kernel").drop("kind")
-    if busy.height == 0 or k.height == 0:
-        return k.with_columns(pl.lit(False).alias("overlapped"))
-    us, ue = rm._union(busy["start"].to_numpy(), busy["end"].to_numpy())
-    ks, ke = k["start"].to_numpy(), k["end"].to_numpy()
-    # a kernel overlaps the union of the others when the last union interval starting
-    # before its end ends after its start
-    i = np.searchsorted(us, ke, side="left") - 1
-    over = (i >= 0) & (ue[np.maximum(i, 0)] > ks)
-    return k.with_columns(pl.Series("overlapped", over))
-
-
 def slow_launches_overlapped(modality: pl.DataFrame, km: "KernelMetrics") -> pl.DataFrame:
     """For the kernels `--modality` finds two modes or a heavy tail in: the share of their
     slow launches (longer than the geometric mean of the two modes' medians) and of their
@@ -709,214 +1319,6 @@ def slow_launches_overlapped(modality: pl.DataFrame, km: "KernelMetrics") -> pl.
         .alias("overlap_explains")).sort("kernel")
 
 
-def _interference(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
-    """Kernels that run both alone and beside an NCCL kernel or a memory operation on
-    another stream of their GPU: launches, mean duration and rates in each case (the model
-    fitted again with the two cases as two columns)."""
-    c = pl.col
-    out = []
-    for d in devices:
-        k = _overlap_flags(d)
-        if not k["overlapped"].any():
-            continue
-        counts = k.group_by("code").agg(c("overlapped").sum().alias("n_over"),
-                                        (~c("overlapped")).sum().alias("n_alone"))
-        both = counts.filter((c("n_over") >= INTERFERENCE_LAUNCHES)
-                             & (c("n_alone") >= INTERFERENCE_LAUNCHES))["code"]
-        if both.len() == 0:
-            continue
-        # the overlapped launches of those kernels get codes of their own, past every code
-        split_at = int(d.names["code"].max()) + 1
-        split = k.with_columns(pl.when(c("code").is_in(both.implode()) & c("overlapped"))
-                               .then(c("code") + split_at).otherwise(c("code")).alias("code"))
-        others = _kinds(d).filter(c("kind") != "kernel").drop("kind")
-        a2 = pl.concat([split.drop("overlapped"), others])
-        label_of, memop_of = d.label_maps()
-        for code in both.to_list():
-            label_of[code + split_at] = label_of[code] + "\x00overlapped"
-        start, end = a2["start"].to_numpy(), a2["end"].to_numpy()
-        codes = a2["code"].to_numpy()
-        col, labels = rm.design_codes(codes, label_of, memop_of, end - start)
-        lo, hi = _bounds(d, np.where(codes >= split_at, codes - split_at, codes), col,
-                         len(labels))
-        # the two cases' rates alone: their ranges are not reported
-        fit, _ = rm.fit_device(d.periods, d.values, start, end, col, len(labels), lo, hi,
-                               with_ranges=False)
-        index = {lab: i for i, lab in enumerate(labels)}
-        stats = d.with_names(
-            k.filter(c("code").is_in(both.implode()))
-            .group_by("code", "overlapped")
-            .agg(pl.len().alias("launches"), (c("end") - c("start")).mean().alias("mean_dur")))
-        for r in stats.iter_rows(named=True):
-            lab = r["key"] + ("\x00overlapped" if r["overlapped"] else "")
-            j = index.get(lab)
-            row = {"device": d.name, "kernel": r["key"], "short": r["short"],
-                   "case": "overlapped" if r["overlapped"] else "alone",
-                   "launches": r["launches"], "mean_dur": r["mean_dur"]}
-            for m, key in enumerate(keys):
-                if key in KEY_METRICS:
-                    row[key] = float(fit.metrics[m].rates[j]) if j is not None else None
-            out.append(row)
-    if not out:
-        return pl.DataFrame()
-    return pl.DataFrame(out).sort(["device", "kernel", "case"])
-
-
-def _folding(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
-    """Per long kernel name (at least FOLD_PERIODS sampling intervals on average, launched at
-    least FOLD_LAUNCHES times): each metric along its normalised duration, FOLD_BINS bins,
-    the mean of the samples whose whole period lies inside one of its launches while
-    nothing else ran."""
-    c = pl.col
-    out = []
-    for d in devices:
-        p = d.periods
-        k = _kinds(d).filter(c("kind") == "kernel").with_columns(
-            (c("end") - c("start")).alias("dur"))
-        per = k.group_by("code").agg(pl.len().alias("n"), c("dur").mean().alias("mean"))
-        long = per.filter((c("n") >= FOLD_LAUNCHES)
-                          & (c("mean") >= FOLD_PERIODS * max(p.interval, 1)))["code"]
-        if long.len() == 0:
-            continue
-        inst = k.filter(c("code").is_in(long.implode()))
-        s, e = inst["start"].to_numpy(), inst["end"].to_numpy()
-        first = np.searchsorted(p.start, s, side="left")
-        last = np.searchsorted(p.end, e, side="right") - 1
-        counts = np.maximum(last - first + 1, 0)
-        idx = np.repeat(np.arange(s.size), counts)
-        per_idx = first[idx] + (np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts,
-                                                                 counts))
-        # alone: the period's shares add up to (nearly) one column only
-        alone = d.activity[per_idx] <= 1.0 + 1e-9
-        idx, per_idx = idx[alone], per_idx[alone]
-        if idx.size == 0:
-            continue
-        mid = (p.start[per_idx] + p.end[per_idx]) / 2.0
-        x = (mid - s[idx]) / np.maximum(e[idx] - s[idx], 1)
-        b = np.clip((x * FOLD_BINS).astype(np.int64), 0, FOLD_BINS - 1)
-        codes = inst["code"].to_numpy()
-        for m, key in enumerate(keys):
-            if key not in KEY_METRICS:
-                continue
-            v = d.values[per_idx, m]
-            ok = ~np.isnan(v)
-            if not ok.any():
-                continue
-            df = pl.DataFrame({"code": codes[idx[ok]], "bin": b[ok], "value": v[ok]})
-            folded = df.group_by("code", "bin").agg(c("value").mean().alias("mean"),
-                                                    pl.len().alias("samples"))
-            out.append(d.with_names(folded).select(
-                pl.lit(d.name).alias("device"), c("key").alias("kernel"), "short",
-                pl.lit(key).alias("metric"), "bin", "mean", "samples"))
-    if not out:
-        return pl.DataFrame()
-    return (pl.concat(out).select("device", "kernel", "short", "metric", "bin", "mean",
-                                  "samples").sort(["device", "kernel", "metric", "bin"]))
-
-
-def _steps(devices: list[_Device], keys: list[str], steps: pl.DataFrame) -> pl.DataFrame:
-    """Per step and metric: the mean of the samples of the step's periods against the
-    model's prediction for them (from the run's rates and the step's own mix of kernels);
-    `z` is the step's difference in units of the differences' spread over the steps."""
-    c = pl.col
-    out = []
-    for d in devices:
-        pred = d.predicted
-        p = d.periods
-        for r in steps.iter_rows(named=True):
-            a = np.searchsorted(p.start, r["start"], side="left")
-            z = np.searchsorted(p.start, r["end"], side="left")
-            if z <= a:
-                continue
-            busy = d.busy[a:z] > 0
-            if not busy.any():
-                continue
-            for m, key in enumerate(keys):
-                if key not in KEY_METRICS:
-                    continue
-                v = d.values[a:z, m][busy]
-                q = pred[a:z, m][busy]
-                ok = ~np.isnan(v)
-                if not ok.any():
-                    continue
-                out.append({"device": d.name, "instance": r["instance"], "metric": key,
-                            "measured": float(v[ok].mean()), "predicted": float(q[ok].mean()),
-                            "samples": int(ok.sum())})
-    if not out:
-        return pl.DataFrame()
-    df = pl.DataFrame(out).with_columns((c("measured") - c("predicted")).alias("diff"))
-    med = c("diff").median().over("device", "metric")
-    spread = pl.max_horizontal(1.4826 * (c("diff") - med).abs().median().over(
-        "device", "metric"), pl.lit(STEP_FLOOR))
-    df = df.with_columns(((c("diff") - med) / spread).alias("z"))
-    return df.with_columns(((c("z").abs() >= STEP_Z) & ((c("diff") - med).abs() >= STEP_POINTS))
-                           .alias("differs")).sort(["device", "instance", "metric"])
-
-
-def kernel_metrics(acts: Activities | None, samples: SampleCollector | None,
-                   steps: pl.DataFrame | None = None,
-                   launches: pl.DataFrame | None = None,
-                   classes: pl.DataFrame | None = None) -> KernelMetrics:
-    """The tables of the module docstring from a trace's activities and samples (both
-    collected on the analysis' pass); `steps` (instance, start, end) adds the per-step
-    table; `launches` (a `launch.LaunchCollector` result, same pass) the launch statistics
-    and the bounds they set on the rates, `classes` (its `kernel_classes`) each kernel's
-    launch class. Without samples, the launch statistics alone."""
-    from .launch import Launches, launch_tables
-
-    launch = Launches()
-    if launches is not None and acts is not None:
-        launch = launch_tables(launches, acts.path, acts.rows)
-    keys = samples.keys if samples is not None else []
-    data = samples.result() if samples is not None else {}
-    empty = KernelMetrics(launch=launch)
-    if not keys or not data or acts is None:
-        empty.note = NO_METRICS
-        return empty
-    devices = _devices(acts, data, keys)
-    devices = [d for d in devices if d.acts.height and d.periods.n]
-    if not devices:
-        empty.note = "GPU metrics, but no kernel ran on a sampled GPU"
-        return empty
-    for d in devices:
-        if launches is not None:
-            d.launches = launches.filter(pl.col("row").is_in(d.streams))
-        if classes is not None:
-            d.classes = classes.filter(pl.col("row").is_in(d.streams))
-        _fit(d, predict=steps is not None and steps.height > 0)
-    tables = [_rates_table(d) for d in devices]
-    rates = pl.concat([t[0] for t in tables])
-    by_launch = pl.concat([t[1] for t in tables], how="diagonal_relaxed")
-    job = _job_rates(rates) if len(devices) > 1 else rates.clear()
-    rates = pl.concat([rates, job])
-    fits = pl.concat([_fits_table(d) for d in devices])
-    kernels = _kernels_table(devices, rates, fits, launch)
-    spread, outliers = _spread(rates, kernels)
-    result = KernelMetrics(fits, rates, kernels, spread, outliers,
-                           _interference(devices, keys), _folding(devices, keys),
-                           launch=launch, rates_by_launch=by_launch)
-    parts = []
-    for d in devices:  # every launch of the kernels that ran beside others at least once
-        f = _overlap_flags(d)
-        touched = f.filter(pl.col("overlapped"))["code"].unique()
-        if touched.len():
-            parts.append(f.filter(pl.col("code").is_in(touched.implode())).select(
-                "code", (pl.col("end") - pl.col("start")).alias("dur"), "overlapped"))
-    if parts:
-        result.launch_overlap = pl.concat(parts)
-        result.launch_names = devices[0].names.select("code", "key")
-    if steps is not None and steps.height:
-        result.steps = _steps(devices, keys, steps)
-    _label(result)
-    missing = {d.name: int(np.isnan(d.values).sum()) for d in devices if np.isnan(d.values).any()}
-    if missing:
-        result.dropped["values missing or invalid, by GPU"] = missing
-    cut = {d.name: d.periods.cut for d in devices if d.periods.cut}
-    if cut:
-        result.dropped["samples before a gap in the sampling (period cut), by GPU"] = cut
-    return result
-
-
 def _label(result: KernelMetrics) -> None:
     """A `label` column beside `kernel` in every table: the kernel's short name, or what
     tells it apart from kernels of the same short name (`labels.distinct_labels`)."""
@@ -941,12 +1343,13 @@ def read_kernel_metrics(path: Source | Path) -> KernelMetrics:
     from .activities import ActivityCollector
     from .launch import LaunchCollector
 
-    acts = ActivityCollector(path)
-    samples = SampleCollector(path)
-    launches = LaunchCollector(path, per_kernel=True)
-    for w in windows(path, acts.types | samples.types | launches.types, state_rows="cpu"):
+    info = open_trace(path)
+    acts = ActivityCollector(info)
+    samples = SampleCollector(info)
+    launches = LaunchCollector(info, per_kernel=True)
+    for w in windows(info, acts.types | samples.types | launches.types, state_rows="cpu"):
         acts.add(w)
         samples.add(w)
         launches.add(w)
     return kernel_metrics(acts.result(), samples, launches=launches.result(),
-                          classes=launches.kernel_classes())
+                          classes=launches.kernel_classes(), info=info)

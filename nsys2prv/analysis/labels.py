@@ -173,7 +173,7 @@ def kernel_label_ids(acts) -> "pl.DataFrame":
     labelled together: a kernel keeps its label in every table of one run."""
     import polars as pl
 
-    pairs = acts.kernels.select("full", "name").unique()
+    pairs = acts.kernel_pairs().select("full", "name")
     names = acts.kernel_names
     text = (pairs.join(names.rename({"id": "full", "name": "text"}).with_columns(
                 pl.col("full").cast(pairs["full"].dtype)), on="full", how="left")

@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import NUL
-from ..paraver.read import Source, companion, read_layout, source_path
+from ..paraver.read import Source, TraceInfo, open_trace
 from ..paraver.registry import cuda
 from . import occupancy as occ
 from .timeline import Spans
@@ -108,14 +108,19 @@ class LaunchCollector:
     their end as `timeline.Spans` pairs them; a configuration's values are those at the
     kernel's start (`CONFIG`)."""
 
-    def __init__(self, path: Source, per_kernel: bool = False) -> None:
-        self.path = source_path(path)
+    def __init__(self, path: Source | TraceInfo, per_kernel: bool = False,
+                 store=None) -> None:
+        self.info = open_trace(path)
+        self.path = self.info.path
         # each kernel's launch class (`occupancy.grid_class`): the GPU metrics model gives
         # every class of a name its own column (row, start, class: 13 bytes a kernel whose
         # class is not 0)
         self.per_kernel = per_kernel
         self._classes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.layout = read_layout(path)
+        # with `store` (an `ActivityCollector`'s, which declares the windows): the classes
+        # filed there by the kernels' start, beside the kernels (`kernel_classes` is empty)
+        self.store = store
+        self.layout = self.info.layout
         self.types = frozenset({*KERNEL_TYPES, FULL_NAME, *CONFIG})
         self._spans = Spans([], KERNEL_TYPES, [], FULL_NAME, self.layout.rows.height)
         self._parts: list[pl.DataFrame] = []
@@ -144,8 +149,14 @@ class LaunchCollector:
                 pv = sm_ceiling_pv(joined)
                 grid_class = occ.grid_class(np.where(pv >= 0, pv, np.nan)).astype(np.int8)
                 other = grid_class != 0
-                self._classes.append((joined["row"].to_numpy()[other],
-                                      joined["start"].to_numpy()[other], grid_class[other]))
+                found = (joined["row"].to_numpy()[other], joined["start"].to_numpy()[other],
+                         grid_class[other])
+                if self.store is not None:
+                    self.store.add_timed("classes", pl.DataFrame(
+                        {"row": found[0].astype(np.int32), "start": found[1],
+                         "class": found[2]}), "start")
+                else:
+                    self._classes.append(found)
             self._parts.append(joined.group_by("row", "name", "full", "nccl",
                                                *CONFIG_COLUMNS).agg(
                 pl.len().alias("launches"), pl.col("dur").sum().alias("time")))
@@ -255,23 +266,19 @@ def _derived(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("occupancy_pv", "warps_ceiling_pv")
 
 
-def _names(path) -> dict[int, dict[int, str]]:
-    from .activities import _names as pcf_names
-
-    return pcf_names(companion(path, ".pcf"))
-
-
-def launch_tables(collected: pl.DataFrame, path: Source, rows: pl.DataFrame | None = None
-                  ) -> Launches:
+def launch_tables(collected: pl.DataFrame, path: Source | TraceInfo,
+                  rows: pl.DataFrame | None = None) -> Launches:
     """The tables of the module docstring from a `LaunchCollector` result (`path`: its
-    trace, or stream; `rows`: the trace's rows, when the caller has them)."""
+    trace, or stream, or what `open_trace` read of it; `rows`: the trace's rows, when the
+    caller has them)."""
     from .labels import distinct_labels
 
     c = pl.col
     if collected.height == 0 or collected["blocks"].null_count() == collected.height:
         return Launches(note=NO_LAUNCH)
-    rows = _device_rows(read_layout(path).rows if rows is None else rows)
-    names = _names(source_path(path))
+    info = open_trace(path)
+    rows = _device_rows(info.rows if rows is None else rows)
+    names = info.names
     kernel_names = names.get(cuda.CUDA_KERNEL, {})
     df = collected.join(rows.select(c("row").cast(pl.Int32), "device"), on="row", how="inner")
     if df.height == 0:
@@ -418,9 +425,9 @@ def read_launches(path: Source) -> Launches:
     from ..paraver.read import windows
 
     collector = LaunchCollector(path)
-    for w in windows(path, collector.types, state_rows="cpu"):
+    for w in windows(collector.info, collector.types, state_rows="cpu"):
         collector.add(w)
-    return launch_tables(collector.result(), path)
+    return launch_tables(collector.result(), collector.info)
 
 
 # what makes a launch configuration (the rest follows from it and the GPU)

@@ -57,10 +57,8 @@ TOP_KERNELS = 3
 SLOW_SHARE = 0.1  # a layer explains a slow step when it has this share of its extra time
 
 
-def categories_of(acts: Activities) -> tuple[np.ndarray, np.ndarray]:
-    """The category code (index in CATEGORIES) of each kernel and each memory operation."""
-    kern = np.where(acts.kernels["nccl"].to_numpy(), 1, 0).astype(np.int8) \
-        if acts.kernels.height else np.zeros(0, np.int8)
+def memop_categories(acts: Activities) -> dict[int, int]:
+    """The category code (index in CATEGORIES) of each memory operation id."""
     names = acts.memop_names
     code = {}
     for op, name in zip(names["id"].to_list(), names["name"].to_list()):
@@ -68,32 +66,44 @@ def categories_of(acts: Activities) -> tuple[np.ndarray, np.ndarray]:
             code[op] = MEMSET_CATEGORY
         elif name.startswith("memcpy"):
             code[op] = next((c for d, c in _MEMCPY_DIRECTION if name.endswith(d)), OTHER_COPY)
-    mem = acts.memops["op"].replace_strict(code, default=OTHER_COPY, return_dtype=pl.Int8) \
-        .to_numpy() if acts.memops.height else np.zeros(0, np.int8)
-    return kern, mem
+    return code
 
 
-def work_of(acts: Activities, range_times: list[np.ndarray] = ()) -> P.Work:
-    """The GPU work of a trace with its launching calls: kernels, then memory operations
-    (`Work.item` indexes them in that order)."""
-    k, m = acts.kernels, acts.memops
-    kk, mk = categories_of(acts)
+_WORK = ("row", "start", "end", "launch", "launch_row", "kernel", "nccl", "full", "op")
 
-    def col(name: str, fill: int) -> np.ndarray:
-        parts = [f[name].fill_null(fill).to_numpy() if name in f.columns
-                 else np.full(f.height, fill) for f in (k, m)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    start = col("start", 0)
-    launch_row, launch = col("launch_row", -1), col("launch", 0)
-    calls_at = zero = None
-    if acts.calls.height:  # instants of several calls, or of calls of 0 ns
-        at = pl.DataFrame({"row": launch_row.astype(np.int32), "start": launch}).join(
-            acts.calls, on=["row", "start"], how="left", maintain_order="left")
-        calls_at = at["calls"].fill_null(1).to_numpy()
-        zero = at["zero"].fill_null(False).to_numpy()
-    return P.Work.of(launch_row, launch, col("row", 0), start, start + col("dur", 0),
-                     np.concatenate([kk, mk]), range_times, calls_at, zero)
+def launched_work(acts: Activities, by: str = "launch"):
+    """The GPU work that has a launching call (as `projection.Work.of` keeps it), chunk by
+    chunk (`by`: "launch", each call's activities in one chunk; "start", in start order):
+    frames of row, start, end, launch, launch_row, kind (CATEGORIES code), full (a kernel's
+    name id, -1 for a copy), calls_at and zero (the calls of its launch instant:
+    `Activities.calls`)."""
+    code = memop_categories(acts)
+    calls = acts.calls
+    for items in acts.gpu_items(list(_WORK), by=by):
+        w = items.filter(pl.col("launch_row").is_not_null())
+        if not w.height:
+            continue
+        kind = pl.when(pl.col("kernel")).then(pl.col("nccl").cast(pl.Int8)).otherwise(
+            pl.col("op").cast(pl.Int64).replace_strict(code, default=OTHER_COPY,
+                                                       return_dtype=pl.Int8))
+        w = w.select("row", "start", "end", "launch", "launch_row", kind.alias("kind"),
+                     pl.when(pl.col("kernel")).then(pl.col("full")).otherwise(-1)
+                     .alias("full"))
+        if calls.height:  # instants of several calls, or of calls of 0 ns
+            w = w.join(calls.select(pl.col("row").alias("launch_row"),
+                                    pl.col("start").alias("launch"), "calls", "zero"),
+                       on=["launch_row", "launch"], how="left", maintain_order="left")
+        yield w
+
+
+def _arrays(w: pl.DataFrame) -> dict:
+    out = {k: w[k].to_numpy() for k in ("row", "start", "end", "launch", "launch_row",
+                                          "kind")}
+    if "calls" in w.columns:
+        out["calls_at"] = w["calls"].fill_null(1).to_numpy()
+        out["zero"] = w["zero"].fill_null(False).to_numpy()
+    return out
 
 
 _INSTANCE_SCHEMA = {
@@ -113,22 +123,35 @@ class Projected:
     ranges: int = 0  # NVTX ranges of the trace
     not_projected: int = 0  # ranges whose calls launched nothing on the GPU
     unassigned: dict = field(default_factory=dict)  # work launched in no range
-    # the work and each projected instance's slice of it (for layer tables)
-    work: P.Work | None = None
+    # the ranges' segments of the work and each projected instance's slice of them, with
+    # the activities to read the work again from (for layer tables)
+    segments: P.Segments | None = None
     slices: tuple[np.ndarray, np.ndarray] | None = None
     devices: pl.DataFrame | None = None  # row, g: each GPU row's device (idle's key)
+    source: Activities | None = None
+    work_time: int = 0  # the GPU time of all the work launched by a call
+    totals: dict = field(default_factory=dict)  # (step, domain) -> its GPU time (`_total_gpu`)
+
+    @property
+    def work(self) -> bool:
+        """Whether the work can still be read (`Layers.release` lets it go)."""
+        return self.segments is not None and self.source is not None
 
     def fill_busy(self, ids: pl.Series) -> None:
         """The busy time (the union of the work) and idle time of the instances `ids` that
-        lack it (their work ran on several rows): sorted per range, once."""
+        lack it (their work ran on several rows): one pass over the work in start order."""
         inst = self.instances
         todo = inst.with_row_index("k").filter(pl.col("id").is_in(ids.implode())
                                                & pl.col("busy").is_null())
-        if todo.height == 0 or self.work is None:
+        if todo.height == 0 or not self.work:
             return
         k = todo["k"].to_numpy()
         lo, hi = self.slices[0][k], self.slices[1][k]
-        union = P.union_time(self.work, lo, hi, np.ones(k.size, dtype=bool))
+        wanted = P.WantedUnion(lo, hi)
+        for w in launched_work(self.source, by="start"):
+            wanted.add(self.segments.of(w["launch_row"].to_numpy(), w["launch"].to_numpy()),
+                       w["start"].to_numpy(), w["end"].to_numpy())
+        union = wanted.covered
         busy = inst["busy"].to_numpy().copy() if inst["busy"].null_count() == 0 else \
             inst["busy"].fill_null(-1).to_numpy().copy()
         busy[k] = union
@@ -174,15 +197,17 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     row = r["row"].to_numpy()
     s = r["start"].to_numpy()
     e = s + r["dur"].to_numpy()
-    work = work_of(acts, [s, e])
+    segments = P.Segments(row, s, e)
+    sums = P.SegmentSums(segments, len(CATEGORIES))
+    for w in launched_work(acts):  # one pass over the work, summed per segment
+        a = _arrays(w)
+        sums.add(a["launch_row"], a["launch"], a["row"], a["start"], a["end"], a["kind"],
+                 a.get("calls_at"), a.get("zero"))
     parent, level = P.nesting(row, s, e)
-    proj = P.project(work, row, s, e, busy=False, kinds=len(CATEGORIES))
+    proj = P.project_segments(segments, sums)
     # busy time: the summed durations where a range's work ran on one row; the union, which
-    # needs its work sorted, where asked (`busy`) or later for the layers and the steps
-    cheap = ~proj.multirow
-    proj.busy = np.where(cheap, proj.time.sum(axis=1), -1)
-    if busy:
-        proj.busy = P.union_time(work, proj.lo, proj.hi, proj.multirow)
+    # needs its work in start order, where asked (`busy`) or later for the layers and the
+    # steps
     tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64).alias("rank"))
     names = acts.range_names.rename({"id": "name_id", "name": "name"})
     time = {c: proj.time[:, k] for k, c in enumerate(CATEGORIES)}
@@ -203,17 +228,23 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
         .sort("start", "id"))
     slices = (inst["lo"].to_numpy(), inst["hi"].to_numpy())
     # the work launched in no range: calls outside every range of their thread
-    depth = np.zeros(work.size + 1, dtype=np.int64)
+    depth = np.zeros(segments.n + 1, dtype=np.int64)
     np.add.at(depth, proj.lo, 1)
     np.add.at(depth, proj.hi, -1)
     outside = np.cumsum(depth)[:-1] == 0
-    unassigned = {"ops": int(work.calls[outside].sum()),
-                  "activities": int(np.count_nonzero(outside)),
-                  "gpu_time": int((work.end - work.start)[outside].sum())}
+    unassigned = {"ops": int(sums.calls[outside].sum()),
+                  "activities": int(sums.count[outside].sum()),
+                  "gpu_time": int(sum(t[outside].sum() for t in sums.times.values()))}
+    work_time = int(sum(t.sum() for t in sums.times.values()))
+    del sums
     devices = acts.rows.filter(pl.col("kind") == "gpu").select(
         "row", (pl.col("task_index") * 1_000_000 + pl.col("device")).cast(pl.Int64).alias("g"))
-    return Projected(inst.select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA), r.height,
-                     r.height - inst.height, unassigned, work, slices, devices)
+    out = Projected(inst.select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA), r.height,
+                    r.height - inst.height, unassigned, segments, slices, devices, acts,
+                    work_time)
+    if busy:
+        out.fill_busy(out.instances["id"])
+    return out
 
 
 # ---------------------------------------------------------------- the layer level --
@@ -506,29 +537,27 @@ class Layers:
     notes: list[str] = field(default_factory=list)
     # with --iterations: per layer, its GPU time in the slowest and the median step
     slow_step: pl.DataFrame | None = None
+    # (k, row, start, end): each member instance's work per GPU row (`buckets`)
+    spans: pl.DataFrame | None = None
 
     def buckets(self) -> pl.DataFrame | None:
         """(instance, g, start, end): each layer instance's projected span on each device
         it ran on (g: the idle analysis' device key), for the idle analysis to sum the
         gaps inside them."""
-        w, m = self.projected.work, self.members
-        if w is None or m.height == 0:
+        dev, m = self.projected.devices, self.members
+        if self.spans is None or dev is None or m.height == 0:
             return None
-        proj = P.Projection(m["lo"].to_numpy(), m["hi"].to_numpy(), *(None,) * 6)
-        idx, gpu_row, first, last = P.row_spans(w, proj, np.arange(m.height))
-        dev = self.projected.devices
-        if dev is None or idx.size == 0:
-            return None
-        return (pl.DataFrame({"k": idx, "row": gpu_row, "start": first, "end": last})
-                .join(dev, on="row", how="inner")
-                .with_columns(pl.Series("instance", m["id"].to_numpy()[idx]))
+        spans = self.spans.join(dev, on="row", how="inner")
+        ids = m["id"].to_numpy()
+        return (spans.with_columns(pl.Series("instance", ids[spans["k"].to_numpy()]))
                 .group_by("instance", "g").agg(pl.col("start").min(), pl.col("end").max())
                 .sort("instance", "g"))
 
     def release(self) -> None:
-        """Let the sorted work and the slices go (what `buckets` and `fill_busy` read): the
+        """Let the segments and the slices go (what `buckets` and `fill_busy` read): the
         tables are made."""
-        self.projected.work = None
+        self.projected.segments = None
+        self.projected.source = None
         self.projected.slices = None
         self.members = self.members.drop("lo", "hi", strict=False)
 
@@ -570,12 +599,16 @@ class Layers:
                                   & (pl.col("time") > 0))
         if per_gpu.height == 0:
             return
-        # each kernel's rate over the GPUs, weighted by its sampled time on each
-        job = per_gpu.group_by("kernel", "metric").agg(
-            ((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum()).alias("rate"))
-        kt = self.kernel_time.join(job.select(pl.col("kernel").alias("full"), "metric",
-                                              "rate"), on="full", how="inner")
-        w = (kt.group_by("layer", "metric")
+        # each kernel's rate over the GPUs, weighted by its sampled time on each (sums in
+        # one order: the frames' orders vary from run to run, and the last digit with them)
+        job = (per_gpu.sort("kernel", "metric", "device")
+               .group_by("kernel", "metric", maintain_order=True).agg(
+                   ((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum())
+                   .alias("rate")))
+        kt = (self.kernel_time.join(job.select(pl.col("kernel").alias("full"), "metric",
+                                               "rate"), on="full", how="inner")
+              .sort("layer", "metric", "full"))
+        w = (kt.group_by("layer", "metric", maintain_order=True)
              .agg(((pl.col("rate") * pl.col("time")).sum() / pl.col("time").sum())
                   .alias("rate"))
              .pivot(on="metric", index="layer", values="rate"))
@@ -595,7 +628,7 @@ class Layers:
         mid = per.filter(pl.col("step") == it.median).rename({"gpu": "mid"})
         d = (slow.drop("step").join(mid.drop("step"), on="layer", how="full", coalesce=True)
              .fill_null(0).with_columns((pl.col("slow") - pl.col("mid")).alias("delta"))
-             .sort("delta", descending=True))
+             .sort("delta", "layer", descending=[True, False]))
         steps = dict(zip(it.steps["instance"].to_list(), it.steps["duration"].to_list()))
         longer = steps.get(it.slowest, 0) - steps.get(it.median, 0)
         if d.height and d["delta"][0] > 0 and d["delta"][0] >= SLOW_SHARE * longer:
@@ -657,7 +690,7 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
         (pl.col("name") if pick.numbered else pl.col("family")).alias("layer"),
         pl.sum_horizontal(*CATEGORIES).alias("gpu"))
     total = _total_gpu(proj, acts, step)
-    kernel_time = _kernel_time(proj, acts, members)
+    kernel_time, spans = _member_sums(proj, acts, members)
     layers = (members.group_by("layer")
               .agg(pl.len().cast(pl.Int64).alias("instances"),
                    pl.col("rank").n_unique().cast(pl.Int64).alias("ranks"),
@@ -679,51 +712,88 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
         layers = layers.join(spread, on="layer", how="left")
     return Layers(proj, pick, step_name, layers, per_step,
                   _outliers(per_step, members, pick, total, has_step), members, total,
-                  kernel_time)
+                  kernel_time, spans=spans)
+
+
+def _member_of(n: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per segment, the index of the slice [lo, hi) that holds it (-1: none; the slices
+    do not overlap)."""
+    out = np.full(n + 1, -1, dtype=np.int64)
+    size = np.maximum(hi - lo, 0)
+    seg = np.repeat(lo - np.cumsum(size) + size, size) + np.arange(int(size.sum()))
+    out[seg] = np.repeat(np.arange(lo.size, dtype=np.int64), size)
+    return out
 
 
 def _total_gpu(proj: Projected, acts: Activities, step: StepPick | None) -> int:
     """The GPU time the layers' shares are of: of the work launched (by any thread of its
-    process) inside the step's instances, or of all the work."""
-    w = proj.work
-    if w is None or w.size == 0:
+    process) inside the step's instances, or of all the work (one pass over the work,
+    once per step)."""
+    if not proj.work:
         return 0
-    dur = w.end - w.start
     if step is None or step.name is None:
-        return int(dur.sum())
+        return proj.work_time
+    key = (step.name, step.domain)
+    if key not in proj.totals:
+        proj.totals[key] = _launched_in_steps(proj, acts, step)
+    return proj.totals[key]
+
+
+def _launched_in_steps(proj: Projected, acts: Activities, step: StepPick) -> int:
     rank_of = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
     table = np.full(int(acts.rows["row"].max()) + 1, -1, np.int64)
     table[rank_of["row"].to_numpy()] = rank_of["task_index"].to_numpy()
-    launches = pl.DataFrame({"rank": table[w.launch_row], "t": w.launch, "d": dur})
-    win = _step_windows(acts, step)
-    hit = (launches.sort("t").join_asof(win.sort("s_start"), left_on="t", right_on="s_start",
-                                        by="rank", strategy="backward",
-                                        check_sortedness=False)
-           .filter(pl.col("t") < pl.col("s_end")))
-    return int(hit["d"].sum() or 0)
+    win = _step_windows(acts, step).sort("s_start")
+    total = 0
+    for w in launched_work(acts):
+        launches = pl.DataFrame({"rank": table[w["launch_row"].to_numpy()],
+                                 "t": w["launch"].to_numpy(),
+                                 "d": (w["end"] - w["start"]).to_numpy()})
+        hit = (launches.sort("t").join_asof(win, left_on="t", right_on="s_start",
+                                            by="rank", strategy="backward",
+                                            check_sortedness=False)
+               .filter(pl.col("t") < pl.col("s_end")))
+        total += int(hit["d"].sum() or 0)
+    return total
 
 
-def _kernel_time(proj: Projected, acts: Activities, members: pl.DataFrame) -> pl.DataFrame:
-    """(layer, full, time): the time of each kernel (full name) in each layer (its
-    instances are outermost: their slices of the work do not overlap)."""
-    w = proj.work
+def _member_sums(proj: Projected, acts: Activities, members: pl.DataFrame
+                 ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """On one pass over the work: (layer, full, time), the time of each kernel (full name)
+    in each layer (its instances are outermost: their slices of the work do not overlap),
+    and (k, row, start, end), the first start and last end of each instance's work (k: its
+    index in `members`) on each GPU row (`Layers.buckets`)."""
     schema = {"layer": pl.Utf8, "full": pl.Utf8, "time": pl.Int64}
-    if w is None or w.size == 0 or members.height == 0:
-        return pl.DataFrame(schema=schema)
-    lo, hi = members["lo"].to_numpy(), members["hi"].to_numpy()
-    n = hi - lo
-    owner = np.repeat(np.arange(members.height), n)
-    item = w.item[np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))]
-    is_k = item < acts.kernels.height
-    owner, item = owner[is_k], item[is_k]
-    k = acts.kernels
+    if not proj.work or members.height == 0:
+        return pl.DataFrame(schema=schema), None
+    member = _member_of(proj.segments.n, members["lo"].to_numpy(), members["hi"].to_numpy())
+    layer = members["layer"].to_numpy()
+    parts, spans = [], []
+    for w in launched_work(acts):
+        k = member[proj.segments.of(w["launch_row"].to_numpy(), w["launch"].to_numpy())]
+        mine = k >= 0
+        if not mine.any():
+            continue
+        start, end = w["start"].to_numpy()[mine], w["end"].to_numpy()[mine]
+        spans.append(pl.DataFrame({"k": k[mine], "row": w["row"].to_numpy()[mine],
+                                   "start": start, "end": end})
+                     .group_by("k", "row").agg(pl.col("start").min(), pl.col("end").max()))
+        full = w["full"].to_numpy()[mine]
+        kern = full >= 0
+        if kern.any():
+            parts.append(pl.DataFrame({"layer": layer[k[mine][kern]], "fid": full[kern],
+                                       "time": (end - start)[kern]},
+                                      schema_overrides={"layer": pl.Utf8})
+                         .group_by("layer", "fid").agg(pl.col("time").sum()))
+    spans_frame = (pl.concat(spans).group_by("k", "row")
+                   .agg(pl.col("start").min(), pl.col("end").max()) if spans else None)
+    if not parts:
+        return pl.DataFrame(schema=schema), spans_frame
     names = acts.kernel_names.rename({"id": "fid", "name": "full"})
-    return (pl.DataFrame({"layer": members["layer"].to_numpy()[owner],
-                          "fid": k["full"].to_numpy()[item], "time": k["dur"].to_numpy()[item]},
-                         schema_overrides={"layer": pl.Utf8})
-            .group_by("layer", "fid").agg(pl.col("time").sum())
-            .join(names, on="fid", how="left")
-            .select("layer", pl.col("full").fill_null("(unnamed)"), "time").cast(schema))
+    return ((pl.concat(parts).group_by("layer", "fid").agg(pl.col("time").sum())
+             .join(names, on="fid", how="left")
+             .select("layer", pl.col("full").fill_null("(unnamed)"), "time").cast(schema)),
+            spans_frame)
 
 
 def _top_kernels(kernel_time: pl.DataFrame, acts: Activities) -> pl.DataFrame:
@@ -737,7 +807,7 @@ def _top_kernels(kernel_time: pl.DataFrame, acts: Activities) -> pl.DataFrame:
     if kernel_time.height == 0:
         return pl.DataFrame(schema=schema)
     names = acts.kernel_names
-    k = (acts.kernels.select("name", "full").unique()
+    k = (acts.kernel_pairs()
          .join(names.rename({"id": "full", "name": "f"}), on="full", how="left")
          .join(names.rename({"id": "name", "name": "s"}), on="name", how="left"))
     labels = distinct_labels(k["f"].fill_null("").to_list(), k["s"].fill_null("").to_list())

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -31,7 +30,7 @@ from ..lifeline import signals_held
 from ..paraver.registry import cuda
 from ..paraver.registry import STATE_BY_VALUE, STATE_NOT_CREATED
 from ..paraver.registry import mpi as mpi_reg
-from ..paraver.read import Source, Trace, companion, source_path, windows
+from ..paraver.read import Layout, Source, Trace, TraceInfo, open_trace, pcf_names, windows
 from . import idle
 from .timeline import NST, GroupSweep, RowTimeline
 
@@ -321,7 +320,7 @@ PROCESS_GROUP = pl.col("task_index")
 
 
 def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
-             pcf: Path | None, observers: Sequence = (),
+             info: TraceInfo | None, observers: Sequence = (),
              steps: Callable[[], pl.DataFrame | None] | None = None,
              detail: bool = True, spill: bool = False, code=None,
              one_pass_code: Callable | None = None) -> Analysis:
@@ -376,22 +375,28 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                 try:
                     kept.add(window)
                 except (OSError, pl.exceptions.PolarsError):  # no room: read it again
-                    kept.close()
-                    kept = None
+                    kept = _unspill(kept, finder)
             runs = model.add(window)  # the sweeps ignore the types they do not read
             for o in observers:  # those that read the devices' active runs (utilisation)
                 if hasattr(o, "add_runs"):
                     o.add_runs(runs, model.devices.keys)
             if explain:
                 if finder is None:
+                    # the gaps go beside the spilled windows, else are held for pass 2
                     finder = idle.GapFinder(model.devices, window.rows,
-                                            keep=not one_pass or late_steps)
+                                            keep=(not one_pass or late_steps)
+                                            and kept is None)
                     launches = idle.LaunchStats() if detail else None
                     if one_pass:
                         causes = idle.OnePassCauses(finder, window.rows, top)
                         if one_pass_code is not None:
                             gap_code = one_pass_code(finder.keys, window.rows)
                 ended = finder.add(window, runs)
+                if kept is not None:
+                    try:
+                        kept.add_gaps(ended)
+                    except OSError:
+                        kept = _unspill(kept, finder)
                 if causes is not None:
                     causes.add(window, ended)
                 if gap_code is not None:
@@ -408,12 +413,26 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
             if late_steps and idle.bucket_sets(buckets):
                 fold = None  # the causes again, on a second pass, with the steps' sums
             result.idle = idle.explain(finder, launches, again, result.end, rows,
-                                       device_keys(rows), pcf, top, buckets, nvtx=detail,
-                                       fold=fold, code=code if fold is None else None)
+                                       device_keys(rows), info, top, buckets, nvtx=detail,
+                                       fold=fold, spill=kept,
+                                       code=code if fold is None else None)
     finally:
         if kept is not None:
             kept.close()
     return result
+
+
+def _unspill(kept: "idle.WindowSpill", finder: "idle.GapFinder | None") -> None:
+    """The spill failed (no room): the gaps it held go back to the finder, which keeps
+    them from now on, and pass 2 reads the trace again."""
+    if finder is not None:
+        for i in range(len(kept._windows)):
+            found = kept.gaps_of(i)
+            if len(found):
+                finder._gaps.append(found[:, 1:])
+        finder._keep = True
+    kept.close()
+    return None
 
 
 def analyze_windows(windows: Iterable[Trace]) -> Analysis:
@@ -427,11 +446,12 @@ def analyze_trace(trace: Trace, explain: bool = False, top: int = 10) -> Analysi
     """The analysis of a trace read whole; `explain` (why the GPUs wait) needs it read with
     `comms=True` and the types of `idle.CAUSE_TYPES` and the kernels' full names too
     (`EXPLAIN_TYPES`: the launch statistics are per demangled name)."""
-    return _analyze(lambda **_: [trace], explain and trace.comms is not None, top,
-                    companion(trace.path, ".pcf"))
+    info = TraceInfo(trace.path, Layout(trace.path, trace.end, [], trace.rows),
+                     *pcf_names(trace.path))
+    return _analyze(lambda **_: [trace], explain and trace.comms is not None, top, info)
 
 
-def analyze_path(path: Source, explain: bool = True, top: int = 10,
+def analyze_path(path: Source | TraceInfo, explain: bool = True, top: int = 10,
                  observers: Sequence = (),
                  steps: Callable[[], idle.Buckets] | None = None,
                  detail: bool = True, code=None, one_pass_code=None) -> Analysis:
@@ -440,6 +460,6 @@ def analyze_path(path: Source, explain: bool = True, top: int = 10,
     kept: the trace is read once). `observers` see the
     windows of the first pass, `steps` gives the steps whose idle causes are summed too,
     `detail=False` leaves out what a comparison does not read (see `_analyze`)."""
-    return _analyze(lambda **kw: windows(path, **kw), explain, top,
-                    companion(source_path(path), ".pcf"), observers, steps, detail,
-                    spill=True, code=code, one_pass_code=one_pass_code)
+    info = open_trace(path)
+    return _analyze(lambda **kw: windows(info, **kw), explain, top, info, observers, steps,
+                    detail, spill=True, code=code, one_pass_code=one_pass_code)

@@ -11,11 +11,10 @@ step or per layer instance is decided between the passes, once the activities ar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 
-from ..paraver.read import Source
+from ..paraver.read import Source, TraceInfo, open_trace
 from .model import Analysis, analyze_path
 
 AUTO = ""  # iterations / layers: found by the tool
@@ -37,7 +36,7 @@ class Extras:
     utilisation: object | None = None
 
 
-def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
+def analyze_trace_all(path: Source | TraceInfo, explain: bool = True, top: int = 10,
                       iterations: str | None = None, modality: bool = False,
                       what_if: list | None = None, kernel_metrics: bool = True,
                       layers: str | None = AUTO, samples: bool = True
@@ -55,6 +54,7 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
     from .utilisation import UtilisationMap
 
     want_code = samples  # `samples` names the GPU metrics' collector below
+    path = open_trace(path)  # read once: every section gets this object
     extras = Extras()
     utilisation = UtilisationMap(path)
     observers: list = [utilisation]
@@ -64,134 +64,144 @@ def analyze_trace_all(path: Source | Path, explain: bool = True, top: int = 10,
 
         graph = GraphCollector(path)
         observers.append(graph)
-    samples = launches = None
-    if kernel_metrics:
-        from .kernel_metrics import SampleCollector
-        from .launch import LaunchCollector
+    # the activities kept on disk (a window at a time in memory), for the sections that
+    # read them after the pass (the samples and launch classes filed beside them);
+    # removed on every way out
+    from ..lifeline import signals_held
 
-        samples = SampleCollector(path)
-        if samples.types:
-            observers.append(samples)
-        launches = LaunchCollector(path, per_kernel=bool(samples.types))
-        observers.append(launches)
-    code = sample_collector = labels = None
-    if want_code:
-        from ..paraver.read import companion, source_path
-        from . import samples as code_samples
+    collector = None
+    try:
+        with signals_held():  # made and held here at once: a Ctrl-C finds it to remove
+            collector = ActivityCollector(path, spill=True)
+        samples = launches = None
+        if kernel_metrics:
+            from .kernel_metrics import SampleCollector
+            from .launch import LaunchCollector
 
-        labels = code_samples.read_labels(companion(source_path(path), ".pcf"))
-        if labels[0]:
-            sample_collector = code_samples.SampleCollector()
-            observers.append(sample_collector)
-            if explain:
-                code = code_samples.GapCode()
-    collector = ActivityCollector(path)
-    if layers is not None and not collector.nvtx_types:
-        layers = None  # no NVTX range: nothing to project
-    need_acts = iterations is not None or modality or layers is not None \
-        or (samples is not None and bool(samples.types))
-    state: dict = {}
-    keep_acts = iterations is not None or modality or (samples is not None
-                                                      and bool(samples.types))
+            samples = SampleCollector(path, store=collector.store)
+            if samples.types:
+                observers.append(samples)
+            launches = LaunchCollector(path, per_kernel=bool(samples.types),
+                                       store=collector.store)
+            observers.append(launches)
+        code = sample_collector = labels = None
+        if want_code:
+            from . import samples as code_samples
 
-    def between() -> dict | None:
-        """Between the passes: the activities, the step and the layers, and the buckets
-        the idle analysis' second pass sums (the steps, the layers' instances)."""
-        from .iterations import NoLoop, resolve_range
-        from .steps import instances, pick
+            labels = code_samples.read_labels(path)
+            if labels[0]:
+                sample_collector = code_samples.SampleCollector()
+                observers.append(sample_collector)
+                if explain:
+                    code = code_samples.GapCode()
+        if layers is not None and not collector.nvtx_types:
+            layers = None  # no NVTX range: nothing to project
+        need_acts = iterations is not None or modality or layers is not None \
+            or (samples is not None and bool(samples.types))
+        state: dict = {}
+        keep_acts = iterations is not None or modality or (samples is not None
+                                                          and bool(samples.types))
 
-        state["acts"] = acts = collector.result()
-        buckets: dict = {}
-        step = None
+        def between() -> dict | None:
+            """Between the passes: the activities, the step and the layers, and the buckets
+            the idle analysis' second pass sums (the steps, the layers' instances)."""
+            from .iterations import NoLoop, resolve_range
+            from .steps import instances, pick
+
+            state["acts"] = acts = collector.stored()
+            buckets: dict = {}
+            step = None
+            if iterations is not None:
+                try:
+                    state["range"] = resolve_range(acts, iterations or None)
+                    name, domain, found = state["range"]
+                    buckets["steps"] = instances(acts, name, domain).select("instance", "start",
+                                                                            "end")
+                    step = found
+                    if step is None:  # named: as a pick of that range
+                        from .steps import StepPick
+                        step = StepPick(name, domain, "named with --iterations")
+                except NoLoop as e:
+                    state["range"] = str(e)
+            elif layers is not None:
+                step = pick(acts)
+            if layers is not None:
+                from .layers import analyze_layers
+
+                state["layers"] = found_layers = analyze_layers(acts, step, layers or None)
+                buckets["layers"] = found_layers.buckets()
+                if code is not None and found_layers.members.height:
+                    m = found_layers.members  # the layers' ranges on their CPU threads
+                    code.layer_spans = m.select(
+                        "row", pl.col("cpu_start").alias("start"),
+                        (pl.col("cpu_start") + pl.col("cpu_dur")).alias("end"),
+                        pl.col("layer").cast(pl.Utf8))
+                found_layers.release()  # the work sorted for the projection: not needed now
+                if not keep_acts:  # nor the activities: only the layers read them
+                    state["acts"] = None
+            return buckets or None
+
+        if need_acts:
+            result = analyze_path(path, explain, top, observers=[collector, *observers],
+                                  steps=between, code=code)
+            if "acts" not in state:  # no second pass (no devices, or explain off)
+                between()
+            acts = state["acts"]
+        else:
+            result = analyze_path(path, explain, top, observers=observers, code=code)
+            acts = None
+        extras.utilisation = utilisation.result(result.devices)
         if iterations is not None:
-            try:
-                state["range"] = resolve_range(acts, iterations or None)
+            from .iterations import iteration_report
+
+            if isinstance(state["range"], str):
+                extras.iterations = state["range"]
+            else:
                 name, domain, found = state["range"]
-                buckets["steps"] = instances(acts, name, domain).select("instance", "start",
-                                                                        "end")
-                step = found
-                if step is None:  # named: as a pick of that range
-                    from .steps import StepPick
-                    step = StepPick(name, domain, "named with --iterations")
-            except NoLoop as e:
-                state["range"] = str(e)
-        elif layers is not None:
-            step = pick(acts)
+                idle_steps = result.idle.instances if result.idle is not None else None
+                report = iteration_report(acts, name, domain, picked=not iterations,
+                                          idle_steps=idle_steps)
+                report.pick = found
+                extras.iterations = report
+        if modality:
+            from .modality import kernel_modality
+
+            extras.modality = kernel_modality(acts)
+        if samples is not None:
+            from .kernel_metrics import NO_METRICS, KernelMetrics
+            from .kernel_metrics import kernel_metrics as km
+            from .launch import launch_tables
+
+            if acts is None or not samples.types:  # the launch statistics, without rates
+                extras.kernel_metrics = KernelMetrics(
+                    note=NO_METRICS, launch=launch_tables(launches.result(), path))
+            else:
+                steps = None
+                if extras.iterations is not None and not isinstance(extras.iterations, str):
+                    steps = extras.iterations.steps.select("instance", "start", "end")
+                extras.kernel_metrics = km(acts, samples, steps, launches.result(),
+                                           launches.kernel_classes(), info=path,
+                                           overlap_launches=modality)
         if layers is not None:
-            from .layers import analyze_layers
-
-            state["layers"] = found_layers = analyze_layers(acts, step, layers or None)
-            buckets["layers"] = found_layers.buckets()
-            if code is not None and found_layers.members.height:
-                m = found_layers.members  # the layers' ranges on their CPU threads
-                code.layer_spans = m.select(
-                    "row", pl.col("cpu_start").alias("start"),
-                    (pl.col("cpu_start") + pl.col("cpu_dur")).alias("end"),
-                    pl.col("layer").cast(pl.Utf8))
-            found_layers.release()  # the work sorted for the projection: not needed now
-            if not keep_acts:  # nor the activities: only the layers read them
-                state["acts"] = None
-        return buckets or None
-
-    if need_acts:
-        result = analyze_path(path, explain, top, observers=[collector, *observers],
-                              steps=between, code=code)
-        if "acts" not in state:  # no second pass (no devices, or explain off)
-            between()
-        acts = state["acts"]
-    else:
-        result = analyze_path(path, explain, top, observers=observers, code=code)
-        acts = None
-    extras.utilisation = utilisation.result(result.devices)
-    if iterations is not None:
-        from .iterations import iteration_report
-
-        if isinstance(state["range"], str):
-            extras.iterations = state["range"]
-        else:
-            name, domain, found = state["range"]
-            idle_steps = result.idle.instances if result.idle is not None else None
-            report = iteration_report(acts, name, domain, picked=not iterations,
-                                      idle_steps=idle_steps)
-            report.pick = found
-            extras.iterations = report
-    if modality:
-        from .modality import kernel_modality
-
-        extras.modality = kernel_modality(acts)
-    if samples is not None:
-        from .kernel_metrics import NO_METRICS, KernelMetrics
-        from .kernel_metrics import kernel_metrics as km
-        from .launch import launch_tables
-
-        if acts is None or not samples.types:  # the launch statistics, without rates
-            extras.kernel_metrics = KernelMetrics(
-                note=NO_METRICS, launch=launch_tables(launches.result(), path))
-        else:
-            steps = None
+            found_layers = state["layers"]
+            found_layers.add_idle(result.idle)
+            found_layers.add_rates(extras.kernel_metrics)
             if extras.iterations is not None and not isinstance(extras.iterations, str):
-                steps = extras.iterations.steps.select("instance", "start", "end")
-            extras.kernel_metrics = km(acts, samples, steps, launches.result(),
-                                       launches.kernel_classes())
-    if layers is not None:
-        found_layers = state["layers"]
-        found_layers.add_idle(result.idle)
-        found_layers.add_rates(extras.kernel_metrics)
-        if extras.iterations is not None and not isinstance(extras.iterations, str):
-            found_layers.add_iterations(extras.iterations)
-        extras.layers = found_layers
-    if sample_collector is not None:
-        extras.samples = _samples(result, sample_collector, code, labels)
-    if what_if is not None:
-        from .critical_path import critical_path, step_paths
+                found_layers.add_iterations(extras.iterations)
+            extras.layers = found_layers
+        if sample_collector is not None:
+            extras.samples = _samples(result, sample_collector, code, labels)
+        if what_if is not None:
+            from .critical_path import critical_path, step_paths
 
-        extras.graph = g = graph.graph()
-        extras.critical = critical_path(g, what_if, top)
-        if extras.iterations is not None and not isinstance(extras.iterations, str):
-            extras.critical.steps = step_paths(g, extras.iterations.steps)
-    return result, extras
-
-
+            extras.graph = g = graph.graph()
+            extras.critical = critical_path(g, what_if, top)
+            if extras.iterations is not None and not isinstance(extras.iterations, str):
+                extras.critical.steps = step_paths(g, extras.iterations.steps)
+        return result, extras
+    finally:
+        if collector is not None:
+            collector.close()
 
 
 def _samples(result: Analysis, collector, code, labels):

@@ -166,10 +166,15 @@ def _reduce_slices(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.n
                    ) -> np.ndarray:
     """`ufunc.reduce(values[lo:hi])` of every non-empty slice (lo < hi: the caller masks the
     others), in one `reduceat` over slices ordered by `lo` (the pieces between them are
-    reduced too, and dropped: they add no more than the values once)."""
+    reduced too, and dropped: they add no more than the values once); where the slices
+    nest so deep that they cover the values many times over (10^6 ranges left open, each
+    inside the last), by blocks (`_block_reduce`)."""
     out = np.zeros(len(lo), dtype=values.dtype)
     full = np.flatnonzero(hi > lo)
     if full.size == 0:
+        return out
+    if int((hi[full] - lo[full]).sum()) > 8 * values.size + (1 << 20):
+        out[full] = _block_reduce(ufunc, values, lo[full], hi[full])
         return out
     order = full[np.argsort(lo[full], kind="stable")]
     idx = np.empty(2 * order.size, dtype=np.int64)
@@ -177,6 +182,58 @@ def _reduce_slices(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.n
     idx[1::2] = hi[order]
     padded = np.append(values, values[-1:])  # hi may be len(values)
     out[order] = ufunc.reduceat(padded, idx)[0::2]
+    return out
+
+
+def _block_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                  block: int = 64) -> np.ndarray:
+    """`ufunc.reduce(values[lo:hi])` (np.minimum or np.maximum) of non-empty slices in
+    time linear in the values and the slices, whatever their lengths: within a block of
+    `block` values by prefix and suffix reductions, across blocks by a table of the
+    blocks' reductions over 2^k blocks."""
+    n = values.size
+    nb = (n + block - 1) // block
+    fill = np.iinfo(values.dtype).max if ufunc is np.minimum else np.iinfo(values.dtype).min
+    padded = np.full(nb * block, fill, dtype=values.dtype)
+    padded[:n] = values
+    grid = padded.reshape(nb, block)
+    prefix = ufunc.accumulate(grid, axis=1).ravel()
+    suffix = ufunc.accumulate(grid[:, ::-1], axis=1)[:, ::-1].ravel()
+    table = [ufunc.reduce(grid, axis=1)]
+    while (1 << len(table)) <= nb:
+        last, step = table[-1], 1 << (len(table) - 1)
+        table.append(ufunc(last[:-step], last[step:]))
+    out = np.empty(lo.size, dtype=values.dtype)
+    bl, bh = lo // block, (hi - 1) // block
+    same = bl == bh
+    if same.any():  # inside one block: a few passes over the slices
+        a, z = lo[same], hi[same]
+        acc = np.full(a.size, fill, dtype=values.dtype)
+        for k in range(block):
+            at = a + k
+            live = at < z
+            if not live.any():
+                break
+            acc = np.where(live, ufunc(acc, padded[np.minimum(at, padded.size - 1)]), acc)
+        out[same] = acc
+    cross = ~same
+    if cross.any():
+        a, z = lo[cross], hi[cross]
+        b0, b1 = bl[cross] + 1, bh[cross]  # whole blocks between: [b0, b1)
+        res = ufunc(suffix[a], prefix[z - 1])
+        span = b1 - b0
+        mid = span > 0
+        if mid.any():
+            k = np.floor(np.log2(span[mid])).astype(np.int64)
+            first = np.empty(mid.sum(), dtype=values.dtype)
+            for lv in np.unique(k).tolist():
+                sel = k == lv
+                t = table[lv]
+                x0 = b0[mid][sel]
+                x1 = b1[mid][sel] - (1 << lv)
+                first[sel] = ufunc(t[x0], t[x1])
+            res[mid] = ufunc(res[mid], first)
+        out[cross] = res
     return out
 
 
@@ -299,3 +356,197 @@ def row_spans(work: Work, proj: Projection, which: np.ndarray
     first = _reduce_slices(np.minimum, work.start[order], a, b)
     last = _reduce_slices(np.maximum, work.end[order], a, b)
     return which[rep], block_gpu[blk].astype(np.int32), first, last
+
+
+# -- the same projection from the work read as a stream ----------------------------------
+#
+# The analysis of a trace does not hold its work: the ranges' boundaries cut each thread's
+# calls into segments (between two boundaries, and at each one), the work is summed per
+# segment as it streams (`SegmentSums`), and a range's numbers are those of its segments
+# (sums, minima, maxima over a slice of segments): memory of the ranges, the same numbers
+# as `project` over the work sorted whole.
+
+def rank_positions(points: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Times `t` as positions among the sorted distinct `points` that keep every order
+    relation with them: a point p[i] is 2 i + 1, a time between p[i-1] and p[i] is 2 i."""
+    i = np.searchsorted(points, t, side="left")
+    on = np.zeros(i.size, dtype=bool)
+    inside = i < points.size
+    on[inside] = points[i[inside]] == t[inside]
+    return 2 * i.astype(np.int64) + on
+
+
+class RankKeys:
+    """(group, time) as one int64 that sorts as the pairs do, for times compared with a
+    set of points: `group * width + rank_positions(points, time)` (exact whatever the
+    times' span, unlike a time packed into the low bits)."""
+
+    def __init__(self, points: list[np.ndarray]) -> None:
+        allp = [np.asarray(p, np.int64) for p in points if np.size(p)]
+        self.points = np.unique(np.concatenate(allp)) if allp else np.zeros(0, np.int64)
+        self.width = 2 * self.points.size + 2
+
+    def __call__(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return (np.asarray(group, np.int64) * self.width
+                + rank_positions(self.points, np.asarray(t, np.int64)))
+
+
+class Segments:
+    """The boundaries (start and end) of ranges (row, start, end) on their threads, and the
+    segments they cut the calls of each thread into: at a boundary (2 i + 1) and between
+    two (2 i). A range's calls are those of segments 2 a + 1 .. 2 c (a, c: its start's and
+    end's boundaries), and those at its end where the calls there last 0 ns
+    (`Work.slices`)."""
+
+    def __init__(self, row: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        self.keys = RankKeys([start, end])
+        sk = self.keys(row, start)
+        ek = self.keys(row, end)
+        self.bounds = np.unique(np.concatenate([sk, ek]))
+        self.a = np.searchsorted(self.bounds, sk)
+        self.c = np.searchsorted(self.bounds, ek)
+        self.n = 2 * self.bounds.size + 1
+
+    def of(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The segment of calls (row, start time)."""
+        k = self.keys(row, t)
+        i = np.searchsorted(self.bounds, k, side="left")
+        on = np.zeros(i.size, dtype=bool)
+        inside = i < self.bounds.size
+        on[inside] = self.bounds[i[inside]] == k[inside]
+        return 2 * i.astype(np.int64) + on
+
+    def slices(self, sums: "SegmentSums") -> tuple[np.ndarray, np.ndarray]:
+        """[lo, hi) of each range's segments."""
+        lo = 2 * self.a + 1
+        hi = 2 * self.c + 1
+        at_end = (sums.count[hi] > 0) & sums.zero[hi]
+        return lo, np.maximum(np.where(at_end, hi + 1, hi), lo)
+
+
+class SegmentSums:
+    """Per segment of `Segments`: the activities, the launching calls they stand for
+    (`Work.calls`), their first start and last end, GPU time per kind, the lowest and
+    highest GPU row, and whether the calls at a boundary last 0 ns (the time of a kind
+    only for the kinds that ran: a few numbers a segment). Fed chunk by chunk;
+    the activities of one launch instant (a call) must come in one chunk."""
+
+    def __init__(self, segments: Segments, kinds: int) -> None:
+        n = segments.n
+        self.segments = segments
+        self.count = np.zeros(n, dtype=np.int64)
+        self.calls = np.zeros(n, dtype=np.int64)
+        self.first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        self.last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+        self.kinds = kinds
+        self.times: dict[int, np.ndarray] = {}  # kind -> per segment (kinds that ran)
+        self.rmin = np.full(n, np.iinfo(np.int32).max, dtype=np.int32)
+        self.rmax = np.full(n, -1, dtype=np.int32)
+        self.zero = np.zeros(n, dtype=bool)
+
+    def add(self, launch_row: np.ndarray, launch: np.ndarray, row: np.ndarray,
+            start: np.ndarray, end: np.ndarray, kind: np.ndarray,
+            calls_at: np.ndarray | None = None, zero: np.ndarray | None = None) -> None:
+        """Activities with their launching call (launch_row >= 0), as `Work.of` takes
+        them."""
+        if launch_row.size == 0:
+            return
+        seg = self.segments.of(launch_row, launch)
+        np.add.at(self.count, seg, 1)
+        np.minimum.at(self.first, seg, start)
+        np.maximum.at(self.last, seg, end)
+        kind = np.asarray(kind, np.int64)
+        for k in np.unique(kind).tolist():
+            if k not in self.times:
+                self.times[k] = np.zeros(self.count.size, dtype=np.int64)
+            mine = kind == k
+            np.add.at(self.times[k], seg[mine], (end - start)[mine])
+        np.minimum.at(self.rmin, seg, row.astype(np.int32))
+        np.maximum.at(self.rmax, seg, row.astype(np.int32))
+        # the calls of each launch instant: as many as its activities, at most as many as
+        # started there (`Work.of`)
+        lr = np.asarray(launch_row, np.int64)
+        la = np.asarray(launch, np.int64)
+        order = np.lexsort((la, lr))
+        heads = np.flatnonzero(np.append(True, (lr[order][1:] != lr[order][:-1])
+                                         | (la[order][1:] != la[order][:-1])))
+        first = order[heads]
+        size = np.diff(np.append(heads, order.size))
+        at = np.ones(first.size, np.int64) if calls_at is None \
+            else np.maximum(np.asarray(calls_at, np.int64)[first], 1)
+        np.add.at(self.calls, seg[first], np.minimum(size, at))
+        if zero is not None:
+            z = np.asarray(zero, bool)[first]
+            self.zero[seg[first][z]] = True
+
+
+def project_segments(segments: Segments, sums: SegmentSums) -> Projection:
+    """`project` of the ranges from their segments' sums (busy where the work ran on one
+    row; -1 elsewhere: `union` where wanted)."""
+    lo, hi = segments.slices(sums)
+    n = lo.size
+    kinds = sums.kinds
+
+    def ranged(values: np.ndarray) -> np.ndarray:
+        cs = np.concatenate([np.zeros((1,) + values.shape[1:], np.int64),
+                             np.cumsum(values, axis=0)])
+        return cs[hi] - cs[lo]
+
+    ops = ranged(sums.calls)
+    count = ranged(sums.count)
+    time = np.zeros((n, kinds), np.int64)
+    for k, per in sums.times.items():
+        time[:, k] = ranged(per)
+    gstart = _reduce_slices(np.minimum, sums.first, lo, hi)
+    gend = _reduce_slices(np.maximum, sums.last, lo, hi)
+    rmin = _reduce_slices(np.minimum, sums.rmin, lo, hi)
+    rmax = _reduce_slices(np.maximum, sums.rmax, lo, hi)
+    has = count > 0
+    gstart = np.where(has, gstart, 0)
+    gend = np.where(has, gend, 0)
+    multirow = has & (rmin != rmax)
+    busy = np.where(multirow, -1, time.sum(axis=1))
+    return Projection(lo, hi, gstart, gend, ops, time, busy, multirow)
+
+
+class WantedUnion:
+    """The time covered by the work of some ranges (`lo`, `hi`: their slices of segments),
+    from the work streamed in start order (`add`, chunk by chunk, each with its segments):
+    per range the end reached so far and the time covered, its work's union as the sorted
+    work gives it (`union_time`). Memory: the ranges, and per segment the ranges that
+    hold it."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        n = np.asarray(hi - lo, np.int64)
+        owner = np.repeat(np.arange(lo.size, dtype=np.int64), np.maximum(n, 0))
+        seg = np.arange(int(np.maximum(n, 0).sum()), dtype=np.int64) \
+            - np.repeat(np.cumsum(np.maximum(n, 0)) - np.maximum(n, 0) - lo, np.maximum(n, 0))
+        order = np.argsort(seg, kind="stable")
+        self.seg = seg[order]
+        self.owner = owner[order]
+        self.reach = np.full(lo.size, np.iinfo(np.int64).min, dtype=np.int64)
+        self.covered = np.zeros(lo.size, dtype=np.int64)
+
+    def add(self, seg: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        a = np.searchsorted(self.seg, seg, side="left")
+        z = np.searchsorted(self.seg, seg, side="right")
+        k = z - a
+        if not k.any():
+            return
+        item = np.repeat(np.arange(seg.size), k)
+        pos = np.repeat(a, k) + (np.arange(item.size) - np.repeat(np.cumsum(k) - k, k))
+        who = self.owner[pos]
+        o = np.lexsort((item, who))  # per range, in the work's (start) order
+        who, s, e = who[o], start[item[o]], end[item[o]]
+        first = np.append(True, who[1:] != who[:-1])
+        # the end reached before each activity of a range: its earlier ones', and what
+        # the range reached in the chunks before
+        run = (pl.DataFrame({"w": who, "e": np.maximum(e, self.reach[who])})
+               .select(pl.col("e").cum_max().over("w"))["e"].to_numpy())
+        prev = np.empty_like(e)
+        prev[1:] = run[:-1]
+        prev[first] = self.reach[who[first]]
+        gain = np.maximum(e - np.maximum(s, prev), 0)
+        np.add.at(self.covered, who, gain)
+        last = np.append(np.flatnonzero(first)[1:], e.size) - 1
+        self.reach[who[last]] = run[last]

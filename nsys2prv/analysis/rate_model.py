@@ -293,6 +293,215 @@ def accumulate(ent: Entries, values: np.ndarray) -> Sums:
                 {m: g.reshape(F, K1, K1) for m, g in missing.items()})
 
 
+# -- the same, fed in pieces: memory of a block of periods, the same numbers -------------------
+
+def periods_block(t: np.ndarray, following: int | None, interval: int) -> tuple[np.ndarray, int]:
+    """The ends of the periods of sample times `t` (a run of one GPU's sorted times) as
+    `periods_of` makes them, `following`: the time of the sample after the run (None: the
+    run is the last), `interval` the median interval of all of them; and the periods cut
+    at a gap (`Periods.cut`)."""
+    t = np.asarray(t, dtype=np.int64)
+    end = np.empty_like(t)
+    if t.size == 0:
+        return end, 0
+    end[:-1] = t[1:]
+    end[-1] = t[-1] + interval if following is None else following
+    nxt = np.append(t[1:], following if following is not None else t[-1])
+    cut = 0
+    if interval > 0:
+        long = (nxt - t) > GAP_FACTOR * interval
+        if following is None:
+            long[-1] = False  # the last one lasts one interval already
+        cut = int(long.sum())
+        end[long] = t[long] + interval
+    return end, cut
+
+
+def median_interval(diffs: np.ndarray, counts: np.ndarray) -> int:
+    """`int(np.median(gaps))` from the distinct gaps and how often each occurs."""
+    n = int(counts.sum())
+    if n == 0:
+        return 0
+    order = np.argsort(diffs, kind="stable")
+    d, c = np.asarray(diffs)[order], np.cumsum(np.asarray(counts)[order])
+
+    def kth(k: int) -> int:  # the k-th smallest gap (0-based)
+        return int(d[np.searchsorted(c, k, side="right")])
+
+    if n % 2:
+        return int(kth(n // 2))
+    return int(np.mean(np.array([kth(n // 2 - 1), kth(n // 2)], dtype=np.int64)))
+
+
+def block_entries(ps: np.ndarray, pe: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  col: np.ndarray, n_cols: int, p0: int = 0) -> Entries:
+    """`entries` of a block of consecutive periods [ps, pe) (global index of the first:
+    `p0`) from every interval that overlaps them (any order; others are ignored): the same
+    triplets, in the same order, as `entries` of all periods has for these."""
+    n = ps.size
+    length = (pe - ps).astype(np.float64)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    col = np.asarray(col, dtype=np.int64)
+    ok = end > start
+    start, end, col = start[ok], end[ok], col[ok]
+    by_start = np.argsort(start, kind="stable")
+    start, end, col = start[by_start], end[by_start], col[by_start]
+    width = n_cols + 1
+    i, p, ov = _expand(start, end, ps, pe)
+    key = p * width + col[i]
+    ov = ov.astype(np.float64)
+    if key.size:
+        order = np.argsort(key, kind="stable")
+        key, ov = key[order], ov[order]
+        heads = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+        key, ov = key[heads], np.add.reduceat(ov, heads)
+    us, ue = _union(start, end, presorted=True)
+    busy = np.zeros(n)
+    _, up, uov = _expand(us, ue, ps, pe)
+    busy += np.bincount(up, weights=uov.astype(np.float64), minlength=n)
+    busy = np.divide(busy, length, out=np.zeros(n), where=length > 0)
+    busy = np.minimum(busy, 1.0)
+    period = key // width
+    column = key % width
+    share = ov / length[period]
+    idle_p = np.nonzero(busy < 1.0)[0]
+    key = np.concatenate([key, idle_p * width + n_cols])
+    order = np.argsort(key, kind="stable")
+    return Entries(np.concatenate([period, idle_p])[order] + p0,
+                   np.concatenate([column, np.full(idle_p.size, n_cols)])[order],
+                   np.concatenate([share, 1.0 - busy[idle_p]])[order], busy, n_cols)
+
+
+class SumsStream:
+    """`accumulate` fed block by block of consecutive periods (`add`: their entries and
+    values), chunked as `accumulate` chunks all of them (whole periods, PAIRS_PER_CHUNK
+    pairs, found greedily from the first period) and summed in the same order: `result`
+    gives the same `Sums` to the last bit. `missing`: the metrics with an invalid value in
+    some period (known before: `accumulate` looks at all of them). Also sums, in entry
+    order, each column's time (`fit_device`'s `time`)."""
+
+    def __init__(self, n_cols: int, M: int, missing: list[int]) -> None:
+        self.K1 = K1 = n_cols + 1
+        self.M = M
+        F = FOLDS
+        self.G = np.zeros(F * K1 * K1)
+        self.b = np.zeros((F * K1, M))
+        self.share = np.zeros(F * K1)
+        self.full = np.zeros(K1, dtype=np.int64)
+        self.missing = {m: np.zeros(F * K1 * K1) for m in missing}
+        self.time = np.zeros(K1)
+        z = np.zeros((F, M))
+        self.n, self.sv, self.svv = z.copy(), z.copy(), z.copy()
+        self.idle_n, self.idle_sv, self.idle_svv = z.copy(), z.copy(), z.copy()
+        self.periods = 0  # periods given (the next one's global index)
+        self._first = 0  # periods summed (the open chunk's first)
+        self._used = 0  # pairs in the open chunk
+        self._held: list[tuple[Entries, np.ndarray, np.ndarray]] = []  # the open chunk
+
+    def add(self, ent: Entries, values: np.ndarray, length: np.ndarray) -> None:
+        """The entries of the next block of periods (global indices), their values
+        (periods x metrics, NaN: invalid) and lengths (ns)."""
+        n = ent.busy.size
+        if n == 0:
+            return
+        v = np.asarray(values, dtype=np.float64)
+        p0 = self.periods
+        local = ent.period - p0
+        counts = np.bincount(local, minlength=n).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        sq = counts ** 2
+        at = 0
+        while at < n:  # close chunks where `accumulate` would
+            room = PAIRS_PER_CHUNK - self._used
+            cum = np.cumsum(sq[at:])
+            k = int(np.searchsorted(cum, room, side="right"))  # periods that fit
+            if k == 0 and self._used == 0:
+                k = 1  # a period alone over the limit: a chunk of its own
+            if k == 0:
+                self._flush()
+                continue
+            hi = at + min(k, n - at)
+            self._hold(ent, v, length, local, starts, at, hi, p0)
+            self._used += int(cum[hi - at - 1])
+            at = hi
+            if at < n:
+                self._flush()
+        self.periods += n
+
+    def _hold(self, ent, v, length, local, starts, lo, hi, p0) -> None:
+        a, z = starts[lo], starts[hi]
+        piece = Entries(ent.period[a:z], ent.col[a:z], ent.share[a:z], ent.busy[lo:hi],
+                        ent.n_cols)
+        self._held.append((piece, v[lo:hi], length[lo:hi]))
+        # the column times, in entry order (`fit_device`'s bincount, entry by entry)
+        np.add.at(self.time, piece.col, piece.share * length[piece.period - p0])
+
+    def _flush(self) -> None:
+        """Sum the open chunk (as one iteration of `accumulate`'s loop)."""
+        if not self._held:
+            return
+        K1, F, M = self.K1, FOLDS, self.M
+        p = np.concatenate([h[0].period for h in self._held])
+        c = np.concatenate([h[0].col for h in self._held])
+        s = np.concatenate([h[0].share for h in self._held])
+        busy = np.concatenate([h[0].busy for h in self._held])
+        v = np.concatenate([h[1] for h in self._held])
+        self._held = []
+        self._used = 0
+        first = self._first  # the chunk's periods: global first .. first + len(v)
+        self._first += v.shape[0]
+        valid = ~np.isnan(v)
+        v0 = np.where(valid, v, 0.0)
+        fold_p = (np.arange(first, first + v.shape[0])) % F
+        pl_ = p - first
+        f = fold_p[pl_]
+        i, j = _pairs(pl_)
+        key = (f[i] * K1 + c[i]) * K1 + c[j]
+        w = s[i] * s[j]
+        self.G += np.bincount(key, weights=w, minlength=F * K1 * K1)
+        for m in self.missing:
+            bad = ~valid[pl_[i], m]
+            if bad.any():
+                self.missing[m] += np.bincount(key[bad], weights=w[bad],
+                                               minlength=F * K1 * K1)
+        fc = f * K1 + c
+        self.share += np.bincount(fc, weights=s, minlength=F * K1)
+        vp = v0[pl_]
+        for m in range(M):
+            self.b[:, m] += np.bincount(fc, weights=s * vp[:, m], minlength=F * K1)
+        self.full += np.bincount(c[s >= DIRECT_SHARE], minlength=K1)
+        idle = busy <= 0.0
+        for fo in range(F):
+            sel = fold_p == fo
+            _running(self.n[fo], valid[sel])
+            _running(self.sv[fo], v0[sel])
+            _running(self.svv[fo], v0[sel] ** 2)
+            sel_i = sel & idle
+            _running(self.idle_n[fo], valid[sel_i])
+            _running(self.idle_sv[fo], v0[sel_i])
+            _running(self.idle_svv[fo], v0[sel_i] ** 2)
+
+    def result(self) -> Sums:
+        self._flush()
+        K1, F = self.K1, FOLDS
+        full = self.full.copy()
+        full[K1 - 1] = 0
+        return Sums(self.G.reshape(F, K1, K1), self.b.reshape(F, K1, self.M), self.n,
+                    self.sv, self.svv, self.idle_n, self.idle_sv, self.idle_svv,
+                    self.share.reshape(F, K1), full,
+                    {m: g.reshape(F, K1, K1) for m, g in self.missing.items()})
+
+
+def _running(total: np.ndarray, rows: np.ndarray) -> None:
+    """total += each row of `rows` in turn (the order numpy's sum over axis 0 adds them)."""
+    if rows.shape[0] == 0:
+        return
+    acc = np.cumsum(np.vstack([total[None, :].astype(np.float64), rows.astype(np.float64)]),
+                    axis=0)
+    total[:] = acc[-1]
+
+
 # -- the fit --------------------------------------------------------------------------------
 
 class _FreeInverse:
@@ -1019,5 +1228,10 @@ def bounds(percent: list[bool], values: np.ndarray) -> tuple[np.ndarray, np.ndar
     100, else 0 to unbounded."""
     v = np.asarray(values, dtype=np.float64)
     top = np.nanmax(v, axis=0, initial=0.0) if v.size else np.zeros(len(percent))
-    hi = np.where(np.asarray(percent, dtype=bool) & (top <= 100.0), 100.0, np.inf)
+    return bounds_from_top(percent, top)
+
+
+def bounds_from_top(percent: list[bool], top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`bounds` from each metric's largest value (NaN ignored, at least 0)."""
+    hi = np.where(np.asarray(percent, dtype=bool) & (np.asarray(top) <= 100.0), 100.0, np.inf)
     return np.zeros(len(percent)), hi

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -36,6 +37,9 @@ import polars as pl
 from ..paraver.registry import cuda, osrt
 from ..paraver.registry import sampling as reg
 from .timeline import Spans
+
+if TYPE_CHECKING:
+    from ..paraver.read import TraceInfo
 
 SAMPLED = reg.SAMPLED_FUNCTION
 MAX_DEPTH = reg.SAMPLED_FUNCTION_LEVELS  # 0..99: 30000100 is Extrae's source line, not ours
@@ -440,7 +444,7 @@ class OnePassGapSamples:
     def add(self, window, ended: np.ndarray, idle: np.ndarray) -> None:
         """A window, the gaps that ended in it [n, 4] (g index, start, end, host row or -1)
         and the devices idle at its end [m, 2] (g index, since)."""
-        lo, hi = window.start, window.end
+        lo = window.start
         leaves = sample_stacks(window.events.slice(window.carried)).select(
             "row", "time", pl.col("stack").list.first().alias("value"))
         known = ended[ended[:, 3] >= 0]
@@ -1070,14 +1074,19 @@ def wait_lines(summary: pl.DataFrame) -> list[str]:
     return out
 
 
-def read_labels(pcf: Path) -> tuple[dict[int, str], dict[int, dict[int, str]]]:
+def read_labels(pcf: "Path | TraceInfo | None"
+                ) -> tuple[dict[int, str], dict[int, dict[int, str]]]:
     """The code locations' labels and the call APIs' (OS runtime, CUDA) labels of a trace's
-    .pcf."""
+    .pcf (its path, or the names an opened trace read from it)."""
     from ..paraver.check import parse_pcf
+    from ..paraver.read import TraceInfo
 
-    if pcf is None or not Path(pcf).exists():
+    if isinstance(pcf, TraceInfo):
+        values = pcf.names
+    elif pcf is None or not Path(pcf).exists():
         return {}, {}
-    values = parse_pcf(Path(pcf).read_text(errors="replace"))[0]
+    else:
+        values = parse_pcf(Path(pcf).read_text(errors="replace"))[0]
     labels: dict[int, str] = {}
     for t in (*range(SAMPLED, SAMPLED + MAX_DEPTH), *range(CALLER + 1, CALLER + MAX_DEPTH)):
         labels.update(values.get(t, {}))

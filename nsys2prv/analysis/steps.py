@@ -36,6 +36,7 @@ import polars as pl
 
 from .activities import Activities
 from .idle import CAUSE_KEYS, UNKNOWN_HOST
+from .projection import RankKeys
 
 MIN_STEPS = 3  # fewer: the verdict cannot judge noise anyway (3 a side: p >= 0.1)
 MIN_FOR_OUTLIERS = 4  # steps from which outliers are judged (Tukey's fences)
@@ -109,8 +110,8 @@ def candidates(acts: Activities) -> pl.DataFrame:
     the GPU time, else null), depth (mean nesting level, 0 at the top), convention (0 a
     step's name, 1 any other, 2 an epoch's), loop (sequential on one thread of each
     process, MIN_STEPS instances at least). A few group-bys over the ranges and searches
-    of their instances in the GPU work sorted once (`GpuWork`): what a side of a
-    comparison computes in its own process, so that only this table travels."""
+    of their instances over the GPU work read as a stream (`LaunchedWork`): what a side of
+    a comparison computes in its own process, so that only this table travels."""
     if acts.ranges.height == 0:
         return pl.DataFrame(schema=_SCHEMA)
     fams = range_families(acts).select(pl.col("id").alias("name"), "family")
@@ -135,13 +136,14 @@ def candidates(acts: Activities) -> pl.DataFrame:
                 pl.len().alias("tasks"),
                 ((pl.col("rows") == 1) & ~pl.col("overlap")).all().alias("sequential"),
                 pl.col("depth").mean()))
-    gpu = GpuWork.of(acts, tasks, r)
+    gpu = LaunchedWork(acts, tasks)
     task = r["task_index"].fill_null(-1).to_numpy().astype(np.int64)
     s0 = r["start"].to_numpy()
-    covered = (r.select(*key).with_columns(pl.Series(
-        "covered", gpu.before(task, s0 + r["dur"].to_numpy()) - gpu.before(task, s0)))
+    n = s0.size
+    upto, tot, items = gpu.before(np.concatenate([task, task]),
+                                  np.concatenate([s0, s0 + r["dur"].to_numpy()]))
+    covered = (r.select(*key).with_columns(pl.Series("covered", upto[n:] - upto[:n]))
                .group_by(key).agg(pl.col("covered").sum()))
-    tot = gpu.totals()
     total = pl.DataFrame({"task_index": list(tot), "gpu_total": list(tot.values())},
                          schema={"task_index": pl.Int64, "gpu_total": pl.Int64})
     share = (per_task.select(key)
@@ -153,7 +155,7 @@ def candidates(acts: Activities) -> pl.DataFrame:
            .with_columns((pl.col("busiest_dur") / max(acts.end, 1)).alias("time_share")))
     out = out.with_columns(
         (pl.col("covered") / pl.col("gpu_total")).fill_nan(0.0).fill_null(0.0)
-        .alias("gpu_share") if gpu.size else pl.col("time_share").alias("gpu_share"),
+        .alias("gpu_share") if items else pl.col("time_share").alias("gpu_share"),
         pl.when(pl.col("family").str.contains(STEP_NAMES.pattern))
         .then(0).when(pl.col("family").str.contains(CONTAINER_NAMES.pattern)).then(2)
         .otherwise(1).cast(pl.Int64).alias("convention"),
@@ -163,157 +165,120 @@ def candidates(acts: Activities) -> pl.DataFrame:
     # the kernel names launched inside the loops that cover the work (a few; the operators
     # too: a reader sees why they hold the work, one or two names)
     judged = out.filter(pl.col("loop") & (pl.col("gpu_share") >= COVER_FLOOR))
-    names = pl.DataFrame(
-        [(f, d, gpu.name_share(r.filter((pl.col("family") == f)
-                                        & pl.col("domain").eq_missing(d))))
-         for f, d in judged.select(fam_key).iter_rows()],
-        schema={"family": pl.Utf8, "domain": pl.Utf8, "name_share": pl.Float64},
-        orient="row")
+    loops = judged.select(fam_key).rows()
+    shares = gpu.name_shares([r.filter((pl.col("family") == f) & pl.col("domain").eq_missing(d))
+                              for f, d in loops])
+    names = pl.DataFrame([(f, d, x) for (f, d), x in zip(loops, shares)],
+                         schema={"family": pl.Utf8, "domain": pl.Utf8, "name_share": pl.Float64},
+                         orient="row")
     out = out.join(names, on=fam_key, how="left", nulls_equal=True)
     return (out.select(list(_SCHEMA)).cast(_SCHEMA)
             .sort("gpu_share", "n", "family", descending=[True, True, False]))
 
 
-class _Keys:
-    """(process, time) as one sortable int64: process << 43 | (time - earliest) where the
-    times span less than 2^43 ns (2.4 h), else process << 32 | the time's rank among the
-    times given."""
-
-    def __init__(self, times: list[np.ndarray]) -> None:
-        allt = [t for t in times if t.size]
-        self.lo = min((int(t.min()) for t in allt), default=0)
-        hi = max((int(t.max()) for t in allt), default=0)
-        self.ranks = None if hi - self.lo < 1 << 43 else np.unique(np.concatenate(allt))
-
-    def __call__(self, task: np.ndarray, t: np.ndarray) -> np.ndarray:
-        if self.ranks is None:  # in place: one array of the pairs' count
-            out = np.asarray(t, np.int64) - self.lo
-            out |= np.left_shift(task, 43, dtype=np.int64)
-            return out
-        out = np.searchsorted(self.ranks, t).astype(np.int64)
-        out |= np.left_shift(task, 32, dtype=np.int64)
-        return out
+def _task_of_row(acts: Activities, tasks: pl.DataFrame) -> np.ndarray:
+    """Per trace row, the process (task index) of a GPU row, -1 for the others."""
+    nrows = int(acts.rows["row"].max() or 0) + 2
+    task_of = np.full(nrows, -1, dtype=np.int64)
+    gpu = acts.rows.filter(pl.col("kind") == "gpu").join(tasks, on="row")
+    task_of[gpu["row"].to_numpy()] = gpu["task_index"].to_numpy()
+    return task_of
 
 
-@dataclass
-class GpuWork:
-    """Every GPU activity of a run (kernels, copies, sets) as numpy columns sorted by
-    (process, launch time: its launch call's start, the host range it belongs to, or its
-    own start without a launch line): `key` (`_Keys`), `upto` (the GPU time launched up to
-    and with it, over the run: `offset` of its process subtracted gives the process's),
-    `task`, `full` (a kernel's name id, -1 for copies and sets). Built in place, a few
-    arrays of the activities' count (10M activities: 4.7M on the GPU, ~150 MB at the
-    peak), no frame of them."""
+class LaunchedWork:
+    """The GPU work (kernels, copies, sets) of a run as launched: each activity at the
+    start of its launching call (the host range it belongs to), or at its own start
+    without a launch line, on its process. Sums over the activities read as a stream
+    (`Activities.gpu_items`), kept per query, per process and per kernel name: memory of
+    the queries (the ranges' instances), never of the activities."""
 
-    keys: _Keys
-    key: np.ndarray
-    upto: np.ndarray
-    task: np.ndarray
-    full: np.ndarray
-    offset: dict[int, int]  # process -> GPU time launched by the processes before it
+    COLUMNS = ("row", "start", "end", "launch", "kernel", "full")
 
-    @classmethod
-    def of(cls, acts: Activities, tasks: pl.DataFrame, ranges: pl.DataFrame) -> "GpuWork":
-        nrows = int(acts.rows["row"].max() or 0) + 2
-        task_of = np.full(nrows, -1, dtype=np.int32)
-        gpu = acts.rows.filter(pl.col("kind") == "gpu").join(tasks, on="row")
-        task_of[gpu["row"].to_numpy()] = gpu["task_index"].to_numpy()
-        parts = [f for f in (acts.kernels, acts.memops) if f.height]
-        if not parts:
-            e = np.zeros(0, np.int64)
-            return cls(_Keys([]), e, e, e.astype(np.int32), e.astype(np.int32), {})
+    def __init__(self, acts: Activities, tasks: pl.DataFrame) -> None:
+        self.acts = acts
+        self.task_of = _task_of_row(acts, tasks)
 
-        def col(name: str, default=None) -> np.ndarray:
-            return np.concatenate([
-                (f[name] if name in f.columns else pl.Series([default] * f.height))
-                .to_numpy() for f in parts])
+    def _chunks(self):
+        """(task, launch time, duration, kernel name id or -1) of the activities on GPU
+        rows, chunk by chunk."""
+        for items in self.acts.gpu_items(list(self.COLUMNS), by="launch"):
+            row = np.clip(items["row"].to_numpy(), 0, self.task_of.size - 1)
+            task = self.task_of[row]
+            keep = task >= 0
+            launch = items["launch"].fill_null(items["start"]).to_numpy()
+            dur = (items["end"] - items["start"]).to_numpy()
+            full = np.where(items["kernel"].to_numpy(), items["full"].fill_null(-1)
+                            .to_numpy().astype(np.int64), -1)
+            yield task[keep], launch[keep], dur[keep], full[keep]
 
-        task = task_of[np.clip(col("row"), 0, nrows - 1)]
-        on_gpu = task >= 0
-        # the activities on GPU rows (all of them, but for a trace that lacks a GPU's
-        # row): no copy of each column where nothing is left out
-        sel = None if on_gpu.all() else np.flatnonzero(on_gpu)
-        del on_gpu
+    def before(self, task: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, dict[int, int],
+                                                                int]:
+        """(GPU time launched on `task` strictly before `t`, each pair; the GPU time of each
+        process; the number of activities), on one pass."""
+        task = np.asarray(task, np.int64)
+        t = np.asarray(t, np.int64)
+        keys = RankKeys([t])
+        q = keys(task, t)
+        order = np.argsort(q, kind="stable")
+        qs, qtask = q[order], task[order]
+        acc = np.zeros(qs.size + 1, dtype=np.int64)
+        totals: dict[int, int] = {}
+        n = 0
+        for ctask, launch, dur, _ in self._chunks():
+            n += ctask.size
+            if ctask.size == 0:
+                continue
+            # an activity counts for the queries of its process that come after it
+            p = np.searchsorted(qs, keys(ctask, launch) + 1, side="left")
+            same = np.zeros(p.size, dtype=bool)
+            ok = p < qs.size
+            same[ok] = qtask[p[ok]] == ctask[ok]
+            np.add.at(acc, np.where(same, p, qs.size), dur)
+            u, inv = np.unique(ctask, return_inverse=True)
+            sums = np.zeros(u.size, dtype=np.int64)
+            np.add.at(sums, inv, dur)
+            for x, v in zip(u.tolist(), sums.tolist()):
+                totals[x] = totals.get(x, 0) + v
+        prefix = np.concatenate([[0], np.cumsum(acc[:-1])])
+        out = np.zeros(q.size, dtype=np.int64)
+        if qs.size:  # per process: the sums start at its first query
+            first = np.flatnonzero(np.append(True, qtask[1:] != qtask[:-1]))
+            seg = np.repeat(first, np.diff(np.append(first, qs.size)))
+            out[order] = prefix[1:] - prefix[seg]
+        return out, totals, n
 
-        def gpu_only(a: np.ndarray) -> np.ndarray:
-            return a if sel is None else a[sel]
-
-        task = gpu_only(task)
-        launch = gpu_only(np.concatenate([
-            (f["launch"].fill_null(f["start"]) if "launch" in f.columns
-             else f["start"]).to_numpy() for f in parts]))
-        s0 = ranges["start"].to_numpy()
-        keys = _Keys([launch, s0, s0 + ranges["dur"].to_numpy()])
-        key = keys(task, launch)
-        del launch
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        upto = gpu_only(col("dur"))[order].astype(np.int64, copy=False)
-        np.cumsum(upto, out=upto)
-        full = gpu_only(np.concatenate([
-            f["full"].to_numpy().astype(np.int32) if "full" in f.columns
-            else np.full(f.height, -1, np.int32) for f in parts]))[order]
-        task = task[order]
-        del order, sel
-        first = np.flatnonzero(np.append(True, task[1:] != task[:-1]))
-        offset = {int(task[i]): int(upto[i - 1]) if i else 0 for i in first}
-        return cls(keys, key, upto, task, full, offset)
-
-    @property
-    def size(self) -> int:
-        return int(self.key.size)
-
-    def before(self, task: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """GPU time launched on `task` strictly before `t` (each pair)."""
-        out = np.zeros(len(task), dtype=np.int64)
-        if self.size == 0:
-            return out
-        i = np.searchsorted(self.key, self.keys(task, t), side="left")
-        ok = i > 0
-        j = i[ok] - 1
-        same = self.task[j] == task[ok]  # the previous activity is of the same process
-        idx = np.flatnonzero(ok)[same]
-        base = np.array([self.offset.get(int(x), 0) for x in task[idx]], dtype=np.int64) \
-            if idx.size < 4096 else _offsets(self.offset, task[idx])
-        out[idx] = self.upto[j[same]] - base
-        return out
-
-    def totals(self) -> dict[int, int]:
-        """GPU time per process."""
-        if self.size == 0:
-            return {}
-        last = np.flatnonzero(np.append(self.task[1:] != self.task[:-1], True))
-        return {int(self.task[i]): int(self.upto[i]) - self.offset[int(self.task[i])]
-                for i in last}
-
-    def name_share(self, inst: pl.DataFrame) -> float | None:
-        """Of the kernel names the processes of the instances `inst` (a loop's ranges:
-        task_index, start, dur) launch, the share launched inside them (None: no kernels).
-        A loop's instances follow each other on each process: the one an activity was
+    def name_shares(self, families: list[pl.DataFrame]) -> list[float | None]:
+        """For each loop (its instances: task_index, start, dur): of the kernel names its
+        processes launch, the share launched inside its instances (None: no kernels). A
+        loop's instances follow each other on each process: the one an activity was
         launched in is found by one search."""
-        tasks = inst["task_index"].fill_null(-1).to_numpy().astype(np.int64)
-        mine = np.isin(self.task, np.unique(tasks)) & (self.full >= 0)
-        total = np.unique(self.full[mine]).size
-        if total == 0:
-            return None
-        s0 = inst["start"].to_numpy()
-        ik = self.keys(tasks, s0)
-        order = np.argsort(ik, kind="stable")
-        ik, ie = ik[order], self.keys(tasks, s0 + inst["dur"].to_numpy())[order]
-        k = self.key[mine]
-        j = np.searchsorted(ik, k, side="right") - 1
-        ok = j >= 0
-        hit = np.zeros(k.size, dtype=bool)
-        hit[ok] = k[ok] < ie[j[ok]]  # before the instance's end, on its process
-        return np.unique(self.full[mine][hit]).size / total
-
-
-def _offsets(offset: dict[int, int], task: np.ndarray) -> np.ndarray:
-    """`offset` of each process of `task` (vectorised through a lookup array)."""
-    top = max(offset) + 1 if offset else 1
-    table = np.zeros(top, dtype=np.int64)
-    table[list(offset)] = list(offset.values())
-    return table[np.clip(task, 0, top - 1)]
+        prepared = []
+        for inst in families:
+            tasks = inst["task_index"].fill_null(-1).to_numpy().astype(np.int64)
+            s0 = inst["start"].to_numpy()
+            e0 = s0 + inst["dur"].to_numpy()
+            keys = RankKeys([s0, e0])
+            ik = keys(tasks, s0)
+            order = np.argsort(ik, kind="stable")
+            prepared.append((np.unique(tasks), keys, ik[order], keys(tasks, e0)[order],
+                             set(), set()))
+        if not prepared:
+            return []
+        for ctask, launch, _, full in self._chunks():
+            kern = full >= 0
+            for tasks, keys, ik, ie, total, hit in prepared:
+                mine = np.isin(ctask, tasks) & kern
+                if not mine.any():
+                    continue
+                f = full[mine]
+                total.update(np.unique(f).tolist())
+                k = keys(ctask[mine], launch[mine])
+                j = np.searchsorted(ik, k, side="right") - 1
+                ok = j >= 0
+                h = np.zeros(k.size, dtype=bool)
+                h[ok] = k[ok] < ie[j[ok]]  # before the instance's end, on its process
+                hit.update(np.unique(f[h]).tolist())
+        return [len(h) / len(t) if t else None for _, _, _, _, t, h in prepared]
 
 
 def pick(before: Activities, after: Activities | None = None) -> StepPick | None:
@@ -321,7 +286,7 @@ def pick(before: Activities, after: Activities | None = None) -> StepPick | None
     the candidates (see the module's docstring). None where the run has no NVTX range;
     a pick whose `name` is None where no range qualifies (`why` says so)."""
     return choose(candidates(before), None if after is None else candidates(after),
-                  gpu=before.kernels.height + before.memops.height > 0)
+                  gpu=before.gpu_count() > 0)
 
 
 def choose(c: pl.DataFrame, other: pl.DataFrame | None = None, gpu: bool = True
@@ -436,21 +401,30 @@ def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
     if steps.height == 0:
         return steps
     # category codes (0 compute, 1 NCCL, 2 memcpy, 3 memset): no string per activity
-    memcat = acts.memop_names.select(
-        pl.col("id").alias("op"), pl.when(pl.col("name").str.starts_with("memcpy"))
-        .then(2).otherwise(3).cast(pl.Int8).alias("cat"))
-    starts = pl.concat([
-        acts.kernels.select("start", pl.col("nccl").cast(pl.Int8).alias("cat"), "dur"),
-        acts.memops.join(memcat, on="op", how="left").select(
-            "start", pl.col("cat").fill_null(2), "dur")]).sort("start")
-    # each activity to the step it starts in (steps sorted, non-overlapping by instance)
-    tagged = starts.join_asof(steps.select("start", "end", "instance").sort("start"),
-                              on="start", strategy="backward")
-    tagged = (tagged.filter(pl.col("start") < pl.col("end"))
-              .group_by("instance", "cat").agg(pl.col("dur").sum())
-              .with_columns(pl.col("cat").replace_strict(
-                  {0: "compute kernels", 1: "NCCL kernels", 2: "memcpy", 3: "memset"},
-                  return_dtype=pl.Utf8).alias("category")))
+    names = acts.memop_names
+    memcpy = np.array([i for i, n in zip(names["id"].to_list(), names["name"].to_list())
+                       if n.startswith("memcpy")], dtype=np.int64)
+    # each activity to the step it starts in (steps sorted, non-overlapping by instance):
+    # the last step that starts at or before it, while it lasts; summed as they stream
+    by_start = steps.select("start", "end", "instance").sort("start", maintain_order=True)
+    s0, s1 = by_start["start"].to_numpy(), by_start["end"].to_numpy()
+    sums = np.zeros((by_start.height, 4), dtype=np.int64)
+    seen = np.zeros((by_start.height, 4), dtype=bool)
+    for items in acts.gpu_items(["start", "end", "kernel", "nccl", "op"]):
+        start = items["start"].to_numpy()
+        cat = np.where(items["kernel"].to_numpy(), items["nccl"].to_numpy().astype(np.int64),
+                       np.where(np.isin(items["op"].to_numpy(), memcpy), 2, 3))
+        i = np.searchsorted(s0, start, side="right") - 1
+        ok = i >= 0
+        ok[ok] = start[ok] < s1[i[ok]]
+        np.add.at(sums, (i[ok], cat[ok]), (items["end"] - items["start"]).to_numpy()[ok])
+        seen[i[ok], cat[ok]] = True
+    k, cat = np.nonzero(seen)
+    tagged = pl.DataFrame({
+        "instance": by_start["instance"].to_numpy()[k], "cat": cat.astype(np.int8),
+        "dur": sums[k, cat]}).with_columns(pl.col("cat").replace_strict(
+            {0: "compute kernels", 1: "NCCL kernels", 2: "memcpy", 3: "memset"},
+            return_dtype=pl.Utf8).alias("category"))
     per = tagged.pivot(on="category", index="instance", values="dur")
     out = steps.join(per, on="instance", how="left")
     for c in ("compute kernels", "NCCL kernels", "memcpy", "memset"):
@@ -462,35 +436,78 @@ def instances(acts: Activities, name: str, domain: str | None) -> pl.DataFrame:
 
 # ------------------------------------------------------------------------- GPU busy --
 
-def _busy_blocks(acts: Activities) -> pl.DataFrame:
-    """(task_index, device, s, e, before): the union of every device's activities as
-    disjoint blocks in time order, with the busy time of the device before each block."""
-    gpu = acts.rows.filter(pl.col("kind") == "gpu").select(
-        "row", pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64))
-    act = (pl.concat([acts.kernels.select("row", "start", "dur"),
-                      acts.memops.select("row", "start", "dur")])
-           .join(gpu, on="row")
-           .select("task_index", "device", pl.col("start").alias("s"),
-                   (pl.col("start") + pl.col("dur")).alias("e"))
-           .sort("task_index", "device", "s"))
-    key = ["task_index", "device"]
-    reach = pl.col("e").cum_max().shift(1).over(key)  # how far the earlier ones reach
-    blocks = (act.with_columns((reach.is_null() | (pl.col("s") > reach)).cast(pl.Int64)
-                               .cum_sum().over(key).alias("block"))
-              .group_by(*key, "block").agg(pl.col("s").min(), pl.col("e").max())
-              .sort(*key, "s"))
-    return blocks.with_columns((pl.col("e") - pl.col("s")).cum_sum().shift(1, fill_value=0)
-                               .over(key).alias("before")).drop("block")
+def _busy_at(acts: Activities, group_of_row: np.ndarray, qg: np.ndarray, qt: np.ndarray
+             ) -> np.ndarray:
+    """Per query (group qg, time qt): the time before qt in which its group of GPU rows
+    (a device) had some activity (the measure of the union of its activities there), the
+    activities read as a stream in start order: per group the union's last block is
+    carried from chunk to chunk, the closed ones summed into the queries."""
+    out = np.zeros(qg.size, dtype=np.int64)
+    order = np.lexsort((qt, qg))
+    sg, st = qg[order], qt[order]
+    ngroups = int(group_of_row.max(initial=-1)) + 1
+    open_s = np.full(ngroups, -1, dtype=np.int64)
+    open_e = np.full(ngroups, -1, dtype=np.int64)
+    has = np.zeros(ngroups, dtype=bool)
 
+    def close(g: np.ndarray, bs: np.ndarray, be: np.ndarray) -> None:
+        """Blocks (group, start, end: disjoint, each group's sorted) add to the queries."""
+        if g.size == 0:
+            return
+        for grp in np.unique(g).tolist():
+            qa, qz = np.searchsorted(sg, grp, "left"), np.searchsorted(sg, grp, "right")
+            if qa == qz:
+                continue
+            mine = g == grp
+            s_, e_ = bs[mine], be[mine]
+            cum = np.concatenate([[0], np.cumsum(e_ - s_)])
+            t = st[qa:qz]
+            k = np.searchsorted(s_, t, side="left")  # blocks that start before t
+            part = cum[k]
+            inside = k > 0
+            over = np.zeros(t.size, dtype=np.int64)
+            over[inside] = np.maximum(e_[k[inside] - 1] - t[inside], 0)
+            out[order[qa:qz]] += part - over
 
-def _busy_at(blocks: pl.DataFrame, queries: pl.DataFrame, t: str) -> pl.Series:
-    """The busy time of each query's device up to its time `t` (blocks' prefix sums)."""
-    q = queries.with_row_index("_q").sort(t)
-    hit = q.join_asof(blocks.sort("s"), left_on=t, right_on="s", by=["task_index", "device"],
-                      strategy="backward", check_sortedness=False)  # both sorted by time
-    busy = (pl.col("before") + (pl.col(t) - pl.col("s")).clip(0, None)
-            .clip(None, pl.col("e") - pl.col("s"))).fill_null(0)
-    return hit.select("_q", busy.alias("b")).sort("_q")["b"]
+    for items in acts.gpu_items(["row", "start", "end"]):
+        row = np.clip(items["row"].to_numpy(), 0, group_of_row.size - 1)
+        g = group_of_row[row]
+        keep = g >= 0
+        g = g[keep]
+        s = items["start"].to_numpy()[keep]
+        e = items["end"].to_numpy()[keep]
+        carried = np.flatnonzero(has)
+        g = np.concatenate([carried, g])
+        s = np.concatenate([open_s[carried], s])
+        e = np.concatenate([open_e[carried], e])
+        if g.size == 0:
+            continue
+        o = np.lexsort((s, g))
+        g, s, e = g[o], s[o], e[o]
+        first = np.append(True, g[1:] != g[:-1])
+        # per group, the end reached by the activities before each one
+        prev = np.empty_like(e)
+        prev[0] = np.iinfo(np.int64).min
+        run = e.copy()
+        starts = np.flatnonzero(first)
+        for a_, z_ in zip(starts, np.append(starts[1:], e.size)):
+            run[a_:z_] = np.maximum.accumulate(e[a_:z_])
+        prev[1:] = run[:-1]
+        prev[first] = np.iinfo(np.int64).min
+        new = first | (s > prev)
+        block = np.cumsum(new) - 1
+        bs = s[new]
+        be = np.full(bs.size, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(be, block, e)
+        bg = g[new]
+        last = np.append(bg[1:] != bg[:-1], True)  # each group's last block stays open
+        close(bg[~last], bs[~last], be[~last])
+        has[:] = False
+        has[bg[last]] = True
+        open_s[bg[last]], open_e[bg[last]] = bs[last], be[last]
+    carried = np.flatnonzero(has)
+    close(carried, open_s[carried], open_e[carried])
+    return out
 
 
 def device_busy(acts: Activities, windows: pl.DataFrame) -> pl.DataFrame:
@@ -504,9 +521,19 @@ def device_busy(acts: Activities, windows: pl.DataFrame) -> pl.DataFrame:
     schema = {"instance": pl.Int64, "busy": pl.Int64, "device_time": pl.Int64}
     if q.height == 0:
         return pl.DataFrame(schema=schema)
-    blocks = _busy_blocks(acts)
-    q = q.with_columns((_busy_at(blocks, q, "end") - _busy_at(blocks, q, "start"))
-                       .alias("busy"))
+    gpu = (acts.rows.filter(pl.col("kind") == "gpu")
+           .select("row", pl.col("task_index").cast(pl.Int64), pl.col("device").cast(pl.Int64))
+           .join(devices.with_row_index("g").with_columns(pl.col("g").cast(pl.Int64)),
+                 on=["task_index", "device"]))
+    group_of_row = np.full(int(acts.rows["row"].max() or 0) + 2, -1, dtype=np.int64)
+    group_of_row[gpu["row"].to_numpy()] = gpu["g"].to_numpy()
+    q = q.join(devices.with_row_index("g").with_columns(pl.col("g").cast(pl.Int64)),
+               on=["task_index", "device"], maintain_order="left")
+    n = q.height
+    g = q["g"].to_numpy()
+    busy = _busy_at(acts, group_of_row, np.concatenate([g, g]),
+                    np.concatenate([q["start"].to_numpy(), q["end"].to_numpy()]))
+    q = q.with_columns(pl.Series("busy", busy[n:] - busy[:n]))
     return (q.group_by("instance").agg(pl.col("busy").sum(),
                                        (pl.col("end") - pl.col("start")).sum()
                                        .alias("device_time"))

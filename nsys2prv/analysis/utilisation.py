@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..paraver.read import Source, read_layout
+from ..paraver.read import Source, TraceInfo, open_trace
 
 BINS = 120  # time bins per device (a page's heatmap is ~120 columns wide)
 
@@ -25,8 +25,8 @@ class UtilisationMap:
 
     types: frozenset = frozenset()
 
-    def __init__(self, path: Source, bins: int = BINS) -> None:
-        self.end = max(int(read_layout(path).end), 1)
+    def __init__(self, path: Source | TraceInfo, bins: int = BINS) -> None:
+        self.end = max(int(open_trace(path).layout.end), 1)
         self.bins = max(1, min(bins, self.end))
         self.edges = (np.arange(self.bins + 1, dtype=np.int64) * self.end) // self.bins
         self.busy = np.zeros((0, self.bins), dtype=np.int64)

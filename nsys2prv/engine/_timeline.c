@@ -786,6 +786,21 @@ static PyTypeObject SpansType = {
  * a cycle that leaves them and everything below them without a level (-1). One pass in
  * order, with the ranges still open at each start (a handful: the nesting depth). Writes
  * `parent` (int64: the index, -1 at a root) and `level` (int32: 0 at a root). */
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* the better parent of two candidates (-1: none): the shorter, the later of equal ones */
+static Py_ssize_t better(Py_ssize_t a, Py_ssize_t b, const int64_t *start,
+                         const int64_t *end) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    int64_t la = end[a] - start[a], lb = end[b] - start[b];
+    if (la != lb) return la < lb ? a : b;
+    return a > b ? a : b;
+}
+
 static PyObject *enclosing(PyObject *self, PyObject *args) {
     PyObject *o[5];
     if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
@@ -810,34 +825,53 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
     const int64_t *start = b[1].view.buf, *end = b[2].view.buf;
     int64_t *parent = b[3].view.buf;
     int32_t *level = b[4].view.buf;
-    Py_ssize_t cap = 64, nopen = 0;
-    Py_ssize_t *open = malloc((size_t)cap * sizeof *open);
-    int failed = open == NULL;
+    /* The parent of a range is, among the earlier ranges of its row (by start, longer
+     * first) that end at or after it, the shortest, the last of equal ones: a range that
+     * ends before it starts is over, and one that ends inside it does not hold it. The
+     * earlier ranges are kept in a tree over the row's distinct ends (a leaf: the last
+     * range that ends there, the shortest of them since ranges come by start), each node
+     * the best of its leaves: a parent is a query of the ends at or after the range's,
+     * O(log n) a range, whatever how many are open at once (10^6 pushes never popped). */
+    int64_t *ends = malloc((size_t)(n > 0 ? n : 1) * sizeof *ends);
+    Py_ssize_t *tree = NULL;
+    int failed = ends == NULL;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        if (i > 0 && row[i] != row[i - 1]) nopen = 0;
-        Py_ssize_t keep = 0, best = -1;
-        int64_t best_len = INT64_MAX;
-        for (Py_ssize_t k = 0; k < nopen; k++) {
-            Py_ssize_t a = open[k];
-            if (end[a] < start[i]) continue; /* over: it contains no later range either */
-            open[keep++] = a;
-            if (end[a] >= end[i] && end[a] - start[a] <= best_len) {
-                best_len = end[a] - start[a];
-                best = a;
+    for (Py_ssize_t r0 = 0; r0 < n && !failed;) {
+        Py_ssize_t r1 = r0 + 1;
+        while (r1 < n && row[r1] == row[r0]) r1++;
+        Py_ssize_t m = 0;
+        for (Py_ssize_t i = r0; i < r1; i++) ends[m++] = end[i];
+        qsort(ends, (size_t)m, sizeof *ends, cmp_i64);
+        Py_ssize_t u = 0;
+        for (Py_ssize_t k = 0; k < m; k++)
+            if (u == 0 || ends[k] != ends[u - 1]) ends[u++] = ends[k];
+        Py_ssize_t size = 1;
+        while (size < u) size <<= 1;
+        Py_ssize_t *grown = realloc(tree, (size_t)(2 * size) * sizeof *tree);
+        if (grown == NULL) { failed = 1; break; }
+        tree = grown;
+        for (Py_ssize_t k = 0; k < 2 * size; k++) tree[k] = -1;
+        for (Py_ssize_t i = r0; i < r1; i++) {
+            /* the rank of its end among the row's ends */
+            Py_ssize_t lo = 0, hi = u;
+            while (lo < hi) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (ends[mid] < end[i]) lo = mid + 1; else hi = mid;
             }
+            Py_ssize_t best = -1;
+            for (Py_ssize_t l = lo + size, h = 2 * size; l < h; l >>= 1, h >>= 1) {
+                if (l & 1) best = better(best, tree[l++], start, end);
+                if (h & 1) best = better(best, tree[--h], start, end);
+            }
+            parent[i] = best;
+            if (best >= 0 && start[best] == start[i] && end[best] == end[i])
+                parent[best] = i; /* twins: each the other's parent */
+            Py_ssize_t at = lo + size;
+            tree[at] = i;
+            for (at >>= 1; at >= 1; at >>= 1)
+                tree[at] = better(tree[2 * at], tree[2 * at + 1], start, end);
         }
-        nopen = keep;
-        parent[i] = best;
-        if (best >= 0 && start[best] == start[i] && end[best] == end[i])
-            parent[best] = i; /* twins: each the other's parent */
-        if (nopen == cap) {
-            Py_ssize_t *grown = realloc(open, (size_t)(cap * 2) * sizeof *open);
-            if (grown == NULL) { failed = 1; break; }
-            open = grown;
-            cap *= 2;
-        }
-        open[nopen++] = i;
+        r0 = r1;
     }
     /* levels in order: a parent comes before its child, but in a cycle */
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
@@ -847,7 +881,8 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
         else level[i] = level[p] + 1;
     }
     Py_END_ALLOW_THREADS
-    free(open);
+    free(ends);
+    free(tree);
     views_release(b, 5);
     if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;

@@ -162,8 +162,10 @@ def _scannable(source: Source) -> bool:
 Source = str | Path | Streamed  # what every reader here takes: a trace file, or a stream
 
 
-def source_path(source: Source) -> Path:
+def source_path(source: "Source | TraceInfo") -> Path:
     """Where the trace is (a stream's .pcf and .row are there)."""
+    if isinstance(source, TraceInfo):
+        return source.path
     return source.path if isinstance(source, Streamed) else Path(source)
 
 
@@ -180,6 +182,62 @@ def read_layout(source: Source) -> Layout:
     end, tasks = _parse_header(header)
     labels, task_labels, appl_labels = _row_labels(companion(path, ".row"))
     return Layout(path, end, tasks, _rows(tasks, labels, task_labels, appl_labels))
+
+
+@dataclass
+class TraceInfo:
+    """What every analysis of one trace reads before its records, read once (`open_trace`)
+    and handed to each section (the readers below take it in place of the trace itself):
+    the source, its layout (header and .row) and its .pcf's names (type -> {value: label},
+    labels whole) and type labels."""
+
+    source: Source
+    layout: Layout
+    names: dict[int, dict[int, str]]
+    type_labels: dict[int, str]
+
+    @property
+    def path(self) -> Path:
+        return self.layout.path
+
+    @property
+    def rows(self) -> pl.DataFrame:
+        return self.layout.rows
+
+    def value_names(self, *types: int) -> dict[int, str]:
+        """value -> label of the given types merged (later types win)."""
+        out: dict[int, str] = {}
+        for t in types:
+            out.update(self.names.get(t, {}))
+        return out
+
+
+def open_trace(source: "Source | TraceInfo") -> TraceInfo:
+    """The trace's layout and .pcf names, read once (a `TraceInfo` is given back as is): the
+    one reading every section of an analysis shares."""
+    if isinstance(source, TraceInfo):
+        return source
+    layout = read_layout(source)
+    return TraceInfo(source, layout, *pcf_names(layout.path))
+
+
+def pcf_names(path: Path) -> tuple[dict[int, dict[int, str]], dict[int, str]]:
+    """(type -> {value: label}, type -> label) of the .pcf beside the trace `path` (empty
+    without one): the .pcf read once, parsed by `check.parse_pcf`."""
+    from .check import parse_pcf, pcf_type_labels
+
+    pcf = companion(path, ".pcf")
+    text = pcf.read_text(errors="replace") if pcf.exists() else ""
+    if not text:
+        return {}, {}
+    return parse_pcf(text)[0], pcf_type_labels(text)
+
+
+def _layout_of(source: "Source | TraceInfo") -> tuple[Source, Layout]:
+    """(the records' source, its layout): read, or the one a `TraceInfo` holds."""
+    if isinstance(source, TraceInfo):
+        return source.source, source.layout
+    return source, read_layout(source)
 
 
 def make_scanner(layout: Layout, **options):
@@ -267,12 +325,12 @@ def _check_sorted(path: Path, events: pl.DataFrame, states: pl.DataFrame) -> Non
             raise InputError(f"{path}: records are not sorted by time")
 
 
-def read_trace(path: Source, types: set[int] | frozenset[int],
+def read_trace(path: "Source | TraceInfo", types: set[int] | frozenset[int],
                state_rows: StateRows = "cpu", comms: bool = False) -> Trace:
     """Read a whole trace into memory, keeping events of `types` (all rows), the states of
     the rows of kind `state_rows` ('cpu', 'gpu', 'metrics', 'all', 'none') and, with
     `comms`, the communications. For large traces use `windows`."""
-    layout = read_layout(path)
+    path, layout = _layout_of(path)
     scanner = make_scanner(layout, types=sorted(types),
                        state_rows=_state_mask(layout.rows, state_rows), comms=comms)
     _fill(path, scanner)
@@ -341,8 +399,9 @@ def _read_ahead(items: Iterator, depth: int = 1) -> Iterator:
         stop.set()
 
 
-def windows(path: Source, types: set[int] | frozenset[int], state_rows: StateRows = "cpu",
-            comms: bool = False, block: int | None = None) -> Iterator[Trace]:
+def windows(path: "Source | TraceInfo", types: set[int] | frozenset[int],
+            state_rows: StateRows = "cpu", comms: bool = False, block: int | None = None
+            ) -> Iterator[Trace]:
     """The trace as consecutive time windows [start, end), each a `Trace` that answers for
     its window exactly as the whole trace would: the last event of every (row, type) before
     the window is carried in as an event at `start` (the first `carried` events), states
@@ -351,8 +410,9 @@ def windows(path: Source, types: set[int] | frozenset[int], state_rows: StateRow
     trace must be
     sorted by time, as Paraver writes it (a record before the current window is an error).
     Numbers that add up over time (durations, areas, counts of non-carried events) summed
-    over the windows equal those of `read_trace`."""
-    layout = read_layout(path)
+    over the windows equal those of `read_trace`. A `TraceInfo` given for `path` is not
+    read again (its layout is used)."""
+    path, layout = _layout_of(path)
     scanner = make_scanner(layout, types=sorted(types),
                        state_rows=_state_mask(layout.rows, state_rows), comms=comms)
     start = 0
@@ -413,9 +473,9 @@ def _last_of_each(events: pl.DataFrame) -> pl.DataFrame:
     return events[np.frombuffer(last_events(rows, types), dtype=np.int64)]
 
 
-def event_types(path: Source) -> set[int]:
+def event_types(path: "Source | TraceInfo") -> set[int]:
     """Every event type written in a trace (to check that a cfg's types occur in it)."""
-    layout = read_layout(path)
+    path, layout = _layout_of(path)
     scanner = make_scanner(layout, types=None, state_rows=b"", distinct_types=True)
     _fill(path, scanner)
     return set(scanner.take(final=True)["types"])
