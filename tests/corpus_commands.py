@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -59,15 +60,21 @@ def main(export: str, work: str) -> dict:
     results["translate"] = run([export, str(trace), "-q"])
     results["check"] = run(["check", "-q", str(trace)])
     results["analyze"] = run(["analyze", export, "--plot", str(w / "eff.png"),
-                              "--iterations", "--modality"])
+                              "--iterations", "--modality", "--html", str(w / "run.html")])
+    # the folded stacks where the trace has CPU samples (--folded says none otherwise)
+    pcf = trace.with_suffix(".pcf")
+    sampled = pcf.exists() and re.search(r"^0\s+30000000\s", pcf.read_text(errors="replace"),
+                                         re.M) is not None
+    folded = ["--folded", str(w / "stacks.folded")] if sampled else []
     results["analyze_json"] = run(["analyze", "--json", str(trace), "--iterations",
                                    "--modality", "--critical-path", "--what-if", "gaps=0",
                                    "--what-if", "kernel:*=0.5,nccl=0",
-                                   "--path-trace", str(w / "path.prv")])
+                                   "--path-trace", str(w / "path.prv"), *folded])
     results["check_path"] = run(["check", "-q", str(w / "path.prv")])
     results["analyze_pop"] = run(["analyze", str(trace), "--pop-trace", str(pop)])
     results["check_pop"] = run(["check", "-q", str(pop)])
-    results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace)])
+    results["analyze_scaling"] = run(["analyze", "--scaling", "--json", str(trace),
+                                      "--html", str(w / "scaling.html")])
     results["analyze_views"] = run(["analyze", str(trace), "--views", str(w / "views"),
                                     "--top", "3"])
     results["analyze_rules"] = run(["analyze", "-r", "all", "-f", "csv", export])
@@ -78,7 +85,8 @@ def main(export: str, work: str) -> dict:
     results["analyze_window"] = run(["analyze", "--allow-empty", f"--filter-time={window}",
                                      export])
     # the export against its own translation: every difference must be zero
-    results["diff"] = run(["diff", export, str(trace), "--json"])
+    results["diff"] = run(["diff", export, str(trace), "--json", "--html",
+                           str(w / "diff.html")])
     # a time window is on each side's own clock (nsys' for an export, the trace's for a
     # trace): the same window of the export on both sides
     results["diff_window"] = run(["diff", export, export, "--json", "--no-rules",
@@ -118,6 +126,20 @@ def main(export: str, work: str) -> dict:
     checks["merge_same_bytes"] = (merged.exists() and trace.exists()
                                   and merged.read_bytes() == trace.read_bytes())
     checks["plot_written"] = (w / "eff.png").exists()
+    # the pages (analyze, --scaling, diff --html): whole documents
+    checks["pages_bad"] = [n for n in ("run.html", "scaling.html", "diff.html")
+                           if not (w / n).exists()
+                           or not (w / n).read_text().rstrip().endswith("</html>")]
+    # the folded stacks: as many samples as the JSON's profiles count
+    checks["folded_off"] = None
+    if sampled:
+        try:
+            lines = (w / "stacks.folded").read_text().splitlines()
+            total = sum(int(line.rsplit(" ", 1)[1]) for line in lines)
+            checks["folded_off"] = total - json.loads(
+                results["analyze_json"]["stdout"])["samples"]["quality"]["samples"]
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            checks["folded_off"] = f"bad folded stacks: {e}"
     # every view of a finding loads in wxparaver without a question (the GUI's load rule)
     from nsys2prv.paraver.read import event_types
     from nsys2prv.views.cfg import parse_cfg

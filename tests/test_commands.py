@@ -3,9 +3,10 @@
 Small synthetic tests once hid a join that grew with the product of two interval sets
 (issue 21): `analyze` died on 1 real export in 6. Here each export gets its own process,
 limited to ADDRESS_SPACE of address space, running translate, check, analyze (text with
---plot, --json, --pop-trace, --scaling, --views: the views of the findings must load in
+--plot and --html, --json (and --folded where the trace has CPU samples), --pop-trace,
+--scaling (and its page), --views: the views of the findings must load in
 wxparaver without a question; the six rules), translate and analyze of a window (the middle
-tenth) and prepare + merge (tests/corpus_commands.py). Any non-zero
+tenth), diff (and its page) and prepare + merge (tests/corpus_commands.py). Any non-zero
 exit, crash or limit breach fails, and so does a peak resident set above PEAK_RSS
 (the goal of issue 21 for every command on every corpus export). New commands join the
 driver when they land.
@@ -76,6 +77,8 @@ def test_every_command_on_the_export(export, driven):
     assert isinstance(checks["json_devices"], int), checks["json_devices"]
     assert checks["scaling_columns"] == 1
     assert checks["plot_written"]
+    assert checks["pages_bad"] == [], checks["pages_bad"]  # --html of analyze/scaling/diff
+    assert checks["folded_off"] in (None, 0), checks["folded_off"]  # --folded sums
     assert checks["views_asking"] == []
     # an export against its own translation (whole, and a window of each): no difference
     assert checks["diff_nonzero"] == [], checks["diff_nonzero"]

@@ -284,6 +284,33 @@ def test_gap_index_equals_a_scan(gaps, queries):
         assert (int(idx.inside(gi, np.array([a]))[0]) >= 0) == bool(inside)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(1, 60),
+                          st.integers(0, 2)), min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2000), st.integers(1, 5)),
+                max_size=200))
+def test_one_pass_gap_samples_equal_a_scan(gaps, samples):
+    """The first pass's samples inside the gaps (one as-of sweep per device) count what a
+    scan of every (sample, gap) pair counts: the samples of a gap's host row in [a, b)."""
+    rows, t = [], {}
+    for gi, before, length, host in gaps:  # a device's gaps one after the other
+        a = t.get(gi, 0) + before
+        rows.append((gi, a, a + length, host))
+        t[gi] = a + length
+    gap_frame = pl.DataFrame(rows, schema={"gi": pl.Int64, "a": pl.Int64, "b": pl.Int64,
+                                           "row": pl.Int32}, orient="row")
+    leaves = pl.DataFrame(samples, schema={"row": pl.Int32, "time": pl.Int64,
+                                           "value": pl.Int64}, orient="row")
+    got = {(gi, v): n for gi, v, n in S.OnePassGapSamples._inside(leaves, gap_frame)
+           .filter(pl.col("samples") > 0).iter_rows()}
+    want: Counter = Counter()
+    for row, time, value in samples:
+        for gi, a, b, host in rows:
+            if host == row and a <= time < b:
+                want[(gi, value)] += 1
+    assert got == dict(want)
+
+
 def test_proportion_test():
     # Fisher's exact two-sided p of [[3, 2], [0, 5]] is 1/6 (R: fisher.test)
     assert _fisher(3, 5, 0, 5) == pytest.approx(1 / 6)

@@ -452,10 +452,7 @@ class OnePassGapSamples:
             gaps = pl.DataFrame({"gi": known[:, 0], "a": np.maximum(known[:, 1], lo),
                                  "b": known[:, 2], "row": known[:, 3].astype(np.int32),
                                  "start": known[:, 1]})
-            hit = (leaves.join(gaps, on="row", how="inner")
-                   .filter((pl.col("time") >= pl.col("a")) & (pl.col("time") < pl.col("b")))
-                   .group_by("gi", "value").agg(pl.len().cast(pl.Int64).alias("samples")))
-            parts = [hit]
+            parts = [self._inside(leaves, gaps)]
             for gi, start, _, row in known[known[:, 1] < lo]:
                 held = self._open.get(int(gi))
                 if held is not None and held[0] == start:
@@ -477,6 +474,23 @@ class OnePassGapSamples:
         self._open = still
         if len(self._parts) > COMPACT:
             self._parts = [self._sums()]
+
+    @staticmethod
+    def _inside(leaves: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+        """(gi, value, samples) of the samples inside gaps [a, b) on the gaps' host rows: one
+        as-of sweep per device (a device's gaps never overlap), never samples x gaps."""
+        on_rows = leaves.filter(pl.col("row").is_in(gaps["row"].unique().implode())) \
+            .sort("time")
+        out = [_empty({"gi": pl.Int64, "value": pl.Int64, "samples": pl.Int64})]
+        if on_rows.height == 0:
+            return out[0]
+        for (gi,), dev in gaps.sort("a").group_by("gi", maintain_order=True):
+            hit = (on_rows.join_asof(dev.select("a", "b", pl.col("row").alias("host")),
+                                     left_on="time", right_on="a", strategy="backward")
+                   .filter((pl.col("time") < pl.col("b")) & (pl.col("row") == pl.col("host"))))
+            out.append(hit.group_by("value").agg(pl.len().cast(pl.Int64).alias("samples"))
+                       .select(pl.lit(int(gi), pl.Int64).alias("gi"), "value", "samples"))
+        return pl.concat(out)
 
     def _sums(self) -> pl.DataFrame:
         if not self._parts:

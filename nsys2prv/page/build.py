@@ -252,8 +252,8 @@ def scaling_page(tables) -> str:
         body += sections.figure(charts.lines(
             x, series, lambda v: f"{v:g}", lambda v: f"{v:.0f} %",
             f"Efficiencies against the devices ({title}; reference: {names[0]})",
-            "devices", "%", ymax=max(100.0, *[v for s in series for v in s[2]
-                                              if v is not None]), log_x=len(set(x)) > 2))
+            "devices", "%", ymax=max([100.0, *(v for s in series for v in s[2]
+                                               if v is not None)]), log_x=len(set(x)) > 2))
     speed = [c.speedup for c in columns]
     if any(s is not None for s in speed):
         ideal = [d / devices[0] if devices[0] else None for d in devices]
