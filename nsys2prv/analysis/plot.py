@@ -96,7 +96,8 @@ def plot_analysis(a: Analysis, path: str | Path | None, kernel_metrics=None, lay
     ax.set_xlabel("kernels running at once (NCCL included)")
     ax.set_ylabel("% of trace time")
     ax.set_title("Overlap")
-    ax.legend(fontsize="x-small")
+    if a.devices:  # no device, no bar: a legend of nothing would only warn
+        ax.legend(fontsize="x-small")
     if path is None:
         return shown(plt, fig)
     path = Path(path)
