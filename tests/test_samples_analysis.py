@@ -311,6 +311,30 @@ def test_one_pass_gap_samples_equal_a_scan(gaps, samples):
     assert got == dict(want)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50),
+                          st.lists(st.integers(1, 9), min_size=1, max_size=5)),
+                max_size=40), st.booleans())
+def test_stacks_cut_where_they_change_equal_the_sorted_ones(samples, shuffle):
+    """A window's stacks read in the order the trace writes them (one line a sample, by
+    time then row) equal those of the sort-and-group path; any other layout (shuffled
+    events) goes to that path, with the same result."""
+    lines = sorted({(t, r): stack for r, t, stack in samples}.items())
+    ev = pl.DataFrame([(r, t, S.SAMPLED + d, v) for (t, r), stack in lines
+                       for d, v in enumerate(stack)],
+                      schema={"row": pl.Int32, "time": pl.Int64, "type": pl.Int64,
+                              "value": pl.Int64}, orient="row")
+    if shuffle:
+        ev = ev.sample(fraction=1.0, shuffle=True, seed=3)
+    got = S.sample_stacks(ev).sort("row", "time")
+    want = (ev.sort("row", "time", "type").group_by("row", "time", maintain_order=True)
+            .agg(pl.col("value").alias("stack")))
+    assert got.select("row", "time", "stack").to_dicts() == \
+        want.with_columns(pl.col("row").cast(pl.Int32)).to_dicts()
+    if ev.height and not shuffle:
+        assert S._consecutive_stacks(ev) is not None  # the trace's own layout: no sort
+
+
 def test_proportion_test():
     # Fisher's exact two-sided p of [[3, 2], [0, 5]] is 1/6 (R: fisher.test)
     assert _fisher(3, 5, 0, 5) == pytest.approx(1 / 6)

@@ -80,10 +80,37 @@ def sample_stacks(events: pl.DataFrame) -> pl.DataFrame:
                        & (pl.col("value") != 0))
     if ev.height == 0:
         return _empty({"row": pl.Int32, "time": pl.Int64, "stack": pl.List(pl.Int64)})
+    fast = _consecutive_stacks(ev)
+    if fast is not None:
+        return fast
     return (ev.sort("row", "time", "type")
             .group_by("row", "time", maintain_order=True)
             .agg(pl.col("value").alias("stack"))
             .with_columns(pl.col("row").cast(pl.Int32)))
+
+
+def _consecutive_stacks(ev: pl.DataFrame) -> pl.DataFrame | None:
+    """`sample_stacks` without a sort or a hash, where the trace wrote each sample on one
+    line (its events consecutive, depth rising) and the samples in (time, row) order, as
+    our writer does: the stacks cut at each change of (row, time), grouped on that sorted
+    sample number. None where the events are not so laid out (the caller sorts)."""
+    row = ev["row"].to_numpy()
+    time = ev["time"].to_numpy()
+    depth = ev["type"].to_numpy()
+    new = np.ones(row.size, dtype=bool)
+    new[1:] = (row[1:] != row[:-1]) | (time[1:] != time[:-1])
+    inner = ~new[1:]
+    if not np.all(depth[1:][inner] > depth[:-1][inner]):
+        return None
+    starts = np.flatnonzero(new)
+    t0, r0 = time[starts], row[starts]
+    if not np.all((t0[1:] > t0[:-1]) | ((t0[1:] == t0[:-1]) & (r0[1:] > r0[:-1]))):
+        return None  # a (row, time) seen twice, or out of order
+    sample = pl.Series("sample", np.cumsum(new) - 1).set_sorted()  # sorted: no hashing
+    stacks = (pl.DataFrame([sample, ev["value"].cast(pl.Int64)])
+              .group_by("sample", maintain_order=True).agg(pl.col("value").alias("stack")))
+    return pl.DataFrame({"row": pl.Series(r0).cast(pl.Int32), "time": pl.Series(t0),
+                         "stack": stacks["stack"]})
 
 
 class StackCounts:
@@ -657,8 +684,10 @@ def _inclusive(counts: pl.DataFrame, by: Iterable[str] = ()) -> pl.DataFrame:
 def _order(df: pl.DataFrame, *by: str) -> pl.DataFrame:
     """Largest first; ties by name, for a deterministic output; the counts last."""
     counts = [c for c in ("samples", "share") if c in df.columns]
-    return df.sort([*by, "samples", "function", "module"],
-                   descending=[False] * len(by) + [True, False, False]).select(
+    keys = [*by, "samples", "function", "module"]
+    rest = [c for c in df.columns if c not in keys and c not in counts]  # the callers', ...
+    return df.sort([*keys, *rest],
+                   descending=[False] * len(by) + [True] + [False] * (2 + len(rest))).select(
         *(c for c in df.columns if c not in counts), *counts)
 
 
