@@ -11,6 +11,8 @@ integer column, invalid UTF-8), the same query runs through `sqlite3`.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sqlite3
 import urllib.parse
@@ -195,36 +197,24 @@ class Database:
         from the last rowid given, when the query selects it (`row_id`)."""
         sql = (f'SELECT {select} FROM "{table}" WHERE rowid >= {lo} AND rowid <= {hi}'
                f"{extra} ORDER BY rowid")
-        url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
         last = None
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
-            try:
-                reader = _read_sql(url, sql, return_type="arrow_stream",
-                                   batch_size=max(1, chunk_rows))
-                ahead = _submit(pool, _next_batch, reader)
-                while True:
-                    batch = ahead.result()
-                    if batch is None:
-                        return
-                    ahead = _submit(pool, _next_batch, reader)
-                    if batch.num_rows:
-                        df = pl.from_arrow(batch)
-                        if isinstance(df, pl.Series):  # pragma: no cover - one column
-                            df = df.to_frame()
-                        df = _conform(df, schema)
-                        if "row_id" in df.columns:
-                            last = int(df["row_id"][-1])
-                        yield df
-            except BaseException as e:  # noqa: BLE001 - any connectorx failure: the safe path
-                if not isinstance(e, Exception):
-                    _unless_panic(e)
-                if last is None:
-                    start = lo
-                elif _selects_rowid(select):
-                    start = last + 1
-                else:  # pragma: no cover - every chunked read selects its rowid
-                    raise InputError(f"{self.path}: reading {table} failed midway ({e})") \
-                        from None
+        try:
+            with contextlib.closing(self._arrow_frames(sql, chunk_rows, schema)) as frames:
+                for df in frames:
+                    if "row_id" in df.columns:
+                        last = int(df["row_id"][-1])
+                    yield df
+            return
+        except BaseException as e:  # noqa: BLE001 - any connectorx failure: the safe path
+            if not isinstance(e, Exception):
+                _unless_panic(e)
+            if last is None:
+                start = lo
+            elif _selects_rowid(select):
+                start = last + 1
+            else:  # pragma: no cover - every chunked read selects its rowid
+                raise InputError(f"{self.path}: reading {table} failed midway ({e})") \
+                    from None
         for begin in range(start, hi + 1, chunk_rows):
             df = self._frame_sqlite(
                 f'SELECT {select} FROM "{table}" WHERE rowid >= {begin} AND '
@@ -251,27 +241,15 @@ class Database:
         if hi is None:
             return
         if self._arrow_ok and hi - lo >= SMALL_TABLE_ROWS:
-            url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
-                try:
-                    reader = _read_sql(url, sql, return_type="arrow_stream",
-                                       batch_size=max(1, batch_rows))
-                    ahead = _submit(pool, _next_batch, reader)
-                    while True:
-                        batch = ahead.result()
-                        if batch is None:
-                            return
-                        ahead = _submit(pool, _next_batch, reader)
-                        if batch.num_rows:
-                            df = pl.from_arrow(batch)
-                            if isinstance(df, pl.Series):  # pragma: no cover - one column
-                                df = df.to_frame()
-                            df = _conform(df, schema)
-                            last = tuple(df[k][-1] for k in key)
-                            yield df
-                except BaseException as e:  # noqa: BLE001 - any connectorx failure
-                    if not isinstance(e, Exception):
-                        _unless_panic(e)
+            try:
+                with contextlib.closing(self._arrow_frames(sql, batch_rows, schema)) as frames:
+                    for df in frames:
+                        last = tuple(df[k][-1] for k in key)
+                        yield df
+                return
+            except BaseException as e:  # noqa: BLE001 - any connectorx failure
+                if not isinstance(e, Exception):
+                    _unless_panic(e)
         while True:  # sqlite3, in batches, from after the last key given
             after = ""
             if last is not None:
@@ -288,6 +266,28 @@ class Database:
             yield df
             if df.height < batch_rows:
                 return
+
+    def _arrow_frames(self, sql: str, batch_rows: int, schema: dict[str, pl.DataType]
+                      ) -> Iterator[pl.DataFrame]:
+        """`sql` as one connectorx query read in batches of `batch_rows` (`arrow_stream`),
+        the next batch read on a second thread, each batch as a frame of `schema` (empty
+        ones skipped); connectorx's failures propagate (the callers read the rest with
+        `sqlite3`)."""
+        url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys2prv-read") as pool:
+            reader = _read_sql(url, sql, return_type="arrow_stream",
+                               batch_size=max(1, batch_rows))
+            ahead = _submit(pool, _next_batch, reader)
+            while True:
+                batch = ahead.result()
+                if batch is None:
+                    return
+                ahead = _submit(pool, _next_batch, reader)
+                if batch.num_rows:
+                    df = pl.from_arrow(batch)
+                    if isinstance(df, pl.Series):  # pragma: no cover - one column
+                        df = df.to_frame()
+                    yield _conform(df, schema)
 
     def close(self) -> None:
         self._con.close()
