@@ -142,6 +142,21 @@ def _union(s: np.ndarray, e: np.ndarray, presorted: bool = False
     return starts, ends
 
 
+def _by_start(start: np.ndarray, end: np.ndarray, col: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty intervals [start, end) of column `col`, as int64, in start order
+    (stable). In that order the (interval, period) pairs come nearly sorted by period: the
+    sorts of `entries` and `block_entries` (stable: timsort, which runs through sorted
+    stretches) then cost little."""
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    col = np.asarray(col, dtype=np.int64)
+    ok = end > start
+    start, end, col = start[ok], end[ok], col[ok]
+    by_start = np.argsort(start, kind="stable")
+    return start[by_start], end[by_start], col[by_start]
+
+
 def entries(periods: Periods, start: np.ndarray, end: np.ndarray, col: np.ndarray,
             n_cols: int, chunk: int = 250_000) -> Entries:
     """The shares of every column in every sampling period (intervals [start, end) of column
@@ -149,15 +164,7 @@ def entries(periods: Periods, start: np.ndarray, end: np.ndarray, col: np.ndarra
     ps, pe = periods.start, periods.end
     n = periods.n
     length = (pe - ps).astype(np.float64)
-    start = np.asarray(start, dtype=np.int64)
-    end = np.asarray(end, dtype=np.int64)
-    col = np.asarray(col, dtype=np.int64)
-    ok = end > start
-    start, end, col = start[ok], end[ok], col[ok]
-    # in start order, the (interval, period) pairs come nearly sorted by period: the sorts
-    # below (stable: timsort, which runs through sorted stretches) then cost little
-    by_start = np.argsort(start, kind="stable")
-    start, end, col = start[by_start], end[by_start], col[by_start]
+    start, end, col = _by_start(start, end, col)
     keys, sums = [], []
     width = n_cols + 1
     for lo in range(0, start.size, chunk):
@@ -340,13 +347,7 @@ def block_entries(ps: np.ndarray, pe: np.ndarray, start: np.ndarray, end: np.nda
     triplets, in the same order, as `entries` of all periods has for these."""
     n = ps.size
     length = (pe - ps).astype(np.float64)
-    start = np.asarray(start, dtype=np.int64)
-    end = np.asarray(end, dtype=np.int64)
-    col = np.asarray(col, dtype=np.int64)
-    ok = end > start
-    start, end, col = start[ok], end[ok], col[ok]
-    by_start = np.argsort(start, kind="stable")
-    start, end, col = start[by_start], end[by_start], col[by_start]
+    start, end, col = _by_start(start, end, col)
     width = n_cols + 1
     i, p, ov = _expand(start, end, ps, pe)
     key = p * width + col[i]
