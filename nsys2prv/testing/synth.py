@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -286,6 +286,25 @@ class Strings:
 
     def ids_of(self, names: Iterable[str]) -> list[int]:
         return [self.id(n) for n in names]
+
+
+def appended_strings(con: sqlite3.Connection) -> Callable[[str | None], int | None]:
+    """The id of a string in an export's StringIds (None: None), appended after the
+    strings already there when new: for the generators that add tables to an export."""
+    strings = dict(con.execute('SELECT value, id FROM "StringIds"').fetchall())
+    next_id = max(strings.values(), default=-1) + 1
+
+    def sid(s: str | None) -> int | None:
+        nonlocal next_id
+        if s is None:
+            return None
+        if s not in strings:
+            strings[s] = next_id
+            con.execute('INSERT INTO "StringIds" (id, value) VALUES (?, ?)', (next_id, s))
+            next_id += 1
+        return strings[s]
+
+    return sid
 
 
 def _insert(con: sqlite3.Connection, table: str, cols: list[str], rows: Iterable[dict]) -> None:

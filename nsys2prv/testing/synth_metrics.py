@@ -19,7 +19,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .synth import Kernel, Spec, Sync, global_tid
+from .synth import Kernel, Spec, Sync, appended_strings, global_tid
 
 SOURCE_ID = (1 << 48) | (1 << 32)
 
@@ -220,18 +220,7 @@ def add_openacc(path: str | os.PathLike[str], records: list[AccRecord]) -> Path:
     """The three OpenACC tables and their enums; strings appended to StringIds."""
     path = Path(path)
     con = sqlite3.connect(path)
-    strings = {v: i for i, v in con.execute("SELECT id, value FROM StringIds")}
-    nxt = max(strings.values(), default=-1) + 1
-
-    def sid(s: str | None) -> int | None:
-        nonlocal nxt
-        if s is None:
-            return None
-        if s not in strings:
-            strings[s] = nxt
-            con.execute("INSERT INTO StringIds VALUES (?, ?)", (nxt, s))
-            nxt += 1
-        return strings[s]
+    sid = appended_strings(con)
 
     for table, cols in ACC_TABLES.items():
         _create(con, table, cols)

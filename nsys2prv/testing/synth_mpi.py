@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paraver.registry import mpi as mreg
-from .synth import global_tid
+from .synth import appended_strings, global_tid
 
 TABLES: dict[str, list[str]] = {
     "MPI_RANKS": ["globalTid", "rank"],
@@ -97,16 +97,7 @@ def add_mpi(path: str | os.PathLike[str], calls: Sequence[MpiCall],
             defs = ", ".join(f'"{c}" {"TEXT" if c in _TEXT else "INTEGER"}' for c in cols)
             con.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({defs})')
         con.execute('CREATE TABLE IF NOT EXISTS "StringIds" (id INTEGER PRIMARY KEY, value TEXT)')
-        strings = dict(con.execute('SELECT value, id FROM "StringIds"').fetchall())
-        next_id = max(strings.values(), default=-1) + 1
-
-        def sid(s: str) -> int:
-            nonlocal next_id
-            if s not in strings:
-                strings[s] = next_id
-                con.execute('INSERT INTO "StringIds" (id, value) VALUES (?, ?)', (next_id, s))
-                next_id += 1
-            return strings[s]
+        sid = appended_strings(con)
 
         rows: dict[str, list[dict]] = {t: [] for t in TABLES}
         for c in calls:

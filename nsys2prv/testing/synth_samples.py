@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import idle
-from .synth import Nvtx, Osrt, Spec, global_tid, write_export
+from .synth import Nvtx, Osrt, Spec, appended_strings, global_tid, write_export
 
 US = 1_000
 MAX_DEPTH = "[Max depth]"
@@ -115,16 +115,7 @@ def add_stacks(path: str | os.PathLike[str], stacks: Stacks) -> Path:
     path = Path(path)
     con = sqlite3.connect(path)
     try:
-        strings = dict(con.execute('SELECT value, id FROM "StringIds"').fetchall())
-        next_id = max(strings.values(), default=-1) + 1
-
-        def sid(s: str) -> int:
-            nonlocal next_id
-            if s not in strings:
-                strings[s] = next_id
-                con.execute('INSERT INTO "StringIds" (id, value) VALUES (?, ?)', (next_id, s))
-                next_id += 1
-            return strings[s]
+        sid = appended_strings(con)
 
         zero = 0 if stacks.booleans == "zero" else None
 
