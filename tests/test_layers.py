@@ -226,6 +226,60 @@ def test_calls_of_one_instant_and_of_zero_ns():
     assert (proj.end - proj.start).tolist() == [450, 650 - 300]
 
 
+@pytest.mark.parametrize("chunk_order", ["launch", "reversed"])
+def test_range_sums_streamed_equal_the_projection_of_all_the_work(chunk_order):
+    """`projection.RangeSums` (the analysis' projection, per range, the work in chunks)
+    equals `project` (the translation's, all the work sorted at once) on random threads of
+    nested and overlapping ranges, launch instants of several calls and calls of 0 ns at
+    ranges' ends, the chunks cut anywhere between instants and fed in either order; the
+    work launched in no range too."""
+    rng = np.random.default_rng(48)
+    for _ in range(200):
+        nrows = int(rng.integers(1, 4))
+        nr = int(rng.integers(1, 60))
+        row = rng.integers(0, nrows, nr)
+        start = rng.integers(0, 200, nr)
+        end = start + rng.integers(0, 60, nr)
+        nw = int(rng.integers(1, 400))
+        lr = rng.integers(0, nrows, nw)
+        la = rng.integers(0, 260, nw)
+        # each launch instant's calls and whether they last 0 ns (one value an instant)
+        inst = lr * 1000 + la
+        zero = (rng.random(inst.max() + 1) < 0.3)[inst]
+        calls = rng.integers(1, 4, inst.max() + 1)[inst]
+        gpu_row = rng.integers(10, 14, nw)
+        gs = rng.integers(0, 1000, nw)
+        ge = gs + rng.integers(0, 50, nw)
+        kind = rng.integers(0, 8, nw)
+        sums = P.RangeSums(P.Segments(row, start, end), start, end, 8)
+        order = np.argsort(la, kind="stable")
+        cuts = np.searchsorted(la[order], np.sort(rng.integers(0, 260, rng.integers(0, 6))))
+        chunks = np.split(order, cuts)
+        for i in (chunks if chunk_order == "launch" else chunks[::-1]):
+            sums.add(lr[i], la[i], gpu_row[i], gs[i], ge[i], kind[i], calls[i], zero[i])
+        got = sums.projection()
+        work = P.Work.of(lr.astype(np.int32), la, gpu_row, gs, ge, kind.astype(np.int8),
+                         [start, end], calls, zero)
+        want = P.project(work, row, start, end, busy=True, kinds=8)
+        has = want.ops > 0
+        assert np.array_equal(got.ops, want.ops)
+        assert np.array_equal(got.time, want.time)
+        assert np.array_equal(got.start[has], want.start[has])
+        assert np.array_equal(got.end[has], want.end[has])
+        assert np.array_equal(got.multirow, want.multirow)
+        one = ~got.multirow
+        assert np.array_equal(got.busy[one], want.busy[one])
+        assert (got.busy[got.multirow] == -1).all()
+        inside = np.zeros(work.size + 1, np.int64)
+        np.add.at(inside, want.lo, 1)
+        np.add.at(inside, want.hi, -1)
+        out = np.cumsum(inside)[:-1] == 0
+        assert sums.unassigned == {"ops": int(work.calls[out].sum()),
+                                   "activities": int(out.sum()),
+                                   "gpu_time": int((work.end - work.start)[out].sum())}
+        assert sums.work_time == int((ge - gs).sum())
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     d = tmp_path_factory.mktemp("synth_layers")

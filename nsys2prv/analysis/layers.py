@@ -198,50 +198,52 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     s = r["start"].to_numpy()
     e = s + r["dur"].to_numpy()
     segments = P.Segments(row, s, e)
-    sums = P.SegmentSums(segments, len(CATEGORIES))
-    for w in launched_work(acts):  # one pass over the work, summed per segment
+    sums = P.RangeSums(segments, s, e, len(CATEGORIES))
+    for w in launched_work(acts):  # one pass over the work, summed per range
         a = _arrays(w)
         sums.add(a["launch_row"], a["launch"], a["row"], a["start"], a["end"], a["kind"],
                  a.get("calls_at"), a.get("zero"))
+        del a
+    proj = sums.projection()
+    unassigned, work_time = sums.unassigned, sums.work_time
+    del sums
     parent, level = P.nesting(row, s, e)
-    proj = P.project_segments(segments, sums)
     # busy time: the summed durations where a range's work ran on one row; the union, which
     # needs its work in start order, where asked (`busy`) or later for the layers and the
-    # steps
-    tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64).alias("rank"))
-    names = acts.range_names.rename({"id": "name_id", "name": "name"})
-    time = {c: proj.time[:, k] for k, c in enumerate(CATEGORIES)}
-    inst = (pl.DataFrame({
-        "id": np.arange(r.height, dtype=np.int64), "row": row.astype(np.int32),
-        "name_id": r["name"], "type": r["type"], "level": level,
-        "parent": pl.Series(parent).set(pl.Series(parent < 0), None),
-        "cpu_start": s, "cpu_dur": r["dur"], "start": proj.start,
-        "dur": proj.end - proj.start, "ops": proj.ops,
-        "busy": pl.Series(proj.busy).set(pl.Series(proj.busy < 0), None),
-        "lo": proj.lo, "hi": proj.hi, **time})
-        .filter(pl.col("ops") > 0)
-        .join(tasks, on="row", how="left")
-        .join(names, on="name_id", how="left")
-        .join(acts.domains, on="type", how="left")
-        .with_columns((pl.col("dur") - pl.col("busy")).alias("idle"),
-                      pl.col("level").replace(-1, None))
-        .sort("start", "id"))
-    slices = (inst["lo"].to_numpy(), inst["hi"].to_numpy())
-    # the work launched in no range: calls outside every range of their thread
-    depth = np.zeros(segments.n + 1, dtype=np.int64)
-    np.add.at(depth, proj.lo, 1)
-    np.add.at(depth, proj.hi, -1)
-    outside = np.cumsum(depth)[:-1] == 0
-    unassigned = {"ops": int(sums.calls[outside].sum()),
-                  "activities": int(sums.count[outside].sum()),
-                  "gpu_time": int(sum(t[outside].sum() for t in sums.times.values()))}
-    work_time = int(sum(t.sum() for t in sums.times.values()))
-    del sums
+    # steps. The table is made once from the projected ranges' arrays, by start (a join
+    # per column would copy it whole each time)
+    keep = np.flatnonzero(proj.ops > 0)
+    keep = keep[np.lexsort((keep, proj.start[keep]))]
+    known = acts.rows["row"].to_numpy().astype(np.int64)
+    rank = np.full(max(int(known.max(initial=0)), int(row.max(initial=0))) + 1, -1, np.int64)
+    rank[known] = acts.rows["task_index"].to_numpy()
+    rank = rank[row[keep]]
+    busy_k = proj.busy[keep]
+
+    def looked_up(ids: pl.Series, table: pl.DataFrame, key: str, value: str) -> pl.Series:
+        return (ids.to_frame(key).join(table, on=key, how="left", maintain_order="left")
+                [value])
+
+    inst = pl.DataFrame({
+        "id": keep.astype(np.int64), "rank": pl.Series(rank).set(pl.Series(rank < 0), None),
+        "row": row[keep].astype(np.int32),
+        "name": looked_up(r["name"].gather(keep), acts.range_names, "id", "name"),
+        "domain": looked_up(r["type"].gather(keep), acts.domains, "type", "domain"),
+        "level": pl.Series(level[keep]).set(pl.Series(level[keep] < 0), None),
+        "parent": pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
+        "cpu_start": s[keep], "cpu_dur": r["dur"].gather(keep),
+        "start": proj.start[keep], "dur": proj.end[keep] - proj.start[keep],
+        "ops": proj.ops[keep],
+        "busy": pl.Series(busy_k).set(pl.Series(busy_k < 0), None),
+        **{c: proj.time[keep, k] for k, c in enumerate(CATEGORIES)}})
+    inst = inst.with_columns((pl.col("dur") - pl.col("busy")).alias("idle")
+                             ).select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA)
+    slices = (proj.lo[keep], proj.hi[keep])
+    del rank, busy_k, proj, parent, level, keep
     devices = acts.rows.filter(pl.col("kind") == "gpu").select(
         "row", (pl.col("task_index") * 1_000_000 + pl.col("device")).cast(pl.Int64).alias("g"))
-    out = Projected(inst.select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA), r.height,
-                    r.height - inst.height, unassigned, segments, slices, devices, acts,
-                    work_time)
+    out = Projected(inst, r.height, r.height - inst.height, unassigned, segments, slices,
+                    devices, acts, work_time)
     if busy:
         out.fill_busy(out.instances["id"])
     return out
@@ -305,8 +307,14 @@ class _Tree:
                 .with_columns(family("name").alias("family"),
                               pl.col("name").str.contains(OPERATOR.pattern)
                               .fill_null(False).alias("operator")))
-        inst = inst.join(fams, on="name", how="left").join(
-            step_of(proj, acts, step), on="id", how="left")
+        # the new columns looked up for the instances' keys alone and set beside them (a
+        # join of the table would copy every column)
+        by_name = inst.select("name").join(fams, on="name", how="left",
+                                           maintain_order="left")
+        in_step = inst.select("id").join(step_of(proj, acts, step), on="id", how="left",
+                                         maintain_order="left")
+        inst = inst.with_columns(by_name["family"], by_name["operator"], in_step["step"])
+        del by_name, in_step
         op = np.zeros(n, dtype=bool)
         op[ids] = inst["operator"].to_numpy()
         inst = inst.with_columns(pl.Series("under_operator",
@@ -353,7 +361,12 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
                 spec: str | None = None, tree: _Tree | None = None) -> LayerPick:
     """The layer level of a run (module docstring); `spec` ('NAME' or a depth) names it."""
     tree = tree or _Tree.of(proj, acts, step)
-    inst = tree.inst.with_columns(pl.sum_horizontal(*CATEGORIES).alias("gpu"))
+    # the columns the pick reads (its filters copy what they keep)
+    tree = _Tree(tree.inst.select("id", "name", "family", "operator", "under_operator",
+                                  "step", "level", "parent",
+                                  pl.sum_horizontal(*CATEGORIES).alias("gpu")),
+                 tree.parent, tree.level)
+    inst = tree.inst
     if inst.height == 0:
         return LayerPick(None, [], "no NVTX range launched GPU work")
     in_step = pl.col("step").is_not_null()
@@ -384,8 +397,7 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     # 1. numbered families: several numbers under one parent range
     for fam, per in _numbered(base).iter_rows():
         out = tree.outermost(pl.col("family") == fam)
-        rows.append(("numbered", [fam], float(out.select(pl.sum_horizontal(*CATEGORIES))
-                                              .sum().item() or 0),
+        rows.append(("numbered", [fam], float(out["gpu"].sum() or 0),
                      float(out["level"].mean() or 0),
                      f"{int(per)} numbered ranges under each parent"))
     # 2. the children of the step (descending through single wrappers)
@@ -406,17 +418,17 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
             fams = common.sort("gpu", descending=True)["family"].to_list()
             out = tree.outermost(pl.col("family").is_in(fams) & in_step)
             rows.append(("children of the step", fams,
-                         float(out.select(pl.sum_horizontal(*CATEGORIES)).sum().item() or 0),
+                         float(out["gpu"].sum() or 0),
                          float(out["level"].mean() or 0),
                          f"{len(fams)} ranges repeated in the steps"))
             break
     # 3. PyTorch's operators: the outermost operator ranges
     ops = tree.outermost(pl.col("operator") & (in_step if has_step else pl.lit(True)))
     if ops.height:
-        by_time = (ops.group_by("family").agg(pl.sum_horizontal(*CATEGORIES).sum().alias("t"))
+        by_time = (ops.group_by("family").agg(pl.col("gpu").sum().alias("t"))
                    .sort("t", "family", descending=[True, False]))
         rows.append(("operators", by_time["family"].to_list(),
-                     float(ops.select(pl.sum_horizontal(*CATEGORIES)).sum().item() or 0),
+                     float(ops["gpu"].sum() or 0),
                      float(ops["level"].mean() or 0),
                      _count(ops['family'].n_unique(), "operator range")
                      + " (aten::, autograd)"))

@@ -361,10 +361,10 @@ def row_spans(work: Work, proj: Projection, which: np.ndarray
 # -- the same projection from the work read as a stream ----------------------------------
 #
 # The analysis of a trace does not hold its work: the ranges' boundaries cut each thread's
-# calls into segments (between two boundaries, and at each one), the work is summed per
-# segment as it streams (`SegmentSums`), and a range's numbers are those of its segments
-# (sums, minima, maxima over a slice of segments): memory of the ranges, the same numbers
-# as `project` over the work sorted whole.
+# calls into segments (between two boundaries, and at each one); each chunk of the streamed
+# work is summed per segment it touches, and a range's numbers are those of its segments
+# (sums, minima, maxima over a slice of segments) added chunk by chunk (`RangeSums`):
+# memory of the ranges, the same numbers as `project` over the work sorted whole.
 
 def rank_positions(points: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Times `t` as positions among the sorted distinct `points` that keep every order
@@ -416,97 +416,146 @@ class Segments:
         on[inside] = self.bounds[i[inside]] == k[inside]
         return 2 * i.astype(np.int64) + on
 
-    def slices(self, sums: "SegmentSums") -> tuple[np.ndarray, np.ndarray]:
-        """[lo, hi) of each range's segments."""
-        lo = 2 * self.a + 1
-        hi = 2 * self.c + 1
-        at_end = (sums.count[hi] > 0) & sums.zero[hi]
-        return lo, np.maximum(np.where(at_end, hi + 1, hi), lo)
 
+class RangeSums:
+    """The projection of ranges (`Segments`) from the work streamed chunk by chunk, kept
+    per range (not per segment: a quarter of the numbers): each chunk summed over the
+    segments it touches, then over the slices of the ranges that can hold it (started by
+    its last launch and not ended before its first), and added to theirs; per segment, the
+    activities, the launching calls they stand for (`Work.calls`), first start, last end,
+    GPU time per kind that ran, lowest and highest GPU row, and whether the calls at a
+    boundary last 0 ns (then inside the range that ends there). The work launched in no
+    range and all the work's time are summed on the way (`unassigned`, `work_time`). The
+    activities of one launch instant must come in one chunk; chunks in any order."""
 
-class SegmentSums:
-    """Per segment of `Segments`: the activities, the launching calls they stand for
-    (`Work.calls`), their first start and last end, GPU time per kind, the lowest and
-    highest GPU row, and whether the calls at a boundary last 0 ns (the time of a kind
-    only for the kinds that ran: a few numbers a segment). Fed chunk by chunk;
-    the activities of one launch instant (a call) must come in one chunk."""
-
-    def __init__(self, segments: Segments, kinds: int) -> None:
-        n = segments.n
+    def __init__(self, segments: Segments, start: np.ndarray, end: np.ndarray,
+                 kinds: int) -> None:
+        n = segments.a.size
         self.segments = segments
+        self.lo = 2 * segments.a + 1
+        self.hi = 2 * segments.c + 1
+        self.start = np.asarray(start, np.int64)
+        self.end = np.asarray(end, np.int64)
+        self.by_start = np.argsort(self.start, kind="stable")
+        self.sorted_start = self.start[self.by_start]
+        self.kinds = kinds
         self.count = np.zeros(n, dtype=np.int64)
         self.calls = np.zeros(n, dtype=np.int64)
         self.first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         self.last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-        self.kinds = kinds
-        self.times: dict[int, np.ndarray] = {}  # kind -> per segment (kinds that ran)
+        self.times: dict[int, np.ndarray] = {}
         self.rmin = np.full(n, np.iinfo(np.int32).max, dtype=np.int32)
         self.rmax = np.full(n, -1, dtype=np.int32)
-        self.zero = np.zeros(n, dtype=bool)
+        self.at_end = np.zeros(n, dtype=bool)
+        # the segments inside some range's slice (calls at an end boundary too where they
+        # last 0 ns: `end_bound`, decided by the chunk that holds them)
+        depth = np.zeros(segments.n + 1, dtype=np.int32)
+        np.add.at(depth, self.lo, 1)
+        np.add.at(depth, self.hi, -1)
+        self.covered = np.cumsum(depth[:-1]) > 0
+        del depth
+        self.end_bound = np.zeros(segments.n, dtype=bool)
+        self.end_bound[self.hi] = True
+        self.unassigned = {"ops": 0, "activities": 0, "gpu_time": 0}
+        self.work_time = 0
 
     def add(self, launch_row: np.ndarray, launch: np.ndarray, row: np.ndarray,
             start: np.ndarray, end: np.ndarray, kind: np.ndarray,
             calls_at: np.ndarray | None = None, zero: np.ndarray | None = None) -> None:
         """Activities with their launching call (launch_row >= 0), as `Work.of` takes
         them."""
-        if launch_row.size == 0:
+        if len(launch_row) == 0:
             return
-        seg = self.segments.of(launch_row, launch)
-        np.add.at(self.count, seg, 1)
-        np.minimum.at(self.first, seg, start)
-        np.maximum.at(self.last, seg, end)
+        la = np.asarray(launch, np.int64)
+        seg = self.segments.of(launch_row, la)
+        order = np.argsort(seg, kind="stable")
+        ss = seg[order]
+        heads = np.flatnonzero(np.append(True, ss[1:] != ss[:-1]))
+        touched = ss[heads]
+        start = np.asarray(start, np.int64)
+        end = np.asarray(end, np.int64)
+        dur = end - start
+        count = np.diff(np.append(heads, ss.size))
+        first = np.minimum.reduceat(start[order], heads)
+        last = np.maximum.reduceat(end[order], heads)
+        r32 = np.asarray(row, np.int32)[order]
+        rmin = np.minimum.reduceat(r32, heads)
+        rmax = np.maximum.reduceat(r32, heads)
         kind = np.asarray(kind, np.int64)
-        for k in np.unique(kind).tolist():
+        times = {k: np.add.reduceat(np.where(kind == k, dur, 0)[order], heads)
+                 for k in np.unique(kind).tolist()}
+        del r32
+        # the calls of each launch instant: as many as its activities, at most as many as
+        # started there (`Work.of`), on its segment
+        lr = np.asarray(launch_row, np.int64)
+        o2 = np.lexsort((la, lr))
+        ihead = np.flatnonzero(np.append(True, (lr[o2][1:] != lr[o2][:-1])
+                                         | (la[o2][1:] != la[o2][:-1])))
+        ifirst = o2[ihead]
+        size = np.diff(np.append(ihead, o2.size))
+        at = np.ones(ifirst.size, np.int64) if calls_at is None \
+            else np.maximum(np.asarray(calls_at, np.int64)[ifirst], 1)
+        where = np.searchsorted(touched, seg[ifirst])
+        calls = np.zeros(touched.size, dtype=np.int64)
+        np.add.at(calls, where, np.minimum(size, at))
+        zeros = np.zeros(touched.size, dtype=bool)
+        if zero is not None:
+            zeros[where[np.asarray(zero, bool)[ifirst]]] = True
+        del o2, ihead, ifirst, size, at, where
+        # the work launched in no range, and all of it
+        chunk_time = sum(t for t in times.values())
+        self.work_time += int(chunk_time.sum())
+        out = ~self.covered[touched] & ~(self.end_bound[touched] & zeros)
+        self.unassigned["ops"] += int(calls[out].sum())
+        self.unassigned["activities"] += int(count[out].sum())
+        self.unassigned["gpu_time"] += int(chunk_time[out].sum())
+        # the ranges that can hold this work: started by its last launch, not ended
+        # before its first
+        began = self.by_start[:np.searchsorted(self.sorted_start, la.max(), "right")]
+        live = began[self.end[began] >= la.min()]
+        if live.size == 0:
+            return
+        p = np.searchsorted(touched, self.lo[live], "left")
+        q = np.searchsorted(touched, self.hi[live], "left")
+        qq = np.minimum(q, touched.size - 1)
+        ext = (q < touched.size) & (touched[qq] == self.hi[live]) & zeros[qq]
+        self.at_end[live[ext]] = True
+        q = q + ext
+        has = q > p
+        live, p, q = live[has], p[has], q[has]
+        if live.size == 0:
+            return
+
+        def summed(values: np.ndarray) -> np.ndarray:
+            cs = np.concatenate([[0], np.cumsum(values)])
+            return cs[q] - cs[p]
+
+        self.count[live] += summed(count)
+        self.calls[live] += summed(calls)
+        for k, t in times.items():
             if k not in self.times:
                 self.times[k] = np.zeros(self.count.size, dtype=np.int64)
-            mine = kind == k
-            np.add.at(self.times[k], seg[mine], (end - start)[mine])
-        np.minimum.at(self.rmin, seg, row.astype(np.int32))
-        np.maximum.at(self.rmax, seg, row.astype(np.int32))
-        # the calls of each launch instant: as many as its activities, at most as many as
-        # started there (`Work.of`)
-        lr = np.asarray(launch_row, np.int64)
-        la = np.asarray(launch, np.int64)
-        order = np.lexsort((la, lr))
-        heads = np.flatnonzero(np.append(True, (lr[order][1:] != lr[order][:-1])
-                                         | (la[order][1:] != la[order][:-1])))
-        first = order[heads]
-        size = np.diff(np.append(heads, order.size))
-        at = np.ones(first.size, np.int64) if calls_at is None \
-            else np.maximum(np.asarray(calls_at, np.int64)[first], 1)
-        np.add.at(self.calls, seg[first], np.minimum(size, at))
-        if zero is not None:
-            z = np.asarray(zero, bool)[first]
-            self.zero[seg[first][z]] = True
+            self.times[k][live] += summed(t)
+        # `live` holds each range once
+        self.first[live] = np.minimum(self.first[live], _reduce_slices(np.minimum, first, p, q))
+        self.last[live] = np.maximum(self.last[live], _reduce_slices(np.maximum, last, p, q))
+        self.rmin[live] = np.minimum(self.rmin[live], _reduce_slices(np.minimum, rmin, p, q))
+        self.rmax[live] = np.maximum(self.rmax[live], _reduce_slices(np.maximum, rmax, p, q))
 
-
-def project_segments(segments: Segments, sums: SegmentSums) -> Projection:
-    """`project` of the ranges from their segments' sums (busy where the work ran on one
-    row; -1 elsewhere: `union` where wanted)."""
-    lo, hi = segments.slices(sums)
-    n = lo.size
-    kinds = sums.kinds
-
-    def ranged(values: np.ndarray) -> np.ndarray:
-        cs = np.concatenate([np.zeros((1,) + values.shape[1:], np.int64),
-                             np.cumsum(values, axis=0)])
-        return cs[hi] - cs[lo]
-
-    ops = ranged(sums.calls)
-    count = ranged(sums.count)
-    time = np.zeros((n, kinds), np.int64)
-    for k, per in sums.times.items():
-        time[:, k] = ranged(per)
-    gstart = _reduce_slices(np.minimum, sums.first, lo, hi)
-    gend = _reduce_slices(np.maximum, sums.last, lo, hi)
-    rmin = _reduce_slices(np.minimum, sums.rmin, lo, hi)
-    rmax = _reduce_slices(np.maximum, sums.rmax, lo, hi)
-    has = count > 0
-    gstart = np.where(has, gstart, 0)
-    gend = np.where(has, gend, 0)
-    multirow = has & (rmin != rmax)
-    busy = np.where(multirow, -1, time.sum(axis=1))
-    return Projection(lo, hi, gstart, gend, ops, time, busy, multirow)
+    def projection(self) -> Projection:
+        """The ranges' `Projection` (busy where the work ran on one row; -1 elsewhere)."""
+        lo = self.lo
+        hi = np.maximum(np.where(self.at_end, self.hi + 1, self.hi), lo)
+        n = lo.size
+        time = np.zeros((n, self.kinds), np.int64)
+        for k, per in self.times.items():
+            time[:, k] = per
+        has = self.count > 0
+        gstart = np.where(has, self.first, 0)
+        gend = np.where(has, self.last, 0)
+        multirow = has & (self.rmin != self.rmax)
+        busy = np.where(multirow, -1, time.sum(axis=1))
+        return Projection(lo, hi, gstart, gend, self.calls, time, busy, multirow)
 
 
 class WantedUnion:
