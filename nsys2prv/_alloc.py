@@ -6,6 +6,13 @@ chunk reuses, and the resident set of a 21M-activity translation grew ~10% highe
 third more system time in page faults (benchmarks/RESULTS.md). One arena each fixes both;
 jemalloc returning freed pages after 100 ms instead of polars' 500 ms keeps the peak of a
 21M-activity translation under 1 GiB at no measured cost in time.
+glibc's malloc serves a block from its heap once a larger one was freed (its mmap threshold
+rises to the largest block freed, up to 32 MiB), and a heap fragmented by the analysis'
+per-chunk arrays is not given back: analyze on the 30M benchmark trace held 100-200 MB
+more than it used. The analysis (`map_large_blocks`) fixes the threshold at 1 MiB, which
+maps every larger array on its own and returns it when freed; the translation keeps
+glibc's default (a fixed threshold cost it ~7 % CPU for no memory: benchmarks/RESULTS.md,
+round 11).
 A value the user set in the environment wins.
 """
 
@@ -19,17 +26,31 @@ JEMALLOC_VAR = "_RJEM_MALLOC_CONF"  # polars' jemalloc reads this when it loads
 MAIN_CONF = "narenas:1,dirty_decay_ms:100,muzzy_decay_ms:0"
 # polars sets the variable itself when it is imported first: then it is not the user's
 USER_SET = JEMALLOC_VAR in os.environ and "polars" not in sys.modules
-_M_ARENA_MAX = -8  # glibc mallopt parameter
+_M_ARENA_MAX = -8  # glibc mallopt parameters
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 1 << 20
 
 
 def setup() -> None:
     if not USER_SET and "polars" not in sys.modules:
         os.environ.setdefault(JEMALLOC_VAR, MAIN_CONF)
-    if "MALLOC_ARENA_MAX" not in os.environ:
-        try:
-            ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
-        except (OSError, AttributeError):  # not glibc: nothing to tune
-            pass
+    try:
+        libc = ctypes.CDLL(None)
+        if "MALLOC_ARENA_MAX" not in os.environ:
+            libc.mallopt(_M_ARENA_MAX, 1)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
+def map_large_blocks() -> None:
+    """Blocks of MMAP_THRESHOLD and more mapped on their own from now on (the analysis'
+    streamed passes: module docstring), unless the user set the threshold."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    try:
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
 
 
 def users_choice(value: str | None) -> bool:

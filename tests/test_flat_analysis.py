@@ -228,3 +228,31 @@ def test_interrupted_analysis_leaves_nothing(run, tmp_path, sig):
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("user_set", [False, True])
+def test_the_analysis_maps_large_blocks_unless_the_user_chose(run, monkeypatch, user_set):
+    """The analysis fixes glibc's mmap threshold (`_alloc.map_large_blocks`: freed arrays
+    go back to the system instead of fragmenting the heap), unless MALLOC_MMAP_THRESHOLD_
+    is the user's; the translation does not touch it."""
+    from nsys2prv import _alloc
+    from nsys2prv.analysis.model import analyze_path
+
+    calls = []
+
+    class Libc:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(_alloc.ctypes, "CDLL", lambda name: Libc())
+    if user_set:
+        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    else:
+        monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    export, trace = run
+    nsys2prv.translate(export, trace.with_name("again.prv"))
+    assert (_alloc._M_MMAP_THRESHOLD, _alloc.MMAP_THRESHOLD) not in calls
+    analysis = analyze_path(trace)
+    assert analysis.devices  # the analysis ran
+    assert calls.count((_alloc._M_MMAP_THRESHOLD, 1 << 20)) == (0 if user_set else 1)

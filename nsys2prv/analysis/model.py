@@ -460,6 +460,9 @@ def analyze_path(path: Source | TraceInfo, explain: bool = True, top: int = 10,
     kept: the trace is read once). `observers` see the
     windows of the first pass, `steps` gives the steps whose idle causes are summed too,
     `detail=False` leaves out what a comparison does not read (see `_analyze`)."""
+    from .._alloc import map_large_blocks
+
+    map_large_blocks()
     info = open_trace(path)
     return _analyze(lambda **kw: windows(info, **kw), explain, top, info, observers, steps,
                     detail, spill=True, code=code, one_pass_code=one_pass_code)
