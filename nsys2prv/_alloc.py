@@ -9,10 +9,11 @@ jemalloc returning freed pages after 100 ms instead of polars' 500 ms keeps the 
 glibc's malloc serves a block from its heap once a larger one was freed (its mmap threshold
 rises to the largest block freed, up to 32 MiB), and a heap fragmented by the analysis'
 per-chunk arrays is not given back: analyze on the 30M benchmark trace held 100-200 MB
-more than it used. The analysis (`map_large_blocks`) fixes the threshold at 1 MiB, which
-maps every larger array on its own and returns it when freed; the translation keeps
-glibc's default (a fixed threshold cost it ~7 % CPU for no memory: benchmarks/RESULTS.md,
-round 11).
+more than it used. The analysis (`map_large_blocks`) fixes the threshold at 4 MiB, which
+maps every larger array on its own and returns it when freed (10M trace: 553 -> 475 MB
+for 4 % CPU; 1 MiB: the same memory for 18 %, in page faults); the translation keeps
+glibc's default (a fixed threshold cost it ~7 % CPU for no memory): benchmarks/RESULTS.md,
+round 11.
 A value the user set in the environment wins.
 """
 
@@ -28,7 +29,7 @@ MAIN_CONF = "narenas:1,dirty_decay_ms:100,muzzy_decay_ms:0"
 USER_SET = JEMALLOC_VAR in os.environ and "polars" not in sys.modules
 _M_ARENA_MAX = -8  # glibc mallopt parameters
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 1 << 20
+MMAP_THRESHOLD = 4 << 20
 
 
 def setup() -> None:

@@ -255,4 +255,4 @@ def test_the_analysis_maps_large_blocks_unless_the_user_chose(run, monkeypatch, 
     assert (_alloc._M_MMAP_THRESHOLD, _alloc.MMAP_THRESHOLD) not in calls
     analysis = analyze_path(trace)
     assert analysis.devices  # the analysis ran
-    assert calls.count((_alloc._M_MMAP_THRESHOLD, 1 << 20)) == (0 if user_set else 1)
+    assert calls.count((_alloc._M_MMAP_THRESHOLD, 4 << 20)) == (0 if user_set else 1)

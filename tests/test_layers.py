@@ -278,6 +278,14 @@ def test_range_sums_streamed_equal_the_projection_of_all_the_work(chunk_order):
                                    "activities": int(out.sum()),
                                    "gpu_time": int((work.end - work.start)[out].sum())}
         assert sums.work_time == int((ge - gs).sum())
+        # the projected ranges alone (the analysis' table), by their work's start
+        keep, cols = sums.projected()
+        assert sorted(keep.tolist()) == np.flatnonzero(has).tolist()
+        assert (np.diff(want.start[keep]) >= 0).all()
+        for name, values in (("start", want.start), ("end", want.end), ("ops", want.ops),
+                             ("lo", got.lo), ("hi", got.hi), ("busy", got.busy)):
+            assert np.array_equal(cols[name], values[keep]), name
+        assert np.array_equal(np.stack(cols["time"], axis=1), want.time[keep])
 
 
 @pytest.fixture(scope="module")

@@ -204,21 +204,19 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
         sums.add(a["launch_row"], a["launch"], a["row"], a["start"], a["end"], a["kind"],
                  a.get("calls_at"), a.get("zero"))
         del a
-    proj = sums.projection()
+    # the ranges with GPU work, by start; busy time: the summed durations where a range's
+    # work ran on one row; the union, which needs its work in start order, where asked
+    # (`busy`) or later for the layers and the steps. The table is made once from the
+    # projected ranges' arrays (a join per column would copy it whole each time)
+    keep, proj = sums.projected()
     unassigned, work_time = sums.unassigned, sums.work_time
     del sums
     parent, level = P.nesting(row, s, e)
-    # busy time: the summed durations where a range's work ran on one row; the union, which
-    # needs its work in start order, where asked (`busy`) or later for the layers and the
-    # steps. The table is made once from the projected ranges' arrays, by start (a join
-    # per column would copy it whole each time)
-    keep = np.flatnonzero(proj.ops > 0)
-    keep = keep[np.lexsort((keep, proj.start[keep]))]
     known = acts.rows["row"].to_numpy().astype(np.int64)
     rank = np.full(max(int(known.max(initial=0)), int(row.max(initial=0))) + 1, -1, np.int64)
     rank[known] = acts.rows["task_index"].to_numpy()
     rank = rank[row[keep]]
-    busy_k = proj.busy[keep]
+    busy_k = proj["busy"]
 
     def looked_up(ids: pl.Series, table: pl.DataFrame, key: str, value: str) -> pl.Series:
         return (ids.to_frame(key).join(table, on=key, how="left", maintain_order="left")
@@ -232,13 +230,12 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
         "level": pl.Series(level[keep]).set(pl.Series(level[keep] < 0), None),
         "parent": pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
         "cpu_start": s[keep], "cpu_dur": r["dur"].gather(keep),
-        "start": proj.start[keep], "dur": proj.end[keep] - proj.start[keep],
-        "ops": proj.ops[keep],
+        "start": proj["start"], "dur": proj["end"] - proj["start"], "ops": proj["ops"],
         "busy": pl.Series(busy_k).set(pl.Series(busy_k < 0), None),
-        **{c: proj.time[keep, k] for k, c in enumerate(CATEGORIES)}})
+        **{c: proj["time"][k] for k, c in enumerate(CATEGORIES)}})
     inst = inst.with_columns((pl.col("dur") - pl.col("busy")).alias("idle")
                              ).select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA)
-    slices = (proj.lo[keep], proj.hi[keep])
+    slices = (proj["lo"], proj["hi"])
     del rank, busy_k, proj, parent, level, keep
     devices = acts.rows.filter(pl.col("kind") == "gpu").select(
         "row", (pl.col("task_index") * 1_000_000 + pl.col("device")).cast(pl.Int64).alias("g"))

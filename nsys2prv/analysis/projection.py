@@ -542,6 +542,20 @@ class RangeSums:
         self.rmin[live] = np.minimum(self.rmin[live], _reduce_slices(np.minimum, rmin, p, q))
         self.rmax[live] = np.maximum(self.rmax[live], _reduce_slices(np.maximum, rmax, p, q))
 
+    def projected(self) -> tuple[np.ndarray, dict]:
+        """The ranges with GPU work, by the start of their work then their index, and what
+        `projection` gives of them (start, end, ops, busy, lo, hi, and `time`, a column a
+        kind): the per-range table without the ranges that launched nothing."""
+        keep = np.flatnonzero(self.calls > 0)
+        keep = keep[np.lexsort((keep, self.first[keep]))]
+        times = [self.times[k][keep] if k in self.times else np.zeros(keep.size, np.int64)
+                 for k in range(self.kinds)]
+        busy = np.where(self.rmin[keep] != self.rmax[keep], -1, sum(times))
+        lo = self.lo[keep]
+        hi = np.maximum(np.where(self.at_end[keep], self.hi[keep] + 1, self.hi[keep]), lo)
+        return keep, {"start": self.first[keep], "end": self.last[keep],
+                      "ops": self.calls[keep], "busy": busy, "time": times, "lo": lo, "hi": hi}
+
     def projection(self) -> Projection:
         """The ranges' `Projection` (busy where the work ran on one row; -1 elsewhere)."""
         lo = self.lo
