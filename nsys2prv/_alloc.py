@@ -12,8 +12,8 @@ per-chunk arrays is not given back: analyze on the 30M benchmark trace held 100-
 more than it used. The analysis (`map_large_blocks`) fixes the threshold at 4 MiB, which
 maps every larger array on its own and returns it when freed (10M trace: 553 -> 475 MB
 for 4 % CPU; 1 MiB: the same memory for 18 %, in page faults); the translation keeps
-glibc's default (a fixed threshold cost it ~7 % CPU for no memory): benchmarks/RESULTS.md,
-round 11.
+glibc's default (a fixed threshold cost it ~7 % CPU for 2 % less memory):
+benchmarks/RESULTS.md, round 11.
 A value the user set in the environment wins.
 """
 
@@ -35,21 +35,20 @@ MMAP_THRESHOLD = 4 << 20
 def setup() -> None:
     if not USER_SET and "polars" not in sys.modules:
         os.environ.setdefault(JEMALLOC_VAR, MAIN_CONF)
-    try:
-        libc = ctypes.CDLL(None)
-        if "MALLOC_ARENA_MAX" not in os.environ:
-            libc.mallopt(_M_ARENA_MAX, 1)
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        _mallopt(_M_ARENA_MAX, 1)
 
 
 def map_large_blocks() -> None:
     """Blocks of MMAP_THRESHOLD and more mapped on their own from now on (the analysis'
     streamed passes: module docstring), unless the user set the threshold."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def _mallopt(param: int, value: int) -> None:
     try:
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        ctypes.CDLL(None).mallopt(param, value)
     except (OSError, AttributeError):  # not glibc: nothing to tune
         pass
 

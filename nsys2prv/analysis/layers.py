@@ -106,6 +106,22 @@ def _arrays(w: pl.DataFrame) -> dict:
     return out
 
 
+def _rank_of_row(acts: Activities, upto: int = 0) -> np.ndarray:
+    """Per trace row (0 .. the largest of the trace's and `upto`), its process's task index
+    (-1: no such row), to look up the rank of many rows at once."""
+    known = acts.rows["row"].to_numpy().astype(np.int64)
+    table = np.full(max(int(known.max(initial=0)), upto) + 1, -1, np.int64)
+    table[known] = acts.rows["task_index"].to_numpy()
+    return table
+
+
+def _beside(keys: pl.DataFrame, table: pl.DataFrame, on: str) -> pl.DataFrame:
+    """`table`'s columns for each row of `keys` (null where its key is not there), in
+    `keys`' order: to set beside a large frame instead of joining it (a join copies every
+    column of the frame)."""
+    return keys.join(table, on=on, how="left", maintain_order="left")
+
+
 _INSTANCE_SCHEMA = {
     "id": pl.Int64, "rank": pl.Int64, "row": pl.Int32, "name": pl.Utf8, "domain": pl.Utf8,
     "level": pl.Int32, "parent": pl.Int64, "cpu_start": pl.Int64, "cpu_dur": pl.Int64,
@@ -212,21 +228,14 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     unassigned, work_time = sums.unassigned, sums.work_time
     del sums
     parent, level = P.nesting(row, s, e)
-    known = acts.rows["row"].to_numpy().astype(np.int64)
-    rank = np.full(max(int(known.max(initial=0)), int(row.max(initial=0))) + 1, -1, np.int64)
-    rank[known] = acts.rows["task_index"].to_numpy()
-    rank = rank[row[keep]]
+    rank = _rank_of_row(acts, int(row.max(initial=0)))[row[keep]]
     busy_k = proj["busy"]
-
-    def looked_up(ids: pl.Series, table: pl.DataFrame, key: str, value: str) -> pl.Series:
-        return (ids.to_frame(key).join(table, on=key, how="left", maintain_order="left")
-                [value])
-
     inst = pl.DataFrame({
         "id": keep.astype(np.int64), "rank": pl.Series(rank).set(pl.Series(rank < 0), None),
         "row": row[keep].astype(np.int32),
-        "name": looked_up(r["name"].gather(keep), acts.range_names, "id", "name"),
-        "domain": looked_up(r["type"].gather(keep), acts.domains, "type", "domain"),
+        "name": _beside(r["name"].gather(keep).to_frame("id"), acts.range_names, "id")["name"],
+        "domain": _beside(r["type"].gather(keep).to_frame("type"), acts.domains,
+                          "type")["domain"],
         "level": pl.Series(level[keep]).set(pl.Series(level[keep] < 0), None),
         "parent": pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
         "cpu_start": s[keep], "cpu_dur": r["dur"].gather(keep),
@@ -304,12 +313,8 @@ class _Tree:
                 .with_columns(family("name").alias("family"),
                               pl.col("name").str.contains(OPERATOR.pattern)
                               .fill_null(False).alias("operator")))
-        # the new columns looked up for the instances' keys alone and set beside them (a
-        # join of the table would copy every column)
-        by_name = inst.select("name").join(fams, on="name", how="left",
-                                           maintain_order="left")
-        in_step = inst.select("id").join(step_of(proj, acts, step), on="id", how="left",
-                                         maintain_order="left")
+        by_name = _beside(inst.select("name"), fams, "name")
+        in_step = _beside(inst.select("id"), step_of(proj, acts, step), "id")
         inst = inst.with_columns(by_name["family"], by_name["operator"], in_step["step"])
         del by_name, in_step
         op = np.zeros(n, dtype=bool)
@@ -749,9 +754,7 @@ def _total_gpu(proj: Projected, acts: Activities, step: StepPick | None) -> int:
 
 
 def _launched_in_steps(proj: Projected, acts: Activities, step: StepPick) -> int:
-    rank_of = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
-    table = np.full(int(acts.rows["row"].max()) + 1, -1, np.int64)
-    table[rank_of["row"].to_numpy()] = rank_of["task_index"].to_numpy()
+    table = _rank_of_row(acts)
     win = _step_windows(acts, step).sort("s_start")
     total = 0
     for w in launched_work(acts):

@@ -439,7 +439,6 @@ class RangeSums:
         self.by_start = np.argsort(self.start, kind="stable")
         self.sorted_start = self.start[self.by_start]
         self.kinds = kinds
-        self.count = np.zeros(n, dtype=np.int64)
         self.calls = np.zeros(n, dtype=np.int64)
         self.first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         self.last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
@@ -503,7 +502,7 @@ class RangeSums:
             zeros[where[np.asarray(zero, bool)[ifirst]]] = True
         del o2, ihead, ifirst, size, at, where
         # the work launched in no range, and all of it
-        chunk_time = sum(t for t in times.values())
+        chunk_time = sum(times.values())
         self.work_time += int(chunk_time.sum())
         out = ~self.covered[touched] & ~(self.end_bound[touched] & zeros)
         self.unassigned["ops"] += int(calls[out].sum())
@@ -530,11 +529,10 @@ class RangeSums:
             cs = np.concatenate([[0], np.cumsum(values)])
             return cs[q] - cs[p]
 
-        self.count[live] += summed(count)
         self.calls[live] += summed(calls)
         for k, t in times.items():
             if k not in self.times:
-                self.times[k] = np.zeros(self.count.size, dtype=np.int64)
+                self.times[k] = np.zeros(self.calls.size, dtype=np.int64)
             self.times[k][live] += summed(t)
         # `live` holds each range once
         self.first[live] = np.minimum(self.first[live], _reduce_slices(np.minimum, first, p, q))
@@ -544,8 +542,9 @@ class RangeSums:
 
     def projected(self) -> tuple[np.ndarray, dict]:
         """The ranges with GPU work, by the start of their work then their index, and what
-        `projection` gives of them (start, end, ops, busy, lo, hi, and `time`, a column a
-        kind): the per-range table without the ranges that launched nothing."""
+        `project` gives of them (start, end, ops, busy: -1 where the work ran on several
+        rows, `union_time` gives it; lo, hi: their slices of segments; `time`, a column a
+        kind): ranges that launched nothing are not projected."""
         keep = np.flatnonzero(self.calls > 0)
         keep = keep[np.lexsort((keep, self.first[keep]))]
         times = [self.times[k][keep] if k in self.times else np.zeros(keep.size, np.int64)
@@ -555,21 +554,6 @@ class RangeSums:
         hi = np.maximum(np.where(self.at_end[keep], self.hi[keep] + 1, self.hi[keep]), lo)
         return keep, {"start": self.first[keep], "end": self.last[keep],
                       "ops": self.calls[keep], "busy": busy, "time": times, "lo": lo, "hi": hi}
-
-    def projection(self) -> Projection:
-        """The ranges' `Projection` (busy where the work ran on one row; -1 elsewhere)."""
-        lo = self.lo
-        hi = np.maximum(np.where(self.at_end, self.hi + 1, self.hi), lo)
-        n = lo.size
-        time = np.zeros((n, self.kinds), np.int64)
-        for k, per in self.times.items():
-            time[:, k] = per
-        has = self.count > 0
-        gstart = np.where(has, self.first, 0)
-        gend = np.where(has, self.last, 0)
-        multirow = has & (self.rmin != self.rmax)
-        busy = np.where(multirow, -1, time.sum(axis=1))
-        return Projection(lo, hi, gstart, gend, self.calls, time, busy, multirow)
 
 
 class WantedUnion:
