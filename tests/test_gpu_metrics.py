@@ -529,3 +529,157 @@ def test_gpu_used_by_no_process(tmp_path):
     assert result.warnings["GPU metrics: GPU 3 used by no process of the report; metrics "
                            f"shown under pid {sm.PID_A}"] == 1
     assert "gpu_metrics_kernels_with_rates" not in result.counts
+
+
+# -- the model streamed from spills on disk -----------------------------------------------------
+
+def _tiny_spills(monkeypatch, rows: int = 2) -> None:
+    """Every spill on disk in buckets of a few rows, the values of every block on disk."""
+    from nsys2prv.paraver.kinds import _spill, gpu_metrics as gm
+
+    monkeypatch.setattr(_spill.SortedSpill.__init__, "__defaults__", (rows, rows + 1))
+    monkeypatch.setattr(gm, "HELD_VALUES", 3)
+
+
+def test_model_spilled_to_disk_writes_the_same_trace(tmp_path, monkeypatch):
+    """The model read back from disk in buckets of two rows (each stream's last kernel held
+    over from bucket to bucket, the overlapping relus among them) writes the trace the model
+    held in memory writes; the scenario's kernel table is not in time order ('early' comes
+    after later kernels)."""
+    spec, mspec = sm.two_gpu_scenario()
+    assert [k.start for k in spec.kernels] != sorted(k.start for k in spec.kernels)
+    db = write_export(tmp_path / "m.sqlite", spec, "3.17.1")
+    sm.add_native_metrics(db, mspec)
+    held = nsys2prv.translate(db, tmp_path / "held.prv")
+    _tiny_spills(monkeypatch)
+    spilled = nsys2prv.translate(db, tmp_path / "spilled.prv")
+    assert held.counts["gpu_metrics_kernels_with_rates"] > 0
+    assert spilled.counts == held.counts
+    for ext in ("prv", "pcf", "row"):
+        assert (tmp_path / f"spilled.{ext}").read_bytes() == (tmp_path / f"held.{ext}").read_bytes()
+    assert not list(tmp_path.glob("**/*.arrow")) and not list(tmp_path.glob("**/*.npy"))
+
+
+def test_model_spilled_to_disk_same_trace_on_a_real_export(tmp_path, monkeypatch):
+    """The same on a real export (kernels, copies and samples of one GPU): buckets of 500
+    rows."""
+    from conftest import need_exports
+
+    db = CORPUS / "exported2023" / "ayushos_vector_add_gpumetrics_v3.nsys2023.4.sqlite"
+    need_exports(db)
+    held = nsys2prv.translate(db, tmp_path / "held.prv")
+    _tiny_spills(monkeypatch, 500)
+    spilled = nsys2prv.translate(db, tmp_path / "spilled.prv")
+    assert held.counts["gpu_metrics_kernels_with_rates"] > 1000
+    assert spilled.counts == held.counts
+    for ext in ("prv", "pcf", "row"):
+        assert (tmp_path / f"spilled.{ext}").read_bytes() == (tmp_path / f"held.{ext}").read_bytes()
+
+
+def test_sorted_spill_gives_every_row_back_in_order(tmp_path):
+    """Frames in any order come back stably sorted, each time value within one bucket,
+    buckets near their size, the files gone after close; small spills never touch disk."""
+    import polars as pl
+
+    from nsys2prv.paraver.kinds._spill import SortedSpill
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    t = rng.integers(0, 3_000, n)  # many ties
+    t[:2_000] = 7  # one time held by 2,000 rows
+    frame = pl.DataFrame({"time": rng.permutation(t), "seq": np.arange(n)})
+    spill = SortedSpill(tmp_path / "s", ["time"], bucket_rows=1_000, raw_rows=1_500)
+    for a in range(0, n, 333):
+        spill.add(frame[a:a + 333])
+    spill.finish()
+    buckets = list(spill.buckets())
+    back = pl.concat(buckets)
+    assert back.equals(frame.sort("time", maintain_order=True))
+    seen = [set(b["time"].to_list()) for b in buckets]
+    assert all(not (x & y) for i, x in enumerate(seen) for y in seen[i + 1:])
+    assert 15 <= len(buckets) <= 25 and max(b.height for b in buckets) <= 3_000
+    assert list(spill.buckets())[3].equals(buckets[3])  # read again, the same
+    spill.close()
+    assert not (tmp_path / "s").exists()
+    small = SortedSpill(tmp_path / "t", ["time", "seq"])
+    small.add(frame[:100])
+    small.finish()
+    assert pl.concat(list(small.buckets())).equals(frame[:100].sort(["time", "seq"]))
+    assert not (tmp_path / "t").exists()
+
+
+def _rates_written_whole(kernels: list[tuple], codes, pv, pairs) -> dict:
+    """What the rate records of kernels (row, row_id, start, end, col) are, from all of them
+    at once: per (row, row_id) the method and the pair values written (None: not written),
+    a kernel omitted where it writes nothing. A kernel and the one before it on its stream
+    that overlap nothing there write only what changed."""
+    out = {}
+    by_row = defaultdict(list)
+    for k in kernels:
+        by_row[k[0]].append(k)
+    for row, ks in by_row.items():
+        ks.sort(key=lambda k: (k[2], k[1]))
+        reach, op = None, []
+        for k in ks:
+            op.append(reach is not None and k[2] < reach)
+            reach = k[3] if reach is None else max(reach, k[3])
+        cluster = [op[i] or (i + 1 < len(ks) and op[i + 1]) for i in range(len(ks))]
+        for i, k in enumerate(ks):
+            safe = i > 0 and not cluster[i] and not cluster[i - 1]
+            prev = ks[i - 1][4] if i else None
+            vals = {m: (int(pv[k[4], m]) if not safe or pv[k[4], m] != pv[prev, m] else None)
+                    for m in pairs}
+            if not safe or codes[k[4]] != codes[prev] or any(v is not None for v in
+                                                              vals.values()):
+                out[(row, k[1])] = (int(codes[k[4]]), vals)
+    return out
+
+
+def test_rate_writer_fed_in_buckets_equals_the_whole(monkeypatch):
+    """`_RateWriter` fed kernels in start order, cut into buckets anywhere (ties of start
+    never split), writes what the whole kernels' flags say: on streams where kernels
+    overlap, chains of overlaps and kernels that span many others."""
+    import polars as pl
+
+    from nsys2prv.paraver.kinds import gpu_metrics as gm
+
+    keys = ["SM Active", "Tensor Active", "DRAM Read Bandwidth"]
+    rng = np.random.default_rng(11)
+    for case in range(40):
+        n_cols = int(rng.integers(1, 5))
+        rates = np.round(rng.uniform(0, 100, (n_cols + 1, 3)) * (rng.random((n_cols + 1, 3))
+                                                                 > 0.3), 1)
+        method = list(rng.choice(["direct", "fit", "none"], n_cols + 1))
+        n = int(rng.integers(1, 60))
+        row = rng.integers(0, 3, n)
+        start = rng.integers(0, 400, n) * 10
+        dur = np.where(rng.random(n) < 0.1, 3000, rng.integers(1, 40, n) * 10)
+        kernels = [(int(row[i]), i, int(start[i]), int(start[i] + dur[i]),
+                    int(rng.integers(0, n_cols + 1))) for i in range(n)]
+        got: dict = {}
+
+        class Ctx:
+            def records(self, df, lists=None):
+                pair_cols = [c for c in df.columns if c.startswith("pair:")]
+                for r in df.iter_rows(named=True):
+                    got[(r["row"], r["ord"])] = (r["b"], [r[c] for c in pair_cols])
+
+            def count(self, key, value):
+                pass
+
+        writer = gm._RateWriter(Ctx(), rates, np.array(method, dtype=object), keys)
+        frame = pl.DataFrame(kernels, schema=["row", "row_id", "start", "end", "col"],
+                             orient="row").sort("start", "row", "row_id")
+        times = np.unique(frame["start"].to_numpy())
+        cuts = np.sort(rng.choice(times, min(len(times), int(rng.integers(0, 8))),
+                                  replace=False))
+        starts = frame["start"].to_numpy()
+        edges = [0, *np.searchsorted(starts, cuts).tolist(), frame.height]
+        for a, b in zip(edges[:-1], edges[1:]):
+            writer.add(frame[a:b])
+        writer.finish()
+        want = _rates_written_whole(kernels, writer.codes, writer.pv, writer.pair_metrics)
+        assert set(got) == set(want), case
+        assert writer.with_rates == sum(int(writer.codes[k[4]] > 0) for k in kernels)
+        for key, (code, vals) in want.items():
+            assert got[key] == (code, [vals[m] for m in writer.pair_metrics]), (case, key)

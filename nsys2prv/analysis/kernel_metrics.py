@@ -596,41 +596,14 @@ def _period_blocks(chunks, interval: int):
 
 def _sweep(d: _Device, columns, n_cols: int, on_block, overlapped: bool = False) -> None:
     """The sampling periods of the device in blocks, each with the entries of the model
-    (`rate_model.block_entries`) from the activities that overlap it:
-    `on_block(ent, times, ends, values, acts, p0)` (p0: the block's first period's index),
-    `columns(acts)` giving each activity's
-    column (`acts`: those that start before the block's last period ends and end after
-    the previous block's). The activities come in start order; those that may still
-    overlap a later period are kept (a kernel that spans the run stays to its end), the
-    others let go."""
-    stream = d.activities(overlapped)
-    kept: pl.DataFrame | None = None
-    exhausted = False
-    p0 = 0
-    z = np.zeros(0, np.int64)
-    for times, mat, following in _period_blocks(d.samples(), d.periods.interval):
-        ends, _ = rm.periods_block(times, following, d.periods.interval)
-        last = int(ends.max())
-        # every activity that starts before the block's last period ends
-        while not exhausted and (kept is None or kept.height == 0
-                                 or int(kept["start"][-1]) < last):
-            nxt = next(stream, None)
-            if nxt is None:
-                exhausted = True
-                break
-            nxt = nxt.with_columns(pl.Series("col", columns(nxt), dtype=pl.Int64))
-            kept = nxt if kept is None else pl.concat([kept, nxt])
-        near = kept.filter(pl.col("start") < last) if kept is not None else None
-        if near is not None and near.height:
-            ent = rm.block_entries(times, ends, near["start"].to_numpy(),
-                                   near["end"].to_numpy(), near["col"].to_numpy(), n_cols,
-                                   p0=p0)
-        else:
-            ent = rm.block_entries(times, ends, z, z, z, n_cols, p0=p0)
-        on_block(ent, times, ends, mat, near, p0)
-        p0 += times.size
-        if kept is not None:  # what ends by this block's last period cannot reach later
-            kept = kept.filter(pl.col("end") > last)
+    from the activities that overlap it (`rate_model.sweep`: `on_block(ent, times, ends,
+    values, acts, p0)`, `columns(acts)` giving each activity's column)."""
+    def blocks():
+        for times, mat, following in _period_blocks(d.samples(), d.periods.interval):
+            ends, _ = rm.periods_block(times, following, d.periods.interval)
+            yield times, ends, mat
+
+    rm.sweep(blocks(), d.activities(overlapped), n_cols, columns, on_block)
 
 
 def _lookup(table: dict, keys: np.ndarray) -> np.ndarray:

@@ -374,6 +374,44 @@ def block_entries(ps: np.ndarray, pe: np.ndarray, start: np.ndarray, end: np.nda
                    np.concatenate([share, 1.0 - busy[idle_p]])[order], busy, n_cols)
 
 
+def sweep(blocks, activities, n_cols: int, columns, on_block) -> None:
+    """The model's entries block by block of periods, each from the activities that overlap
+    it: `blocks` yields (times, ends, values) of consecutive periods in order, `activities`
+    frames (start, end, ...) in start order, `columns(frame)` each activity's column;
+    `on_block(ent, times, ends, values, near, p0)` gets the block's entries
+    (`block_entries`), its first period's index `p0` and `near`, the activities that start
+    before its last period ends and were not over before the previous block's (None: none
+    yet). Activities that may still overlap a later period are kept (one that spans the run
+    stays to its end), the others let go; those after the last period are not read."""
+    import polars as pl
+
+    kept = None
+    exhausted = False
+    p0 = 0
+    z = np.zeros(0, np.int64)
+    for times, ends, mat in blocks:
+        last = int(ends.max())
+        # every activity that starts before the block's last period ends
+        while not exhausted and (kept is None or kept.height == 0
+                                 or int(kept["start"][-1]) < last):
+            nxt = next(activities, None)
+            if nxt is None:
+                exhausted = True
+                break
+            nxt = nxt.with_columns(pl.Series("col", columns(nxt), dtype=pl.Int64))
+            kept = nxt if kept is None else pl.concat([kept, nxt])
+        near = kept.filter(pl.col("start") < last) if kept is not None else None
+        if near is not None and near.height:
+            ent = block_entries(times, ends, near["start"].to_numpy(), near["end"].to_numpy(),
+                                near["col"].to_numpy(), n_cols, p0=p0)
+        else:
+            ent = block_entries(times, ends, z, z, z, n_cols, p0=p0)
+        on_block(ent, times, ends, mat, near, p0)
+        p0 += times.size
+        if kept is not None:  # what ends by this block's last period cannot reach later
+            kept = kept.filter(pl.col("end") > last)
+
+
 class SumsStream:
     """`accumulate` fed block by block of consecutive periods (`add`: their entries and
     values), chunked as `accumulate` chunks all of them (whole periods, PAIRS_PER_CHUNK

@@ -68,7 +68,7 @@ def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) 
     column that names them and, for kernels, the grid's ceilings) for the GPU metrics
     model, when the report's metrics are translated: it then needs not read the tables
     again (every read through connectorx costs a connection pool whose threads outlive
-    it)."""
+    it). They go to a spill on disk sorted by time (`gpu_metrics.keep_activities`)."""
     wanted = ctx.shared.get(METRICS_ACTIVITIES + ".wanted")
     if wanted is None:
         from . import available
@@ -76,14 +76,11 @@ def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) 
         kinds = getattr(ctx.options, "kinds", None)
         wanted = available("gpu_metrics", report) and (kinds is None or "gpu_metrics" in kinds)
         ctx.shared[METRICS_ACTIVITIES + ".wanted"] = wanted
-    if wanted:  # a few bytes an activity: the columns the model reads, in small types
-        c = pl.col
-        df = df.filter(c("end") > c("start")).select(
-            "start", "end", c("pid").cast(pl.Int32), c("device").cast(pl.Int32),
-            c("row").cast(pl.Int32), "row_id",
-            *[c(n).cast(pl.Int32) for n in df.columns
-              if n in ("name_id", "copy_kind", "sms", "sm_ceiling_pv", "warps_ceiling_pv")])
-        ctx.shared.setdefault(METRICS_ACTIVITIES, {}).setdefault(what, []).append(df)
+    if wanted:
+        from .gpu_metrics import keep_activities
+
+        keep_activities(ctx, what, df)
+
 
 REPORT_END = object()  # fix_times(open_end=REPORT_END): unterminated regions end with the report
 

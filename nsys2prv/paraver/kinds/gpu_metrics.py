@@ -26,12 +26,16 @@ The model (see `_model`) is fitted on what the trace shows of each GPU: the samp
 written and the kernels and memory operations of the GPU's owner. Kernels of other processes
 on a shared GPU are not in its model and get no rates (their samples still show them).
 
-Memory: samples stream through twice in rowid chunks (records on the metrics row; then the
-values of each GPU as a (periods x metrics) matrix); the owner's kernels and memory
-operations are held as a few numbers each while the model is fitted.
+Memory: samples stream through once in rowid chunks (records on the metrics row), filed by
+GPU in a spill sorted by time (`_spill.SortedSpill`); the kinds file the GPU activities in
+another as they translate them; the model reads both back in time order, a bucket and a
+block of sampling periods at a time (see `_model`): a few numbers per period and per kernel
+name, not per kernel.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -42,7 +46,9 @@ from ...sources import kernels as kernel_source
 from .. import records as R
 from ..registry import cuda as reg_cuda
 from ..registry import gpu_metrics as greg
+from ...analysis import occupancy as occ
 from . import _launch
+from ._spill import SortedSpill
 from .base import METRICS_ACTIVITIES, Context, Translator
 
 SRC_GPU_METRICS = R.SRC_GPU_METRICS
@@ -60,6 +66,10 @@ def translate(report: Report, ctx: Context) -> None:
     owners, users = placement(report, ctx, gpus)
     c = pl.col
     times, n_in, n_out = [], 0, 0
+    # each GPU's samples as the trace has them, for the model to read in time order
+    samples = ({g: SortedSpill(Path(ctx.side_file(f"gpu_metrics_samples{g}")),
+                               ("time", "row_id")) for g in gpus}
+               if _translated(report, ctx, "kernels") else None)
     for chunk in source.read(report, ctx.chunk_rows, metrics):
         n_in += chunk.height
         df = _clean(chunk, ctx).join(metrics.select("metric", "factor", "sample_type"),
@@ -78,14 +88,25 @@ def translate(report: Report, ctx: Context) -> None:
             c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), c("sample_type"),
             c("pv"), sub=c("sample_type") - greg.SAMPLES.base))))
         times.append(df.select("gpu", "time").unique())
+        if samples is not None:
+            for (g,), part in df.select("gpu", "time", "row_id", "metric", "pv").partition_by(
+                    "gpu", as_dict=True).items():
+                samples[g].add(part.drop("gpu"))
     ctx.count("gpu_metrics_values", n_out)
     missing = source.row_count(report) - n_in
     if missing > 0:
         ctx.warn("GPU metrics: values of metrics without a name (dropped)", missing)
-    if not times:
-        return
-    ctx.count("gpu_metrics_samples", pl.concat(times).unique().height)
-    _model(report, ctx, metrics, owners, pl.concat(times))
+    try:
+        if times:
+            ctx.count("gpu_metrics_samples", pl.concat(times).unique().height)
+            if samples is not None:
+                _model(report, ctx, metrics, owners, pl.concat(times), samples)
+    finally:
+        for spill in (samples or {}).values():
+            spill.close()
+        kept = ctx.shared.pop(METRICS_ACTIVITIES, None)
+        if kept is not None:
+            kept.close()
 
 
 def _with_types(metrics: pl.DataFrame, ctx: Context) -> pl.DataFrame:
@@ -175,9 +196,52 @@ def _fallback_pid(users: pl.DataFrame, ctx: Context) -> int:
 
 
 # -- the kernels' rates (the sample-mixing model) --------------------------------------------
+#
+# Streamed: the activities of the GPUs' owners and each GPU's samples are read in time order
+# from spills on disk (`_spill.SortedSpill`), never held whole: once for the model's columns
+# and bounds (per code and launch configuration), once per GPU for the model's sums
+# (`rate_model.SumsStream` over blocks of periods, `rate_model.sweep`), once more per GPU for
+# each kernel's rates and each sample's prediction. `SumsStream` and `block_entries` give
+# the numbers `fit_device` gives on whole arrays, to the last bit.
+
+ACTIVITY_ORDER = ("start", "row", "row_id")
+UNNAMED_CODE = -1_000_000  # a kernel without a name
+HELD_VALUES = 1 << 22  # (periods x metrics) values of a GPU kept in memory, else on disk
+
+
+def keep_activities(ctx: Context, what: str, df: pl.DataFrame) -> None:
+    """File a chunk of the kinds' GPU activities (`base.keep_for_metrics`) for the model:
+    start, end, pid, device, row, row_id, code (`_activity_frame`) and the launch's
+    bounds."""
+    spill = ctx.shared.get(METRICS_ACTIVITIES)
+    if spill is None:
+        spill = ctx.shared[METRICS_ACTIVITIES] = SortedSpill(
+            Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
+    spill.add(_activity_frame(what, df))
+
+
+def _activity_frame(what: str, df: pl.DataFrame) -> pl.DataFrame:
+    """A kind's activities longer than 0 ns as the model reads them: a kernel's code is its
+    full name's string id (>= 0; UNNAMED_CODE without one), a memory operation's -1 - the
+    value of its memory operation type (the analysis reads the same value from the
+    trace)."""
+    c = pl.col
+    df = df.filter(c("start").is_not_null() & c("end").is_not_null() & (c("end") > c("start")))
+    if what == "kernel":
+        code = c("name_id").fill_null(UNNAMED_CODE)
+        launch = [c(n).cast(pl.Int32) for n in LAUNCH_BOUNDS]
+    else:
+        code = (-1 - (c("copy_kind").fill_null(0) + 1) if what.startswith("memcpy") else
+                pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64))
+        launch = [pl.lit(None, pl.Int32).alias(n) for n in LAUNCH_BOUNDS]
+    return df.select(c("start").cast(pl.Int64), c("end").cast(pl.Int64),
+                     c("pid").cast(pl.Int32), c("device").cast(pl.Int32),
+                     c("row").cast(pl.Int32), c("row_id").cast(pl.Int64),
+                     code.cast(pl.Int64).alias("code"), *launch)
+
 
 def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataFrame,
-           times: pl.DataFrame) -> None:
+           times: pl.DataFrame, samples: dict) -> None:
     """Fit the sample-mixing model on each sampled GPU (`analysis/rate_model.py`) and write
     its results: each kernel's rates on its stream row (and how they were found), the
     predicted value of each sample on the metrics row.
@@ -188,173 +252,253 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
     owner, see `placement`)."""
     from ...analysis import rate_model as rm
 
-    if not _translated(report, ctx, "kernels"):
-        return  # no kernel events to give rates to (e.g. --only gpu_metrics)
     c = pl.col
-    acts, labels = _activities(report, ctx, owners)
-    if acts.height == 0:
+    acts = _activities(report, ctx)
+    acts.finish()
+    own = owners.select(c("gpu").cast(pl.Int32), c("pid").cast(pl.Int32),
+                        c("device").cast(pl.Int32))
+    per_code, launches = _activity_sums(acts, own)
+    if per_code.height == 0:
         return
+    labels = _labels(report, per_code["code"].unique().to_list())
     memop_of = {code: code < 0 for code in labels}
     by_gpu = {g: w["time"].unique().sort().to_numpy()
               for (g,), w in times.partition_by("gpu", as_dict=True).items()}
-    gpus = sorted(set(acts["gpu"].unique().to_list()) & set(by_gpu))
-    columns = {g: metrics.filter((c("type_id") & source.GPU_ID_MASK) == g).sort("metric")
-               for g in gpus}
-    periods = {g: rm.periods_of(by_gpu[g]) for g in gpus}
-    values = _values(report, ctx, metrics, periods, columns)
-    by_gpu_acts = {g: part for (g,), part in acts.partition_by("gpu", as_dict=True).items()}
-    del acts  # each GPU's part is let go once its model is written
+    gpus = sorted(set(per_code["gpu"].unique().to_list()) & set(by_gpu))
     fitted = 0
     for g in gpus:
-        mine = by_gpu_acts.pop(g)
-        start, end = mine["start"].to_numpy(), mine["end"].to_numpy()
-        code, code_labels, code_memop = model_codes(mine, labels, memop_of)
-        col, names = rm.design_codes(code, code_labels, code_memop, end - start)
-        del code
-        keys = columns[g]["key"].to_list()
-        lo, hi = launch_bounds(mine, col, keys, len(names), values[g])
+        cols = metrics.filter((c("type_id") & source.GPU_ID_MASK) == g).sort("metric")
+        keys = cols["key"].to_list()
+        periods = rm.periods_of(by_gpu.pop(g))
+        values = _Values(samples[g], periods, cols, Path(ctx.side_file(f"gpu_metrics_values{g}")))
+        # the model's columns: one per kernel name and launch class, per kind of copy
+        mine = per_code.filter(c("gpu") == g).group_by("mcode").agg(c("time").sum()).sort(
+            "mcode")
+        code_labels, code_memop = occ.model_labels(labels, memop_of, mine["mcode"].to_numpy())
+        col, names = rm.design_codes(mine["mcode"].to_numpy(), code_labels, code_memop,
+                                     mine["time"].to_numpy())
+        col_of = dict(zip(mine["mcode"].to_list(), col.tolist()))
+        lo, hi = _launch_bounds(launches.filter(c("gpu") == g), col_of, keys, len(names),
+                                values.top)
+
+        def columns(a: pl.DataFrame) -> np.ndarray:
+            return a["col"].to_numpy()
+
+        sums = rm.SumsStream(len(names), len(keys), [m for m in range(len(keys))
+                                                     if values.nan[m] > 0])
+        rm.sweep(values.blocks(), _owned(acts, own, g, col_of), len(names), columns,
+                 lambda ent, t, e, mat, near, p0: sums.add(ent, mat,
+                                                           (e - t).astype(np.float64)))
         # the trace holds the rates alone: their ranges are analyze's (the same fit)
-        result, ent = rm.fit_device(periods[g], values[g], start, end, col, len(names), lo, hi,
-                                    with_ranges=False)
-        if periods[g].cut:
+        result = rm.fit(sums.result(), lo, hi, with_ranges=False)
+        if periods.cut:
             ctx.warn("GPU metrics: samples followed by a gap in the sampling (their period "
-                     "cut to one sampling interval)", periods[g].cut)
+                     "cut to one sampling interval)", periods.cut)
         fitted += 1
         rates = np.stack([f.rates for f in result.metrics], axis=1)  # (K1, M)
-        kernels = mine.select("row", "row_id", "start", "end", pl.Series("col", col),
-                              "code").filter(c("code") >= 0).drop("code")
-        del mine, start, end, col
-        _kernel_events(ctx, kernels, rates, result.method, columns[g])
-        del kernels
+        writer = _RateWriter(ctx, rates, result.method, keys)
         # the prediction of the metrics a kernel drives, that were ever nonzero
         live = [m for m, key in enumerate(keys) if key in greg.KERNEL_METRICS
-                and np.nanmax(values[g][:, m], initial=0) > 0]
-        pred = rm.predict(ent, rates[:, live], periods[g].n)
-        del ent
-        _predicted_events(ctx, owners.filter(c("gpu") == g), periods[g].start, pred,
-                          columns[g][live])
-        values[g] = None  # done with this GPU
+                and values.top[m] > 0]
+        owner = owners.filter(c("gpu") == g)
+
+        def predicted(ent, t, e, mat, near, p0) -> None:
+            local = rm.Entries(ent.period - p0, ent.col, ent.share, ent.busy, ent.n_cols)
+            _predicted_events(ctx, owner, t, rm.predict(local, rates[:, live], t.size),
+                              cols[live], p0)
+
+        def tapped():  # each kernel's rates written as the sweep reads it
+            for a in _owned(acts, own, g, col_of):
+                writer.add(a.filter(c("code") >= 0))
+                yield a
+
+        stream = tapped()
+        if live:
+            rm.sweep(values.blocks(), stream, len(names), columns, predicted)
+        for _ in stream:  # the activities after the last period (or all, without a sweep)
+            pass
+        writer.finish()
+        values.close()
     ctx.count("gpu_metrics_gpus_modelled", fitted)
 
 
-def model_codes(acts: pl.DataFrame, labels: dict, memop_of: dict
-                ) -> tuple[np.ndarray, dict, dict]:
-    """The model's code of every activity (a kernel's: its name and its launch class,
-    `analysis.occupancy.grid_class` of its SM Active ceiling as written; a memory
-    operation's as it is) and their labels."""
-    from ...analysis import occupancy as occ
-
-    code = acts["code"].to_numpy()
-    ceiling = acts["sm_ceiling_pv"].cast(pl.Float64).fill_null(np.nan).to_numpy()
-    mcode = np.where(code >= 0, occ.model_code(code, occ.grid_class(ceiling)), code)
-    return (mcode, *occ.model_labels(labels, memop_of, mcode))
-
-
-def launch_bounds(acts: pl.DataFrame, col: np.ndarray, keys: list[str], n_cols: int,
-                  values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The bounds of the model's rates per column and metric: the metric's range, and for
-    the kernels what their grids allow (`analysis.occupancy.rate_bounds`, on the ceilings
-    as the trace writes them, so that the analysis finds the same bounds)."""
-    from ...analysis import occupancy as occ
-    from ...analysis import rate_model as rm
-
-    lo, hi = rm.bounds([greg.is_percent(k) for k in keys], values)
-    kernel = (acts["code"] >= 0).to_numpy()
-
-    def pct(name: str) -> np.ndarray:
-        return acts[name].cast(pl.Float64).fill_null(np.nan).to_numpy()[kernel] / occ.SCALE
-
-    dur = (acts["end"] - acts["start"]).to_numpy()[kernel]
-    sms = acts["sms"].cast(pl.Float64).fill_null(np.nan).to_numpy()[kernel]
-    return occ.rate_bounds(keys, lo, hi, col[kernel], dur, sms, pct("sm_ceiling_pv"),
-                           pct("warps_ceiling_pv"), n_cols)
-
-
-def _activities(report: Report, ctx: Context, owners: pl.DataFrame
-                ) -> tuple[pl.DataFrame, dict[int, str]]:
-    """The kernels and memory operations on each sampled GPU's owner's streams, as the trace
-    has them: (gpu, row, row_id, start, end, code), with the label of each code: a
-    kernel's code is its full name's string id (>= 0), labelled as the trace labels it; a
-    memory operation's is -1 - the value of its memory operation type, labelled
-    'memop:<value>' (the analysis reads the same value from the trace)."""
+def _activities(report: Report, ctx: Context):
+    """The spill of the GPU activities (`keep_activities`): the one the kinds filled as they
+    translated, else made here from the tables (kinds translated another way)."""
     from ...sources import memory as memory_source
-    from ..values import NORMALISERS, clean_label
 
-    c = pl.col
-    own = owners.select(c("gpu").cast(pl.Int32), c("pid").cast(pl.Int32),
-                        c("device").cast(pl.Int32))
-    frames = []
     kept = ctx.shared.pop(METRICS_ACTIVITIES, None)
-    if kept is not None:  # the kinds kept their chunks: no second read of the tables
-        def drain(frames: list):  # each chunk let go as it is used
-            while frames:
-                yield frames.pop(0)
-
-        sources = [(what, drain(kept.get(key, []))) for what, key in
-                   (("kernel", "kernel"), ("memcpy", "memcpys"), ("memset", "memsets"))]
-    else:
-        sources = [("kernel", kernel_source.read(report, ctx.chunk_rows, attributes=False))]
-        if _translated(report, ctx, "memcpy"):
-            sources.append(("memcpy", memory_source.read_memcpy(report, ctx.chunk_rows)))
-        if _translated(report, ctx, "memset"):
-            sources.append(("memset", memory_source.read_memset(report, ctx.chunk_rows)))
+    if kept is not None:
+        return kept
+    sources = [("kernel", kernel_source.read(report, ctx.chunk_rows, attributes=False))]
+    if _translated(report, ctx, "memcpy"):
+        sources.append(("memcpys", memory_source.read_memcpy(report, ctx.chunk_rows)))
+    if _translated(report, ctx, "memset"):
+        sources.append(("memsets", memory_source.read_memset(report, ctx.chunk_rows)))
     for what, chunks in sources:
         for chunk in chunks:
-            df = chunk.filter(c("start").is_not_null() & c("end").is_not_null()
-                              & (c("end") > c("start"))).with_columns(
-                c("pid").cast(pl.Int32), c("device").cast(pl.Int32))
-            df = df.join(own, on=["pid", "device"], how="inner", maintain_order="left")
-            if df.height == 0:
-                continue
-            if "row" not in df.columns:
-                df = df.with_columns(ctx.rows.lookup_gpu(df).alias("row"))
-            df = df.filter(c("row").is_not_null())
-            if what == "kernel":
-                code = c("name_id").fill_null(-1_000_000)  # '(unnamed)'
-                if "sm_ceiling_pv" not in df.columns:  # read again: the launch's ceilings
-                    df = _launch.statistics(df, report, ctx, warn=False)
-                launch = [c(n).cast(pl.Int32) for n in LAUNCH_BOUNDS]
-            else:
-                code = (-1 - (c("copy_kind").fill_null(0) + 1) if what == "memcpy" else
-                        pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64))
-                launch = [pl.lit(None, pl.Int32).alias(n) for n in LAUNCH_BOUNDS]
-            frames.append(df.select(c("gpu").cast(pl.Int32), c("row").cast(pl.Int32), "row_id",
-                                    "start", "end", code.cast(pl.Int64).alias("code"),
-                                    *launch))
-    if not frames:
-        return pl.DataFrame(), {}
-    acts = pl.concat(frames)
-    codes = acts["code"].unique().to_list()
+            df = chunk.with_columns(ctx.rows.lookup_gpu(chunk).alias("row"))
+            if what == "kernel" and "sm_ceiling_pv" not in df.columns:  # the launch's ceilings
+                df = _launch.statistics(df, report, ctx, warn=False)
+            keep_activities(ctx, what, df)
+    spill = ctx.shared.pop(METRICS_ACTIVITIES, None)
+    return spill if spill is not None else SortedSpill(
+        Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
+
+
+def _owned(acts, own: pl.DataFrame, g: int, col_of: dict):
+    """The activities on GPU `g`'s owner's streams in start order, a bucket at a time, with
+    their model code (`mcode`: a kernel's name and launch class) and model column."""
+    c = pl.col
+    mine = own.filter(c("gpu") == g)
+    for b in acts.buckets():
+        a = b.join(mine, on=["pid", "device"], how="inner", maintain_order="left").filter(
+            c("row").is_not_null())
+        if a.height:
+            mcode = _model_code(a)
+            yield a.with_columns(pl.Series("mcode", mcode),
+                                 pl.Series("col", _lookup(col_of, mcode), dtype=pl.Int64))
+
+
+def _model_code(a: pl.DataFrame) -> np.ndarray:
+    """The model's code of each activity: a kernel's its name and its launch class
+    (`analysis.occupancy.grid_class` of its SM Active ceiling as written), a memory
+    operation's as it is."""
+    code = a["code"].to_numpy()
+    ceiling = a["sm_ceiling_pv"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    return np.where(code >= 0, occ.model_code(code, occ.grid_class(ceiling)), code)
+
+
+def _lookup(table: dict, keys: np.ndarray) -> np.ndarray:
+    """table[k] for each of `keys` (every key is in the table)."""
+    k = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+    v = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    order = np.argsort(k)
+    return v[order][np.searchsorted(k[order], np.asarray(keys, dtype=np.int64))]
+
+
+def _activity_sums(acts, own: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One pass over the owners' activities: per (gpu, code, model code) their time, and
+    per (gpu, model code, launch bounds) of the kernels their time (what bounds the rates:
+    `analysis.occupancy.rate_bounds` weighs launches by time)."""
+    c = pl.col
+    sums: list[pl.DataFrame] = []
+    launches: list[pl.DataFrame] = []
+    for b in acts.buckets():
+        a = b.join(own, on=["pid", "device"], how="inner", maintain_order="left").filter(
+            c("row").is_not_null())
+        if not a.height:
+            continue
+        a = a.with_columns(pl.Series("mcode", _model_code(a)),
+                           (c("end") - c("start")).alias("time"))
+        sums.append(a.group_by("gpu", "code", "mcode").agg(c("time").sum()))
+        launches.append(a.filter(c("code") >= 0).group_by("gpu", "mcode", *LAUNCH_BOUNDS)
+                        .agg(c("time").sum()))
+        for parts, by in ((sums, ["gpu", "code", "mcode"]),
+                          (launches, ["gpu", "mcode", *LAUNCH_BOUNDS])):
+            if len(parts) > 64:  # the partial sums summed: a few rows per code
+                parts[:] = [pl.concat(parts).group_by(by).agg(c("time").sum())]
+    if not sums:
+        return pl.DataFrame(), pl.DataFrame()
+    return (pl.concat(sums).group_by("gpu", "code", "mcode").agg(c("time").sum()),
+            pl.concat(launches).group_by("gpu", "mcode", *LAUNCH_BOUNDS).agg(c("time").sum()))
+
+
+def _labels(report: Report, codes: list[int]) -> dict[int, str]:
+    """The label of each activity code: a kernel's as the trace labels it, a memory
+    operation's 'memop:<value>'."""
+    from ..values import NORMALISERS, clean_label
+
     demangle = NORMALISERS["kernel_names"]
     ids = [x for x in codes if x >= 0]
-    text = dict(report.strings.filter(c("id").is_in(ids)).iter_rows()) if ids else {}
-    labels = {x: (clean_label(demangle(text[x])) if x in text else "(unnamed)") if x >= 0
-              else ("(unnamed)" if x == -1_000_000 else f"memop:{-1 - x}") for x in codes}
-    return acts, labels
+    text = dict(report.strings.filter(pl.col("id").is_in(ids)).iter_rows()) if ids else {}
+    return {x: (clean_label(demangle(text[x])) if x in text else "(unnamed)") if x >= 0
+            else ("(unnamed)" if x == UNNAMED_CODE else f"memop:{-1 - x}") for x in codes}
 
 
-def _values(report: Report, ctx: Context, metrics: pl.DataFrame, periods: dict,
-            columns: dict) -> dict:
-    """gpu -> (periods x metrics) values as the trace has them (value x factor, rounded to
-    the types' precision), NaN where a sample has no valid value of a metric."""
-    out = {g: np.full((p.n, columns[g].height), np.nan) for g, p in periods.items()}
-    index = {g: dict(zip(cols["metric"].to_list(), range(cols.height)))
-             for g, cols in columns.items()}
-    factors = metrics.select("metric", "factor")
-    for chunk in source.read(report, ctx.chunk_rows, metrics):
-        df = _quiet_clean(chunk).filter(pl.col("gpu").is_in(list(periods)))
-        if df.height == 0:
-            continue
-        df = df.join(factors, on="metric", how="left", maintain_order="left").with_columns(
-            (pl.col("value") * pl.col("factor") * greg.SCALE).round().alias("pv"))
-        for (g,), part in df.partition_by("gpu", as_dict=True).items():
-            p = periods[g]
-            rows = np.searchsorted(p.start, part["time"].to_numpy())
-            cols = part["metric"].replace_strict(index[g], default=-1,
-                                                 return_dtype=pl.Int64).to_numpy()
-            ok = (rows < p.n) & (cols >= 0)
-            out[g][rows[ok], cols[ok]] = part["pv"].to_numpy()[ok] / greg.SCALE
-    return out
+def _launch_bounds(launches: pl.DataFrame, col_of: dict, keys: list[str], n_cols: int,
+                   top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds of the model's rates per column and metric: the metric's range (`top`:
+    each metric's largest value), and for the kernels what their grids allow
+    (`analysis.occupancy.rate_bounds`, on the ceilings as the trace writes them, so that
+    the analysis finds the same bounds)."""
+    from ...analysis import rate_model as rm
+
+    lo, hi = rm.bounds_from_top([greg.is_percent(k) for k in keys], top)
+
+    def f64(name: str) -> np.ndarray:
+        return launches[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
+
+    col = _lookup(col_of, launches["mcode"].to_numpy()) if launches.height else \
+        np.zeros(0, np.int64)
+    return occ.rate_bounds(keys, lo, hi, col, f64("time"), f64("sms"),
+                           f64("sm_ceiling_pv") / occ.SCALE,
+                           f64("warps_ceiling_pv") / occ.SCALE, n_cols)
+
+
+class _Values:
+    """A GPU's samples as the model reads them: (periods x metrics) values as the trace has
+    them (value x factor, rounded to the types' precision; NaN where a sample has no valid
+    value of a metric; of two values of one metric at one time the later row's), in blocks
+    of consecutive periods, read from the samples' spill once (each metric's largest value
+    and invalid values counted on the way) and kept for the model's sweeps (on disk past
+    HELD_VALUES values)."""
+
+    def __init__(self, spill: SortedSpill, periods, cols: pl.DataFrame, directory: Path
+                 ) -> None:
+        self.periods = periods
+        M = cols.height
+        self.top = np.zeros(M)  # nanmax with initial 0 (`rate_model.bounds`)
+        self.nan = np.zeros(M, dtype=np.int64)
+        self._dir = directory
+        on_disk = periods.n * M > HELD_VALUES
+        self._blocks: list = []  # (first period, values or the file holding them)
+        index = dict(zip(cols["metric"].to_list(), range(M)))
+        n, nxt = periods.n, 0
+        spill.finish()
+        for part in spill.buckets():
+            rows = np.searchsorted(periods.start, part["time"].to_numpy())
+            where = part["metric"].replace_strict(index, default=-1,
+                                                  return_dtype=pl.Int64).to_numpy()
+            ok = (rows < n) & (where >= 0)
+            if not ok.any():
+                continue
+            last = int(rows[ok].max())
+            if last < nxt:
+                continue
+            mat = np.full((last + 1 - nxt, M), np.nan)
+            keep = ok & (rows >= nxt)
+            mat[rows[keep] - nxt, where[keep]] = part["pv"].to_numpy()[keep] / greg.SCALE
+            self._add(nxt, mat, on_disk)
+            nxt = last + 1
+        spill.close()
+        if nxt < n:  # periods without a value left (none: every period has one)
+            self._add(nxt, np.full((n - nxt, M), np.nan), on_disk)
+
+    def _add(self, first: int, mat: np.ndarray, on_disk: bool) -> None:
+        self.top = np.fmax(self.top, np.nanmax(mat, axis=0, initial=0.0))
+        self.nan += np.isnan(mat).sum(0)
+        if on_disk:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            path = self._dir / f"values{len(self._blocks):05d}.npy"
+            np.save(path, mat)
+            self._blocks.append((first, path))
+        else:
+            self._blocks.append((first, mat))
+
+    def blocks(self):
+        """(times, ends, values) of consecutive blocks of periods, in order."""
+        p = self.periods
+        for first, held in self._blocks:
+            mat = np.load(held) if isinstance(held, Path) else held
+            last = first + mat.shape[0]
+            yield p.start[first:last], p.end[first:last], mat
+
+    def close(self) -> None:
+        import shutil
+
+        self._blocks = []
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _fixed_types(range_: greg.TypeRange, keys: list[str]) -> list[int | None]:
@@ -365,8 +509,7 @@ def _fixed_types(range_: greg.TypeRange, keys: list[str]) -> list[int | None]:
             for k in keys]
 
 
-def _kernel_events(ctx: Context, kernels: pl.DataFrame, rates: np.ndarray,
-                   method: np.ndarray, cols: pl.DataFrame) -> None:
+class _RateWriter:
     """Each kernel's rates and how they were found, at its start on its stream row (moving
     with it to an overlap lane), as values that hold until the next kernel of the row sets
     them (Paraver's Last Evt Val; no value at the kernel's end: the views and the analysis
@@ -374,63 +517,134 @@ def _kernel_events(ctx: Context, kernels: pl.DataFrame, rates: np.ndarray,
     one the previous kernel of the stream left, except around kernels that overlap on the
     stream (the tiler may move them to other rows): there every value is written. The
     metrics a kernel drives (`registry.gpu_metrics.KERNEL_METRICS`, fixed types) go as
-    numeric pairs of one record per kernel."""
-    c = pl.col
-    K1, M = rates.shape
-    pv = np.round(np.nan_to_num(rates) * greg.SCALE).astype(np.int64)
-    codes = np.array([greg.METHODS.get(x, 0) for x in method], dtype=np.int64)
-    keys = cols["key"].to_list()
-    fixed = _fixed_types(greg.RATE, keys)
-    # the metrics a kernel drives have fixed types: one record per kernel carries them all
-    pair_metrics = [m for m in range(M) if (pv[:, m] != 0).any() and fixed[m] is not None
-                    and keys[m] in greg.KERNEL_METRICS]
-    k = kernels.sort(["row", "start", "row_id"])
-    if k.height == 0:
-        return
-    row = k["row"].to_numpy()
-    start, end = k["start"].to_numpy(), k["end"].to_numpy()
-    col = k["col"].to_numpy()
-    first = np.ones(row.size, dtype=bool)
-    first[1:] = row[1:] != row[:-1]
-    reach = k.select(c("end").cum_max().over("row"))["end"].to_numpy()
-    prev_reach = np.where(first, np.iinfo(np.int64).min, np.roll(reach, 1))
-    over_prev = start < prev_reach
-    over_next = np.zeros(row.size, dtype=bool)
-    over_next[:-1] = ~first[1:] & over_prev[1:]
-    cluster = over_prev | over_next
-    # safe: this kernel and the previous one of its stream stay on the stream's own row
-    safe = ~first & ~cluster & ~np.roll(cluster, 1)
-    prev = np.roll(col, 1)
-    # the record's own pair is how the rates were found, written again where it did not
-    # change (the same value: harmless) when a rate did; in chunks of kernels, so that the
-    # per-metric arrays stay small
-    row_id = k["row_id"].to_numpy()
-    order = 1  # after the kernel's own start record (sub = -end)
-    step = 500_000
-    for lo in range(0, row.size, step):
-        hi = min(lo + step, row.size)
-        ck, cp, cs = col[lo:hi], prev[lo:hi], safe[lo:hi]
-        write = ~cs | (codes[ck] != codes[cp])
+    numeric pairs of one record per kernel.
+
+    Fed the kernels in start order, a bucket at a time (`add`), each stream's kernels in
+    (start, row_id) order: the last kernel of each stream waits for the next bucket (its
+    neighbour decides whether they overlap), with what its stream's earlier kernels left
+    (how far they reach, whether the one before it overlapped)."""
+
+    HELD = ("row", "row_id", "start", "end", "col", "reach", "op", "pcl", "first", "pcol")
+
+    def __init__(self, ctx: Context, rates: np.ndarray, method: np.ndarray, keys: list[str]
+                 ) -> None:
+        self.ctx = ctx
+        M = rates.shape[1]
+        self.pv = np.round(np.nan_to_num(rates) * greg.SCALE).astype(np.int64)
+        self.codes = np.array([greg.METHODS.get(x, 0) for x in method], dtype=np.int64)
+        self.fixed = _fixed_types(greg.RATE, keys)
+        # the metrics a kernel drives have fixed types: one record per kernel carries them
+        self.pair_metrics = [m for m in range(M) if (self.pv[:, m] != 0).any()
+                             and self.fixed[m] is not None and keys[m] in greg.KERNEL_METRICS]
+        self.held: dict[str, np.ndarray] | None = None  # each stream's last kernel
+        self.kernels = 0
+        self.with_rates = 0
+
+    def add(self, k: pl.DataFrame) -> None:
+        if k.height == 0:
+            return
+        k = k.sort(["row", "start", "row_id"])
+        new = {n: k[n].to_numpy() for n in ("row", "row_id", "start", "end", "col")}
+        n = k.height
+        new.update(reach=new["end"], op=np.zeros(n, bool), pcl=np.zeros(n, bool),
+                   first=np.zeros(n, bool), pcol=np.zeros(n, np.int64))
+        carried = np.zeros(n, bool)
+        if self.held is not None and self.held["row"].size:
+            h = self.held
+            carried = np.concatenate([np.ones(h["row"].size, bool), carried])
+            new = {x: np.concatenate([h[x], new[x]]) for x in self.HELD}
+            # the held kernel goes first in its stream: a stable sort by row keeps it there
+            order = np.argsort(new["row"], kind="stable")
+            new = {x: v[order] for x, v in new.items()}
+            carried = carried[order]
+        self._emit(new, carried, final=False)
+
+    def finish(self) -> None:
+        if self.held is not None and self.held["row"].size:
+            self._emit(self.held, np.ones(self.held["row"].size, bool), final=True)
+        self.held = None
+        if self.kernels:
+            self.ctx.count("gpu_metrics_kernels_with_rates", self.with_rates)
+
+    def _emit(self, k: dict, carried: np.ndarray, final: bool) -> None:
+        row, start, col = k["row"], k["start"], k["col"]
+        n = row.size
+        first_of_row = np.ones(n, bool)
+        first_of_row[1:] = row[1:] != row[:-1]
+        first = np.where(carried, k["first"], first_of_row)
+        # how far the stream's kernels reach: a held kernel stands for those before it
+        ends = np.where(carried, k["reach"], k["end"])
+        seg = np.cumsum(first_of_row) - 1
+        reach = _segment_cummax(ends, seg, first_of_row)
+        prev_reach = np.where(first_of_row, np.iinfo(np.int64).min, np.roll(reach, 1))
+        op = np.where(carried, k["op"], start < prev_reach)
+        last_of_row = np.ones(n, bool)
+        last_of_row[:-1] = first_of_row[1:]
+        over_next = np.zeros(n, bool)
+        over_next[:-1] = ~first_of_row[1:] & op[1:]
+        cluster = op | over_next
+        pcl = np.where(carried, k["pcl"], np.roll(cluster, 1))
+        pcol = np.where(carried, k["pcol"], np.roll(col, 1))
+        # safe: this kernel and the previous one of its stream stay on the stream's own row
+        safe = ~first & ~cluster & ~pcl
+        out = np.ones(n, bool) if final else ~last_of_row
+        if not final:
+            keep = last_of_row
+            self.held = {"row": row[keep], "row_id": k["row_id"][keep], "start": start[keep],
+                         "end": k["end"][keep], "col": col[keep], "reach": reach[keep],
+                         "op": op[keep], "pcl": pcl[keep], "first": first[keep],
+                         "pcol": pcol[keep]}
+        self._write(row[out], k["row_id"][out], start[out], k["end"][out], col[out],
+                    pcol[out], safe[out])
+
+    def _write(self, row, row_id, start, end, col, prev, safe) -> None:
+        """The records of kernels whose neighbours are known; the record's own pair is how
+        the rates were found, written again where it did not change (the same value:
+        harmless) when a rate did."""
+        c = pl.col
+        if row.size == 0:
+            return
+        codes, pv = self.codes, self.pv
+        self.kernels += row.size
+        self.with_rates += int((codes[col] > 0).sum())
+        order = 1  # after the kernel's own start record (sub = -end)
+        write = ~safe | (codes[col] != codes[prev])
         pair_v = {}
-        for m in pair_metrics:
-            v = pv[ck, m]
-            changed = ~cs | (v != pv[cp, m])
+        for m in self.pair_metrics:
+            v = pv[col, m]
+            changed = ~safe | (v != pv[prev, m])
             write |= changed
             pair_v[m] = np.where(changed, v, NUL_VALUE)
         idx = np.flatnonzero(write)
         if idx.size == 0:
-            continue
-        df = pl.DataFrame({"row": row[lo:hi][idx], "row_id": row_id[lo:hi][idx],
-                           "start": start[lo:hi][idx], "end": end[lo:hi][idx],
-                           "method": codes[ck[idx]],
-                           **{f"r{m}": _nullable(pair_v[m][idx]) for m in pair_metrics}})
-        del pair_v
-        ctx.records(R.conform(df.select(R.events(
+            return
+        df = pl.DataFrame({"row": row[idx], "row_id": row_id[idx], "start": start[idx],
+                           "end": end[idx], "method": codes[col[idx]],
+                           **{f"r{m}": _nullable(pair_v[m][idx]) for m in self.pair_metrics}})
+        self.ctx.records(R.conform(df.select(R.events(
             c("start"), c("row"), R.PHASE_START, R.SRC_KERNEL, c("row_id"),
             greg.GPU_METRICS_METHOD, c("method"),
-            R.numeric_pairs(*[(fixed[m], c(f"r{m}")) for m in pair_metrics]),
+            R.numeric_pairs(*[(self.fixed[m], c(f"r{m}")) for m in self.pair_metrics]),
             sub=-c("end") + order))))
-    ctx.count("gpu_metrics_kernels_with_rates", int((codes[col] > 0).sum()))
+
+
+def _segment_cummax(values: np.ndarray, seg: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The running maximum of `values` restarted at each segment (`seg`: its index, sorted;
+    `first`: where each starts)."""
+    if values.size == 0:
+        return values
+    # lift each segment above every earlier one, run one maximum, take the lift off
+    span = int(values.max()) - int(values.min()) + 1
+    lo = int(values.min())
+    lifted = (values - lo).astype(np.float64) + seg.astype(np.float64) * span
+    if lifted.size and lifted.max() < 2 ** 53:
+        run = np.maximum.accumulate(lifted)
+        return (run - seg.astype(np.float64) * span).astype(np.int64) + lo
+    out = values.copy()
+    starts = np.flatnonzero(first)
+    for a, b in zip(starts, np.append(starts[1:], values.size)):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
 
 
 NUL_VALUE = np.iinfo(np.int64).min  # no value to write
@@ -442,8 +656,8 @@ def _nullable(values: np.ndarray) -> pl.Series:
 
 
 def _predicted_events(ctx: Context, owner: pl.DataFrame, start: np.ndarray,
-                      pred: np.ndarray, cols: pl.DataFrame) -> None:
-    """The model's value of every sample (`pred`: samples x the metrics of `cols`, the
+                      pred: np.ndarray, cols: pl.DataFrame, first: int = 0) -> None:
+    """The model's value of samples `first`.. (`pred`: samples x the metrics of `cols`, the
     metrics a kernel drives, fixed types), at the sample's time on the metrics row: one
     record per sample, after the sample's own values."""
     c = pl.col
@@ -453,7 +667,7 @@ def _predicted_events(ctx: Context, owner: pl.DataFrame, start: np.ndarray,
     local = cols["predicted_type"].to_list()
     pv = np.round(pred * greg.SCALE).astype(np.int64)
     n = start.size
-    df = pl.DataFrame({"time": start, "row_id": np.arange(n, dtype=np.int64),
+    df = pl.DataFrame({"time": start, "row_id": np.arange(first, first + n, dtype=np.int64),
                        **{f"p{m}": pv[:, m] for m in range(pv.shape[1])}}).with_columns(
         pid=pl.lit(owner["pid"][0], pl.Int64), device=pl.lit(owner["device"][0], pl.Int64))
     df = df.with_columns(ctx.rows.metric_rows(df).alias("row")).drop("pid", "device")
