@@ -46,6 +46,14 @@ def map_large_blocks() -> None:
         _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
+def trim() -> None:
+    """Give the free pages inside glibc's heap back to the system (`malloc_trim`)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def _mallopt(param: int, value: int) -> None:
     try:
         ctypes.CDLL(None).mallopt(param, value)

@@ -72,8 +72,13 @@ class LocalNames:
         self._inline_family: dict[str, set[int]] = {}
 
     def use(self, family: str, ids: pl.Series) -> None:
-        """Record that `family` uses these StringIds ids (their local id is id + 1)."""
-        self._used.setdefault(family, []).append(ids.drop_nulls().unique())
+        """Record that `family` uses these StringIds ids (their local id is id + 1). Kept
+        compact (polars' `unique` keeps a buffer as large as its input: 1.6 MB a chunk of
+        kernels, 200 MB over 13M kernels) and merged every 64 chunks."""
+        parts = self._used.setdefault(family, [])
+        parts.append(ids.drop_nulls().unique().shrink_to_fit())
+        if len(parts) > 64:
+            parts[:] = [pl.concat(parts).unique().shrink_to_fit()]
 
     def intern(self, family: str, names: pl.Series) -> pl.Series:
         """Local ids for inline strings (null stays null)."""

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from .._alloc import trim
 from ..errors import InputError
 
 import importlib.util
@@ -188,33 +189,38 @@ class Database:
 
     def _stream(self, table: str, select: str, schema: dict[str, pl.DataType],
                 chunk_rows: int, lo: int, hi: int, extra: str) -> Iterator[pl.DataFrame]:
-        """A table's rows [lo, hi] in rowid order as one connectorx query read in batches of
-        `chunk_rows` (`arrow_stream`): one query, not one per chunk, because every
-        `read_sql` call of connectorx 0.4 leaves the three threads of its connection pool
+        """A table's rows [lo, hi] in rowid order as connectorx queries read in batches of
+        `chunk_rows` (`arrow_stream`), one query per STREAM_ROWS rowids: connectorx reads a
+        query's rows ahead of the batches asked for without a bound (the kernels of the
+        30M benchmark export, translated at their pace: 950 MB ahead), so a query is kept
+        to a range whose rows may all be read ahead; and not one query per chunk, because
+        every `read_sql` call of connectorx 0.4 leaves the threads of its connection pool
         behind (a process translating many reports, or a library user's session, would
         gather hundreds, 2 MiB of address space each). The next batch is read on a second
         thread; where connectorx fails (odd data), what is left is read with `sqlite3`
         from the last rowid given, when the query selects it (`row_id`)."""
-        sql = (f'SELECT {select} FROM "{table}" WHERE rowid >= {lo} AND rowid <= {hi}'
-               f"{extra} ORDER BY rowid")
         last = None
+        start = lo
         try:
-            with contextlib.closing(self._arrow_frames(sql, chunk_rows, schema)) as frames:
-                for df in frames:
-                    if "row_id" in df.columns:
-                        last = int(df["row_id"][-1])
-                    yield df
+            for begin in range(lo, hi + 1, STREAM_ROWS):
+                end = min(begin + STREAM_ROWS - 1, hi)
+                sql = (f'SELECT {select} FROM "{table}" WHERE rowid >= {begin} AND '
+                       f"rowid <= {end}{extra} ORDER BY rowid")
+                with contextlib.closing(self._arrow_frames(sql, chunk_rows, schema)) as frames:
+                    for df in frames:
+                        if "row_id" in df.columns:
+                            last = int(df["row_id"][-1])
+                        yield df
+                start = end + 1
             return
         except BaseException as e:  # noqa: BLE001 - any connectorx failure: the safe path
             if not isinstance(e, Exception):
                 _unless_panic(e)
-            if last is None:
-                start = lo
-            elif _selects_rowid(select):
+            if last is not None and last >= start:
+                if not _selects_rowid(select):  # pragma: no cover - chunked reads select it
+                    raise InputError(f"{self.path}: reading {table} failed midway ({e})") \
+                        from None
                 start = last + 1
-            else:  # pragma: no cover - every chunked read selects its rowid
-                raise InputError(f"{self.path}: reading {table} failed midway ({e})") \
-                    from None
         for begin in range(start, hi + 1, chunk_rows):
             df = self._frame_sqlite(
                 f'SELECT {select} FROM "{table}" WHERE rowid >= {begin} AND '
@@ -278,10 +284,14 @@ class Database:
             reader = _read_sql(url, sql, return_type="arrow_stream",
                                batch_size=max(1, batch_rows))
             ahead = _submit(pool, _next_batch, reader)
+            n = 0
             while True:
                 batch = ahead.result()
                 if batch is None:
                     return
+                n += 1
+                if n % TRIM_EVERY == 0:
+                    trim()
                 ahead = _submit(pool, _next_batch, reader)
                 if batch.num_rows:
                     df = pl.from_arrow(batch)
@@ -309,6 +319,8 @@ def _submit(pool: ThreadPoolExecutor, fn, *args) -> Future:
         return done
 
 
+STREAM_ROWS = 1 << 21  # rowids of a table read by one connectorx query (`_stream`)
+TRIM_EVERY = 8  # batches of a table read between two trims of glibc's heap
 CX_STACK = "524288"  # bytes of stack of the threads connectorx starts (Rust's default: 2 MiB)
 _CX_FIRST = True
 

@@ -87,7 +87,7 @@ def translate(report: Report, ctx: Context) -> None:
         ctx.records(R.conform(df.select(R.events(
             c("time"), c("row"), R.PHASE_START, SRC_GPU_METRICS, c("row_id"), c("sample_type"),
             c("pv"), sub=c("sample_type") - greg.SAMPLES.base))))
-        times.append(df.select("gpu", "time").unique())
+        times.append(df.select("gpu", "time").unique().shrink_to_fit())
         if samples is not None:
             for (g,), part in df.select("gpu", "time", "row_id", "metric", "pv").partition_by(
                     "gpu", as_dict=True).items():
