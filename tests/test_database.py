@@ -1,5 +1,6 @@
-"""report.database: the bulk reader streams each table through one connectorx query (every
-`read_sql` call of connectorx 0.4 leaves the three threads of its connection pool behind),
+"""report.database: the bulk reader streams each table through one connectorx query per
+STREAM_ROWS rowids (every `read_sql` call of connectorx 0.4 leaves the three threads of its
+connection pool behind; a query's rows are read ahead without a bound),
 gives the rows the sqlite3 path gives, and falls back to sqlite3 when connectorx fails,
 also by a Rust panic (a process out of threads or address space)."""
 
@@ -119,3 +120,99 @@ def test_out_of_threads_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     assert _main([str(tmp_path / "x.sqlite"), str(tmp_path / "x.prv")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "could not start a thread" in err[0] and "ulimit" in err[0]
+
+
+def test_a_long_table_is_read_by_one_query_per_range(table, monkeypatch):
+    """Past STREAM_ROWS rowids a table is read by one query per range (what connectorx can
+    read ahead is one range): the same rows in order, chunks never across two ranges; a
+    failure in a later range goes on with sqlite3 from the last rowid given."""
+    import nsys2prv.report.database as database
+
+    monkeypatch.setattr(database, "STREAM_ROWS", 6_000)
+    calls = []
+    real = connectorx.read_sql
+    monkeypatch.setattr(connectorx, "read_sql",
+                        lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    chunks = _read(table, 2_500)
+    want = pl.concat(_read(table, 2_500, arrow=False))
+    assert pl.concat(chunks).equals(want)
+    assert len(calls) == 4 and all("ORDER BY rowid" in q for q in calls)
+    lo = want["row_id"][0]  # the first range starts at the table's first rowid
+    assert len({(c["row_id"][0] - lo) // 6_000 for c in chunks}) == 4
+    assert all((c["row_id"][0] - lo) // 6_000 == (c["row_id"][-1] - lo) // 6_000
+               for c in chunks)
+
+    class Broken:  # the third query fails after its first batch
+        def __init__(self, reader, n):
+            self.reader, self.n, self.k = reader, n, 0
+
+        def read_next_batch(self):
+            self.k += 1
+            if self.n == 3 and self.k == 2:
+                raise RuntimeError("Cannot infer type from null for SQLite")
+            return self.reader.read_next_batch()
+
+    count = []
+    monkeypatch.setattr(connectorx, "read_sql",
+                        lambda *a, **k: count.append(1) or Broken(real(*a, **k), len(count)))
+    assert pl.concat(_read(table, 2_500)).equals(want)
+    assert len(count) == 3
+
+
+def test_the_names_a_family_uses_stay_compact():
+    """`LocalNames.use` keeps per family a few merged id lists, not one a chunk, and the
+    family's table lists every id used once."""
+    from nsys2prv.paraver.values import LocalNames
+
+    strings = pl.DataFrame({"id": list(range(50)), "value": [f"s{i}" for i in range(50)]})
+    names = LocalNames(strings)
+    for k in range(300):
+        names.use("kernels", pl.Series([k % 50, (k * 7) % 50, None, k % 50]))
+    assert len(names._used["kernels"]) <= 65
+    table = names.family_table("kernels")
+    assert table["local_id"].to_list() == [i + 1 for i in range(50)]
+    assert table["name"].to_list() == [f"s{i}" for i in range(50)]
+
+
+def test_an_ordered_read_is_cut_by_key_ranges(table, monkeypatch):
+    """`Database.ordered` reads a long table by ranges of its key's first column, one query
+    each: the rows of one `ORDER BY key` query, in order; a failure in a later range goes on
+    with sqlite3 after the last key given."""
+    import nsys2prv.report.database as database
+
+    monkeypatch.setattr(database, "STREAM_ROWS", 5_000)
+
+    def read():
+        db = Database(table)
+        try:
+            return pl.concat(list(db.ordered("T", "rowid AS row_id, start, name", SCHEMA,
+                                             ("start",), 2_000, where="start % 2 = 0")))
+        finally:
+            db.close()
+
+    con = sqlite3.connect(table)
+    want = con.execute("SELECT rowid, start, name FROM T WHERE start % 2 = 0 "
+                       "ORDER BY start").fetchall()
+    con.close()
+    calls = []
+    real = connectorx.read_sql
+    monkeypatch.setattr(connectorx, "read_sql",
+                        lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    assert read().rows() == want
+    assert len(calls) == 4
+
+    class Broken:  # the second query fails at its second batch
+        def __init__(self, reader, n):
+            self.reader, self.n, self.k = reader, n, 0
+
+        def read_next_batch(self):
+            self.k += 1
+            if self.n == 2 and self.k == 2:
+                raise RuntimeError("Cannot infer type from null for SQLite")
+            return self.reader.read_next_batch()
+
+    count = []
+    monkeypatch.setattr(connectorx, "read_sql",
+                        lambda *a, **k: count.append(1) or Broken(real(*a, **k), len(count)))
+    assert read().rows() == want
+    assert len(count) == 2

@@ -232,15 +232,14 @@ class Database:
                 key: tuple[str, ...], batch_rows: int, where: str = ""
                 ) -> Iterator[pl.DataFrame]:
         """Stream `SELECT {select} FROM table [WHERE where] ORDER BY key` in batches of about
-        `batch_rows` rows: one query (its key an index SQLite walks in order, as the
-        call-stack tables' primary key (id, stackDepth) is), so that a table read in step
-        with another one sorted the same way is read once, with one connectorx query (each
-        leaves threads behind, see `_stream`). `key` names columns that `select` gives
-        under the same names; where connectorx fails midway, the rest is read with
+        `batch_rows` rows: a query per range of the key's first column (its key an index
+        SQLite walks in order, as the call-stack tables' primary key (id, stackDepth) is),
+        so that a table read in step with another one sorted the same way is read once,
+        with few connectorx queries (each leaves threads behind, and reads its rows ahead
+        without a bound: see `_stream`). `key` names columns of the table that `select`
+        gives under the same names; where connectorx fails midway, the rest is read with
         `sqlite3` from after the last key given (SQL row values)."""
-        cond = f" WHERE {where}" if where else ""
         order = ", ".join(f'"{k}"' for k in key)
-        sql = f'SELECT {select} FROM "{table}"{cond} ORDER BY {order}'
         last = None
         hi = self.scalar(f'SELECT max(rowid) FROM "{table}"')
         lo = self.scalar(f'SELECT min(rowid) FROM "{table}"')
@@ -248,10 +247,13 @@ class Database:
             return
         if self._arrow_ok and hi - lo >= SMALL_TABLE_ROWS:
             try:
-                with contextlib.closing(self._arrow_frames(sql, batch_rows, schema)) as frames:
-                    for df in frames:
-                        last = tuple(df[k][-1] for k in key)
-                        yield df
+                for part in self._key_ranges(table, key[0], hi - lo + 1, where):
+                    sql = f'SELECT {select} FROM "{table}" WHERE {part} ORDER BY {order}'
+                    with contextlib.closing(self._arrow_frames(sql, batch_rows, schema)) \
+                            as frames:
+                        for df in frames:
+                            last = tuple(df[k][-1] for k in key)
+                            yield df
                 return
             except BaseException as e:  # noqa: BLE001 - any connectorx failure
                 if not isinstance(e, Exception):
@@ -272,6 +274,20 @@ class Database:
             yield df
             if df.height < batch_rows:
                 return
+
+    def _key_ranges(self, table: str, first: str, rows: int, where: str) -> list[str]:
+        """Conditions cutting `table` by its first key column into ranges of about
+        STREAM_ROWS rows (assuming its values spread evenly over the rows), each with
+        `where`: one connectorx query each, as `_stream` cuts by rowid."""
+        a = self.scalar(f'SELECT min("{first}") FROM "{table}"')
+        b = self.scalar(f'SELECT max("{first}") FROM "{table}"')
+        extra = f" AND ({where})" if where else ""
+        if a is None or b is None:
+            return [f"1{extra}"]
+        a, b = int(a), int(b)
+        span = max(1, (b - a + 1) * STREAM_ROWS // max(rows, 1))
+        return [f'"{first}" >= {v} AND "{first}" < {v + span}{extra}'
+                for v in range(a, b + 1, span)]
 
     def _arrow_frames(self, sql: str, batch_rows: int, schema: dict[str, pl.DataType]
                       ) -> Iterator[pl.DataFrame]:
