@@ -291,6 +291,45 @@ def test_correlation_index_matches_a_brute_force_lookup(api, activities):
     assert inner["api_row"].to_list() == [w for w in want if w is not None]
 
 
+@given(calls, calls, st.integers(1, 7))
+@settings(max_examples=100, deadline=None)
+def test_the_index_on_disk_finds_what_the_held_one_finds(tmp_path_factory, api, activities,
+                                                          piece):
+    """`IndexBuilder` past its threshold (the calls spilled in buckets of a few rows, the
+    index read through memory maps) joins as `CorrelationIndex` does, duplicates, ids no
+    key holds and all."""
+    from nsys2prv.paraver.kinds import _spill, cuda_api
+    from nsys2prv.paraver.kinds.cuda_api import CorrelationIndex, IndexBuilder, MappedIndex
+
+    api = [(p, k if k is None or k != 29 else -(1 << 40)) for p, k in api]  # no key holds it
+    frame = pl.DataFrame({"pid": [p for p, _ in api], "correlation": [k for _, k in api],
+                          "api_row": list(range(len(api))),
+                          "api_start": [10 * i for i in range(len(api))]},
+                         schema={"pid": pl.Int32, "correlation": pl.Int64,
+                                 "api_row": pl.Int32, "api_start": pl.Int64})
+    held = CorrelationIndex([frame.clone()])  # it takes the columns of its parts
+    d = tmp_path_factory.mktemp("index")
+    builder = IndexBuilder(d, spill_calls=0)
+    defaults = _spill.SortedSpill.__init__.__defaults__
+    sizes = cuda_api.FENCE, cuda_api.WINDOW_BLOCKS
+    _spill.SortedSpill.__init__.__defaults__ = (3, 4)
+    cuda_api.FENCE, cuda_api.WINDOW_BLOCKS = 2, 2  # lookups read many stretches
+    try:
+        for a in range(0, max(frame.height, 1), piece):
+            builder.add(frame[a:a + piece])
+        index = builder.finish()
+        assert isinstance(index, MappedIndex) or frame.height == 0
+        assert (index.height, index.duplicates) == (held.height, held.duplicates)
+        df = pl.DataFrame({"pid": [p for p, _ in activities],
+                           "correlation": [k for _, k in activities]},
+                          schema={"pid": pl.Int64, "correlation": pl.Int64})
+        for how in ("left", "inner"):
+            assert index.join(df, how=how).equals(held.join(df, how=how))
+    finally:
+        _spill.SortedSpill.__init__.__defaults__ = defaults
+        cuda_api.FENCE, cuda_api.WINDOW_BLOCKS = sizes
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.none(), st.integers(-BIG, BIG)),
                           st.one_of(st.none(), st.integers(-5, 5))), min_size=1, max_size=30),

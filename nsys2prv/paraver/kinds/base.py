@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import polars as pl
@@ -17,7 +18,9 @@ import polars as pl
 from ...model.rows import RowRegistry, RowSpans
 from ...report.report import Report
 from .. import records as R
+from ..registry import cuda as reg_cuda
 from ..values import STRING_ID_OFFSET, LocalNames
+from ._spill import SortedSpill
 
 
 class Context(Protocol):
@@ -68,7 +71,7 @@ def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) 
     column that names them and, for kernels, the grid's ceilings) for the GPU metrics
     model, when the report's metrics are translated: it then needs not read the tables
     again (every read through connectorx costs a connection pool whose threads outlive
-    it). They go to a spill on disk sorted by time (`gpu_metrics.keep_activities`)."""
+    it). They go to a spill on disk sorted by time (`keep_activities`)."""
     wanted = ctx.shared.get(METRICS_ACTIVITIES + ".wanted")
     if wanted is None:
         from . import available
@@ -77,9 +80,44 @@ def keep_for_metrics(ctx: Context, report: Report, what: str, df: pl.DataFrame) 
         wanted = available("gpu_metrics", report) and (kinds is None or "gpu_metrics" in kinds)
         ctx.shared[METRICS_ACTIVITIES + ".wanted"] = wanted
     if wanted:
-        from .gpu_metrics import keep_activities
-
         keep_activities(ctx, what, df)
+
+
+ACTIVITY_ORDER = ("start", "row", "row_id")
+UNNAMED_CODE = -1_000_000  # a kernel without a name
+# what each kernel's launch allows, kept with its interval: the bounds of its rates
+LAUNCH_BOUNDS = ("sms", "sm_ceiling_pv", "warps_ceiling_pv")
+
+
+def keep_activities(ctx: Context, what: str, df: pl.DataFrame) -> None:
+    """File a chunk of the kinds' GPU activities (`keep_for_metrics`) for the model:
+    start, end, pid, device, row, row_id, code (`_activity_frame`) and the launch's
+    bounds."""
+    spill = ctx.shared.get(METRICS_ACTIVITIES)
+    if spill is None:
+        spill = ctx.shared[METRICS_ACTIVITIES] = SortedSpill(
+            Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
+    spill.add(_activity_frame(what, df))
+
+
+def _activity_frame(what: str, df: pl.DataFrame) -> pl.DataFrame:
+    """A kind's activities longer than 0 ns as the model reads them: a kernel's code is its
+    full name's string id (>= 0; UNNAMED_CODE without one), a memory operation's -1 - the
+    value of its memory operation type (the analysis reads the same value from the
+    trace)."""
+    c = pl.col
+    df = df.filter(c("start").is_not_null() & c("end").is_not_null() & (c("end") > c("start")))
+    if what == "kernel":
+        code = c("name_id").fill_null(UNNAMED_CODE)
+        launch = [c(n).cast(pl.Int32) for n in LAUNCH_BOUNDS]
+    else:
+        code = (-1 - (c("copy_kind").fill_null(0) + 1) if what.startswith("memcpy") else
+                pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64))
+        launch = [pl.lit(None, pl.Int32).alias(n) for n in LAUNCH_BOUNDS]
+    return df.select(c("start").cast(pl.Int64), c("end").cast(pl.Int64),
+                     c("pid").cast(pl.Int32), c("device").cast(pl.Int32),
+                     c("row").cast(pl.Int32), c("row_id").cast(pl.Int64),
+                     code.cast(pl.Int64).alias("code"), *launch)
 
 
 REPORT_END = object()  # fix_times(open_end=REPORT_END): unterminated regions end with the report

@@ -44,17 +44,15 @@ from ...report.report import Report
 from ...sources import gpu_metrics as source
 from ...sources import kernels as kernel_source
 from .. import records as R
-from ..registry import cuda as reg_cuda
 from ..registry import gpu_metrics as greg
 from ...analysis import occupancy as occ
 from . import _launch
 from ._spill import SortedSpill
-from .base import METRICS_ACTIVITIES, Context, Translator
+from .base import ACTIVITY_ORDER, LAUNCH_BOUNDS, METRICS_ACTIVITIES, UNNAMED_CODE, Context, \
+    Translator, keep_activities
 
 SRC_GPU_METRICS = R.SRC_GPU_METRICS
 EARLIEST_NS = -1_000_000_000
-# what each kernel's launch allows, kept with its interval: the bounds of its rates
-LAUNCH_BOUNDS = ("sms", "sm_ceiling_pv", "warps_ceiling_pv")
 
 
 def translate(report: Report, ctx: Context) -> None:
@@ -204,40 +202,7 @@ def _fallback_pid(users: pl.DataFrame, ctx: Context) -> int:
 # each kernel's rates and each sample's prediction. `SumsStream` and `block_entries` give
 # the numbers `fit_device` gives on whole arrays, to the last bit.
 
-ACTIVITY_ORDER = ("start", "row", "row_id")
-UNNAMED_CODE = -1_000_000  # a kernel without a name
 HELD_VALUES = 1 << 22  # (periods x metrics) values of a GPU kept in memory, else on disk
-
-
-def keep_activities(ctx: Context, what: str, df: pl.DataFrame) -> None:
-    """File a chunk of the kinds' GPU activities (`base.keep_for_metrics`) for the model:
-    start, end, pid, device, row, row_id, code (`_activity_frame`) and the launch's
-    bounds."""
-    spill = ctx.shared.get(METRICS_ACTIVITIES)
-    if spill is None:
-        spill = ctx.shared[METRICS_ACTIVITIES] = SortedSpill(
-            Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
-    spill.add(_activity_frame(what, df))
-
-
-def _activity_frame(what: str, df: pl.DataFrame) -> pl.DataFrame:
-    """A kind's activities longer than 0 ns as the model reads them: a kernel's code is its
-    full name's string id (>= 0; UNNAMED_CODE without one), a memory operation's -1 - the
-    value of its memory operation type (the analysis reads the same value from the
-    trace)."""
-    c = pl.col
-    df = df.filter(c("start").is_not_null() & c("end").is_not_null() & (c("end") > c("start")))
-    if what == "kernel":
-        code = c("name_id").fill_null(UNNAMED_CODE)
-        launch = [c(n).cast(pl.Int32) for n in LAUNCH_BOUNDS]
-    else:
-        code = (-1 - (c("copy_kind").fill_null(0) + 1) if what.startswith("memcpy") else
-                pl.lit(-1 - reg_cuda.MEMSET_OPERATION_VALUE, pl.Int64))
-        launch = [pl.lit(None, pl.Int32).alias(n) for n in LAUNCH_BOUNDS]
-    return df.select(c("start").cast(pl.Int64), c("end").cast(pl.Int64),
-                     c("pid").cast(pl.Int32), c("device").cast(pl.Int32),
-                     c("row").cast(pl.Int32), c("row_id").cast(pl.Int64),
-                     code.cast(pl.Int64).alias("code"), *launch)
 
 
 def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataFrame,
