@@ -534,11 +534,15 @@ def test_gpu_used_by_no_process(tmp_path):
 # -- the model streamed from spills on disk -----------------------------------------------------
 
 def _tiny_spills(monkeypatch, rows: int = 2) -> None:
-    """Every spill on disk in buckets of a few rows, the values of every block on disk."""
-    from nsys2prv.paraver.kinds import _spill, gpu_metrics as gm
+    """Every spill on disk in buckets of a few rows, the values of every block on disk, the
+    CUDA calls' index on disk, read a few keys at a time."""
+    from nsys2prv.paraver.kinds import _spill, cuda_api, gpu_metrics as gm
 
     monkeypatch.setattr(_spill.SortedSpill.__init__, "__defaults__", (rows, rows + 1))
     monkeypatch.setattr(gm, "HELD_VALUES", 3)
+    monkeypatch.setattr(cuda_api.IndexBuilder.__init__, "__defaults__", (0,))
+    monkeypatch.setattr(cuda_api, "FENCE", 4)
+    monkeypatch.setattr(cuda_api, "WINDOW_BLOCKS", 3)
 
 
 def test_model_spilled_to_disk_writes_the_same_trace(tmp_path, monkeypatch):
@@ -571,6 +575,7 @@ def test_model_spilled_to_disk_same_trace_on_a_real_export(tmp_path, monkeypatch
     _tiny_spills(monkeypatch, 500)
     spilled = nsys2prv.translate(db, tmp_path / "spilled.prv")
     assert held.counts["gpu_metrics_kernels_with_rates"] > 1000
+    assert held.counts["launch arrows"] > 1000
     assert spilled.counts == held.counts
     for ext in ("prv", "pcf", "row"):
         assert (tmp_path / f"spilled.{ext}").read_bytes() == (tmp_path / f"held.{ext}").read_bytes()
