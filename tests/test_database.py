@@ -122,6 +122,27 @@ def test_out_of_threads_is_a_one_line_error(monkeypatch, capsys, tmp_path):
     assert len(err) == 1 and "could not start a thread" in err[0] and "ulimit" in err[0]
 
 
+def _failing_query(monkeypatch, n: int) -> list:
+    """connectorx whose n-th query fails at its second batch; returns the list its queries
+    are counted in."""
+    real = connectorx.read_sql
+    count: list = []
+
+    class Broken:
+        def __init__(self, reader, i):
+            self.reader, self.i, self.k = reader, i, 0
+
+        def read_next_batch(self):
+            self.k += 1
+            if self.i == n and self.k == 2:
+                raise RuntimeError("Cannot infer type from null for SQLite")
+            return self.reader.read_next_batch()
+
+    monkeypatch.setattr(connectorx, "read_sql",
+                        lambda *a, **k: count.append(1) or Broken(real(*a, **k), len(count)))
+    return count
+
+
 def test_a_long_table_is_read_by_one_query_per_range(table, monkeypatch):
     """Past STREAM_ROWS rowids a table is read by one query per range (what connectorx can
     read ahead is one range): the same rows in order, chunks never across two ranges; a
@@ -142,19 +163,7 @@ def test_a_long_table_is_read_by_one_query_per_range(table, monkeypatch):
     assert all((c["row_id"][0] - lo) // 6_000 == (c["row_id"][-1] - lo) // 6_000
                for c in chunks)
 
-    class Broken:  # the third query fails after its first batch
-        def __init__(self, reader, n):
-            self.reader, self.n, self.k = reader, n, 0
-
-        def read_next_batch(self):
-            self.k += 1
-            if self.n == 3 and self.k == 2:
-                raise RuntimeError("Cannot infer type from null for SQLite")
-            return self.reader.read_next_batch()
-
-    count = []
-    monkeypatch.setattr(connectorx, "read_sql",
-                        lambda *a, **k: count.append(1) or Broken(real(*a, **k), len(count)))
+    count = _failing_query(monkeypatch, 3)  # the third query fails after its first batch
     assert pl.concat(_read(table, 2_500)).equals(want)
     assert len(count) == 3
 
@@ -201,18 +210,6 @@ def test_an_ordered_read_is_cut_by_key_ranges(table, monkeypatch):
     assert read().rows() == want
     assert len(calls) == 4
 
-    class Broken:  # the second query fails at its second batch
-        def __init__(self, reader, n):
-            self.reader, self.n, self.k = reader, n, 0
-
-        def read_next_batch(self):
-            self.k += 1
-            if self.n == 2 and self.k == 2:
-                raise RuntimeError("Cannot infer type from null for SQLite")
-            return self.reader.read_next_batch()
-
-    count = []
-    monkeypatch.setattr(connectorx, "read_sql",
-                        lambda *a, **k: count.append(1) or Broken(real(*a, **k), len(count)))
+    count = _failing_query(monkeypatch, 2)  # the second query fails at its second batch
     assert read().rows() == want
     assert len(count) == 2

@@ -606,15 +606,6 @@ def _sweep(d: _Device, columns, n_cols: int, on_block, overlapped: bool = False)
     rm.sweep(blocks(), d.activities(overlapped), n_cols, columns, on_block)
 
 
-def _lookup(table: dict, keys: np.ndarray) -> np.ndarray:
-    """table[k] for each of `keys` (every key is in the table)."""
-    k = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
-    v = np.fromiter(table.values(), dtype=np.int64, count=len(table))
-    order = np.argsort(k)
-    k, v = k[order], v[order]
-    return v[np.searchsorted(k, np.asarray(keys, dtype=np.int64))]
-
-
 def _fit(d: _Device, long_codes: np.ndarray | None) -> pl.DataFrame | None:
     """The device's model (`rate_model.fit` of its streamed sums), and, for the compute
     kernels `long_codes`, the folding's samples: (start, row, period, code, bin, metric
@@ -659,7 +650,7 @@ def _fit(d: _Device, long_codes: np.ndarray | None) -> pl.DataFrame | None:
             "code": k["code"].to_numpy()[idx], "bin": b,
             **{f"v{m}": mat[per, m] for m in range(M)}}))
 
-    _sweep(d, lambda a: _lookup(d.col_of, _model_codes(a)), n_cols, on_block)
+    _sweep(d, lambda a: rm.lookup(d.col_of, _model_codes(a)), n_cols, on_block)
     d.fit = rm.fit(sums.result(), lo, hi)
     d.fit.time = sums.time
     d.fit.periods = d.periods.n
@@ -746,7 +737,7 @@ def _interference(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
         def columns(a: pl.DataFrame) -> np.ndarray:
             code = a["code"].to_numpy()
             split = np.isin(code, both_np) & a["overlapped"].to_numpy()
-            return _lookup(col_of, np.where(split, code + split_at, code))
+            return rm.lookup(col_of, np.where(split, code + split_at, code))
 
         _sweep(d, columns, len(labels),
                lambda ent, times, ends, mat, near, p0: sums.add(
@@ -862,7 +853,7 @@ def _steps(devices: list[_Device], keys: list[str], steps: pl.DataFrame) -> pl.D
                     sel = np.flatnonzero(busy[a:z]) + a
                     held.setdefault(i, []).append((mat[sel], pred[sel]))
 
-        _sweep(d, lambda a: _lookup(d.col_of, _model_codes(a)), len(d.labels), on_block)
+        _sweep(d, lambda a: rm.lookup(d.col_of, _model_codes(a)), len(d.labels), on_block)
         for i in list(held):
             close(i)
     if not out:

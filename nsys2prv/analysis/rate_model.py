@@ -374,6 +374,14 @@ def block_entries(ps: np.ndarray, pe: np.ndarray, start: np.ndarray, end: np.nda
                    np.concatenate([share, 1.0 - busy[idle_p]])[order], busy, n_cols)
 
 
+def lookup(table: dict, keys: np.ndarray) -> np.ndarray:
+    """table[k] for each of `keys` (every key is in the table): a column per model code."""
+    k = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+    v = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    order = np.argsort(k)
+    return v[order][np.searchsorted(k[order], np.asarray(keys, dtype=np.int64))]
+
+
 def sweep(blocks, activities, n_cols: int, columns, on_block) -> None:
     """The model's entries block by block of periods, each from the activities that overlap
     it: `blocks` yields (times, ends, values) of consecutive periods in order, `activities`

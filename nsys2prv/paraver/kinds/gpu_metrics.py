@@ -314,6 +314,8 @@ def _activities(report: Report, ctx: Context):
 def _owned(acts, own: pl.DataFrame, g: int, col_of: dict):
     """The activities on GPU `g`'s owner's streams in start order, a bucket at a time, with
     their model code (`mcode`: a kernel's name and launch class) and model column."""
+    from ...analysis import rate_model as rm
+
     c = pl.col
     mine = own.filter(c("gpu") == g)
     for b in acts.buckets():
@@ -322,7 +324,7 @@ def _owned(acts, own: pl.DataFrame, g: int, col_of: dict):
         if a.height:
             mcode = _model_code(a)
             yield a.with_columns(pl.Series("mcode", mcode),
-                                 pl.Series("col", _lookup(col_of, mcode), dtype=pl.Int64))
+                                 pl.Series("col", rm.lookup(col_of, mcode), dtype=pl.Int64))
 
 
 def _model_code(a: pl.DataFrame) -> np.ndarray:
@@ -332,14 +334,6 @@ def _model_code(a: pl.DataFrame) -> np.ndarray:
     code = a["code"].to_numpy()
     ceiling = a["sm_ceiling_pv"].cast(pl.Float64).fill_null(np.nan).to_numpy()
     return np.where(code >= 0, occ.model_code(code, occ.grid_class(ceiling)), code)
-
-
-def _lookup(table: dict, keys: np.ndarray) -> np.ndarray:
-    """table[k] for each of `keys` (every key is in the table)."""
-    k = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
-    v = np.fromiter(table.values(), dtype=np.int64, count=len(table))
-    order = np.argsort(k)
-    return v[order][np.searchsorted(k[order], np.asarray(keys, dtype=np.int64))]
 
 
 def _activity_sums(acts, own: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -394,7 +388,7 @@ def _launch_bounds(launches: pl.DataFrame, col_of: dict, keys: list[str], n_cols
     def f64(name: str) -> np.ndarray:
         return launches[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
 
-    col = _lookup(col_of, launches["mcode"].to_numpy()) if launches.height else \
+    col = rm.lookup(col_of, launches["mcode"].to_numpy()) if launches.height else \
         np.zeros(0, np.int64)
     return occ.rate_bounds(keys, lo, hi, col, f64("time"), f64("sms"),
                            f64("sm_ceiling_pv") / occ.SCALE,
