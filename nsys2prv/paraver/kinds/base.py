@@ -20,7 +20,6 @@ from ...report.report import Report
 from .. import records as R
 from ..registry import cuda as reg_cuda
 from ..values import STRING_ID_OFFSET, LocalNames
-from ._spill import SortedSpill
 
 
 class Context(Protocol):
@@ -95,6 +94,8 @@ def keep_activities(ctx: Context, what: str, df: pl.DataFrame) -> None:
     bounds."""
     spill = ctx.shared.get(METRICS_ACTIVITIES)
     if spill is None:
+        from ._spill import SortedSpill  # only for reports with GPU metrics (start-up)
+
         spill = ctx.shared[METRICS_ACTIVITIES] = SortedSpill(
             Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
     spill.add(_activity_frame(what, df))
