@@ -48,15 +48,16 @@ def map_large_blocks() -> None:
 
 def trim() -> None:
     """Give the free pages inside glibc's heap back to the system (`malloc_trim`)."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+    _glibc("malloc_trim", 0)
 
 
 def _mallopt(param: int, value: int) -> None:
+    _glibc("mallopt", param, value)
+
+
+def _glibc(name: str, *args: int) -> None:
     try:
-        ctypes.CDLL(None).mallopt(param, value)
+        getattr(ctypes.CDLL(None), name)(*args)
     except (OSError, AttributeError):  # not glibc: nothing to tune
         pass
 

@@ -114,10 +114,6 @@ class SortedSpill:
         for path in self._buckets or []:
             yield pl.read_ipc(path, columns=cols)
 
-    @property
-    def schema(self) -> pl.Schema | None:
-        return self._schema
-
     def close(self) -> None:
         """Let go of the rows (the files removed)."""
         self._pending, self._held, self._buckets, self._raw = [], None, [], []

@@ -92,13 +92,19 @@ def keep_activities(ctx: Context, what: str, df: pl.DataFrame) -> None:
     """File a chunk of the kinds' GPU activities (`keep_for_metrics`) for the model:
     start, end, pid, device, row, row_id, code (`_activity_frame`) and the launch's
     bounds."""
+    activity_spill(ctx).add(_activity_frame(what, df))
+
+
+def activity_spill(ctx: Context):
+    """The report's spill of GPU activities for the GPU metrics model (made when first
+    asked for)."""
     spill = ctx.shared.get(METRICS_ACTIVITIES)
     if spill is None:
         from ._spill import SortedSpill  # only for reports with GPU metrics (start-up)
 
         spill = ctx.shared[METRICS_ACTIVITIES] = SortedSpill(
             Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
-    spill.add(_activity_frame(what, df))
+    return spill
 
 
 def _activity_frame(what: str, df: pl.DataFrame) -> pl.DataFrame:

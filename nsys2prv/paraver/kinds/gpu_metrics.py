@@ -48,8 +48,8 @@ from ..registry import gpu_metrics as greg
 from ...analysis import occupancy as occ
 from . import _launch
 from ._spill import SortedSpill
-from .base import ACTIVITY_ORDER, LAUNCH_BOUNDS, METRICS_ACTIVITIES, UNNAMED_CODE, Context, \
-    Translator, keep_activities
+from .base import LAUNCH_BOUNDS, METRICS_ACTIVITIES, UNNAMED_CODE, Context, Translator, \
+    activity_spill, keep_activities
 
 SRC_GPU_METRICS = R.SRC_GPU_METRICS
 EARLIEST_NS = -1_000_000_000
@@ -251,7 +251,7 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
 
         sums = rm.SumsStream(len(names), len(keys), [m for m in range(len(keys))
                                                      if values.nan[m] > 0])
-        rm.sweep(values.blocks(), _owned(acts, own, g, col_of), len(names), columns,
+        rm.sweep(values.blocks(), _on_gpu(acts, own, g, col_of), len(names), columns,
                  lambda ent, t, e, mat, near, p0: sums.add(ent, mat,
                                                            (e - t).astype(np.float64)))
         # the trace holds the rates alone: their ranges are analyze's (the same fit)
@@ -273,7 +273,7 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
                               cols[live], p0)
 
         def tapped():  # each kernel's rates written as the sweep reads it
-            for a in _owned(acts, own, g, col_of):
+            for a in _on_gpu(acts, own, g, col_of):
                 writer.add(a.filter(c("code") >= 0))
                 yield a
 
@@ -306,25 +306,30 @@ def _activities(report: Report, ctx: Context):
             if what == "kernel" and "sm_ceiling_pv" not in df.columns:  # the launch's ceilings
                 df = _launch.statistics(df, report, ctx, warn=False)
             keep_activities(ctx, what, df)
-    spill = ctx.shared.pop(METRICS_ACTIVITIES, None)
-    return spill if spill is not None else SortedSpill(
-        Path(ctx.side_file("gpu_metrics_activities")), ACTIVITY_ORDER)
+    spill = activity_spill(ctx)  # an empty one where no table had a row
+    ctx.shared.pop(METRICS_ACTIVITIES)
+    return spill
 
 
-def _owned(acts, own: pl.DataFrame, g: int, col_of: dict):
-    """The activities on GPU `g`'s owner's streams in start order, a bucket at a time, with
-    their model code (`mcode`: a kernel's name and launch class) and model column."""
-    from ...analysis import rate_model as rm
-
+def _owned(acts, own: pl.DataFrame):
+    """The activities on the streams of the GPUs' owners (`own`: gpu, pid, device) in start
+    order, a bucket at a time, with their GPU and their model code (`mcode`: a kernel's
+    name and launch class)."""
     c = pl.col
-    mine = own.filter(c("gpu") == g)
     for b in acts.buckets():
-        a = b.join(mine, on=["pid", "device"], how="inner", maintain_order="left").filter(
+        a = b.join(own, on=["pid", "device"], how="inner", maintain_order="left").filter(
             c("row").is_not_null())
         if a.height:
-            mcode = _model_code(a)
-            yield a.with_columns(pl.Series("mcode", mcode),
-                                 pl.Series("col", rm.lookup(col_of, mcode), dtype=pl.Int64))
+            yield a.with_columns(pl.Series("mcode", _model_code(a)))
+
+
+def _on_gpu(acts, own: pl.DataFrame, g: int, col_of: dict):
+    """`_owned` of GPU `g` alone, with each activity's model column."""
+    from ...analysis import rate_model as rm
+
+    for a in _owned(acts, own.filter(pl.col("gpu") == g)):
+        yield a.with_columns(pl.Series("col", rm.lookup(col_of, a["mcode"].to_numpy()),
+                                       dtype=pl.Int64))
 
 
 def _model_code(a: pl.DataFrame) -> np.ndarray:
@@ -343,13 +348,8 @@ def _activity_sums(acts, own: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]
     c = pl.col
     sums: list[pl.DataFrame] = []
     launches: list[pl.DataFrame] = []
-    for b in acts.buckets():
-        a = b.join(own, on=["pid", "device"], how="inner", maintain_order="left").filter(
-            c("row").is_not_null())
-        if not a.height:
-            continue
-        a = a.with_columns(pl.Series("mcode", _model_code(a)),
-                           (c("end") - c("start")).alias("time"))
+    for a in _owned(acts, own):
+        a = a.with_columns((c("end") - c("start")).alias("time"))
         sums.append(a.group_by("gpu", "code", "mcode").agg(c("time").sum()))
         launches.append(a.filter(c("code") >= 0).group_by("gpu", "mcode", *LAUNCH_BOUNDS)
                         .agg(c("time").sum()))
@@ -533,8 +533,8 @@ class _RateWriter:
         first = np.where(carried, k["first"], first_of_row)
         # how far the stream's kernels reach: a held kernel stands for those before it
         ends = np.where(carried, k["reach"], k["end"])
-        seg = np.cumsum(first_of_row) - 1
-        reach = _segment_cummax(ends, seg, first_of_row)
+        reach = pl.DataFrame({"e": ends, "row": row}).select(
+            pl.col("e").cum_max().over("row"))["e"].to_numpy()
         prev_reach = np.where(first_of_row, np.iinfo(np.int64).min, np.roll(reach, 1))
         op = np.where(carried, k["op"], start < prev_reach)
         last_of_row = np.ones(n, bool)
@@ -587,25 +587,6 @@ class _RateWriter:
             sub=-c("end") + order))))
 
 
-def _segment_cummax(values: np.ndarray, seg: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """The running maximum of `values` restarted at each segment (`seg`: its index, sorted;
-    `first`: where each starts)."""
-    if values.size == 0:
-        return values
-    # lift each segment above every earlier one, run one maximum, take the lift off
-    span = int(values.max()) - int(values.min()) + 1
-    lo = int(values.min())
-    lifted = (values - lo).astype(np.float64) + seg.astype(np.float64) * span
-    if lifted.size and lifted.max() < 2 ** 53:
-        run = np.maximum.accumulate(lifted)
-        return (run - seg.astype(np.float64) * span).astype(np.int64) + lo
-    out = values.copy()
-    starts = np.flatnonzero(first)
-    for a, b in zip(starts, np.append(starts[1:], values.size)):
-        out[a:b] = np.maximum.accumulate(values[a:b])
-    return out
-
-
 NUL_VALUE = np.iinfo(np.int64).min  # no value to write
 
 
@@ -641,13 +622,6 @@ def _translated(report: Report, ctx: Context, kind: str) -> bool:
     from . import KINDS, available  # the package lists this module: import at call time
     kinds = getattr(ctx.options, "kinds", None)
     return kind in KINDS and available(kind, report) and (kinds is None or kind in kinds)
-
-
-def _quiet_clean(df: pl.DataFrame) -> pl.DataFrame:
-    """The same filter as `_clean`, without counting again."""
-    c = pl.col
-    return df.filter(c("time").is_not_null() & (c("time") >= EARLIEST_NS)
-                     & c("value").is_not_null() & ~c("value").is_nan() & (c("value") >= 0))
 
 
 TRANSLATORS = (Translator("gpu_metrics", 70, "GPU metrics samples (device-wide, per-kernel)",
