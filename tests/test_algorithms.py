@@ -152,6 +152,28 @@ def test_engine_runs_and_merge_match_a_plain_sort(tmp_path_factory, recs, chunk,
     assert _merge_text(runs, hi=cut, shift=shift) + _merge_text(runs, lo=cut, shift=shift) == text
 
 
+def test_merge_reads_blocks_longer_than_its_buffer(tmp_path):
+    """The merge reads a run's block a piece at a time (the engine's RUN_READ_BYTES, 32 kB):
+    records cut by a piece's end, texts longer than a piece (100 kB) and blocks of many
+    pieces give the text a plain sort gives, for runs read side by side."""
+    rng = np.random.default_rng(7)
+    recs = []
+    for i in range(6000):
+        n = int(rng.integers(0, 60)) if i % 500 else 100_000 + i
+        text = "".join(f":{7 + k % 3}:{int(v)}" for k, v in
+                       enumerate(rng.integers(0, 10**9, n // 12 + 1)))[:n] if n else None
+        if text is not None and text[-1] == ":":
+            text = text[:-1]
+        recs.append((int(rng.integers(0, 3000)), int(rng.integers(0, 4)), 2, 0, 0, 0, i,
+                     [60000019, i, None, None, None, None], text))
+    store = engine.Records(tmp_path / "r", 1 << 20, 4096)
+    for off in range(0, len(recs), 1000):
+        store.add(_frame(recs[off:off + 1000]))
+    runs = store.finish()
+    assert len(runs) >= 2 and max(Path(r.path).stat().st_size for r in runs) > 20 * 32768
+    assert _merge_text(runs) == _reference(recs)
+
+
 def _tile_reference(items, first, gpu):
     """States (row, time, end, state) of intervals (row, start, end, state): per row in
     (start, add order); GPU rows send overlapping activities to first-fit lanes."""

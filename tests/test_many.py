@@ -170,7 +170,7 @@ def test_pool_size():
 
 def test_merge_through_a_small_pool_is_byte_identical(ranks, reference, tmp_path,
                                                       monkeypatch):
-    """Three descriptors for 24 run files: every block read reopens its file."""
+    """Three descriptors for 24 run files: every piece of a block read reopens its file."""
     made = []
 
     real = engine.Merger

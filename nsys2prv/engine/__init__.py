@@ -36,7 +36,7 @@ __all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int6
            "RUN_BLOCK_RECORDS"]
 
 RUN_BLOCK_RECORDS = 4096  # records per block of a run file (the unit a time window seeks to;
-#                           the merge holds one decoded block per run)
+#                           the merge reads it 32 kB at a time: engine RUN_READ_BYTES)
 
 # numpy layout of a moved interval as IntervalStore.tile returns it (the C struct Iv + lane,
 # in memory: host byte order)

@@ -1195,11 +1195,12 @@ typedef struct {
     int fd;
     char *path;
     long long end_offset;     /* stop before this offset (-1: end of file) */
-    long long offset;
-    unsigned char *block;
+    long long offset;         /* of the next bytes to read */
+    unsigned char *block;     /* the current block's bytes read so far, RUN_READ_BYTES at a time */
     size_t block_cap;
-    uint32_t block_left;
-    const unsigned char *p;
+    uint32_t block_left;      /* records of the current block not decoded yet */
+    uint32_t bfile;           /* bytes of the current block not read yet */
+    const unsigned char *p, *lim;
     int64_t prev_time;
     int rep;
     /* in-memory trace-wide source (columns) */
@@ -1383,9 +1384,51 @@ static void msrc_close(Merger *m, MSource *s) {
     if (s->fd >= 0) { close(s->fd); s->fd = -1; m->nopen--; }
 }
 
+/* A run's block is read RUN_READ_BYTES at a time, not whole: the merge holds a buffer per
+ * run, and a block of RUN_BLOCK_RECORDS records is ~140 kB (a 30M-activity export's ~530 runs:
+ * 75 MB held, not 17). The buffer keeps REC_HEAD_MAX bytes of slack past what was read, so
+ * that decoding a malformed record stays inside it. */
+#define RUN_READ_BYTES (32u << 10)
+#define REC_HEAD_MAX ENC_MAX(0)
+
+/* at least `need` bytes of the current block from s->p on in the buffer, or all it has
+ * left; 0, or -1 with errno set */
+static int msrc_fill(Merger *m, MSource *s, size_t need) {
+    size_t avail = (size_t)(s->lim - s->p);
+    if (avail >= need || s->bfile == 0) return 0;
+    size_t want = need > RUN_READ_BYTES ? need : RUN_READ_BYTES;
+    if (want + REC_HEAD_MAX > s->block_cap) {
+        size_t at = (size_t)(s->p - s->block);
+        unsigned char *b = realloc(s->block, want + REC_HEAD_MAX);
+        if (!b) { errno = ENOMEM; return -1; }
+        s->block = b;
+        s->block_cap = want + REC_HEAD_MAX;
+        s->p = b + at;
+    }
+    if (avail && s->p != s->block) memmove(s->block, s->p, avail);
+    s->p = s->block;
+    size_t n = s->block_cap - REC_HEAD_MAX - avail;
+    if (n > s->bfile) n = s->bfile;
+    if (s->fd < 0) {
+        if (msrc_open(m, s) < 0) return -1;
+        m->reopened++;
+    }
+    ssize_t got = read_at(s->fd, s->block + avail, n, s->offset);
+    if (got < 0) return -1;
+    if ((size_t)got != n) { errno = EIO; return -1; }
+    memset(s->block + avail + n, 0, REC_HEAD_MAX);
+    s->offset += (long long)n;
+    s->bfile -= (uint32_t)n;
+    s->lim = s->block + avail + n;
+    return 0;
+}
+
 static int msrc_next_run(Merger *m, MSource *s) {
     for (;;) {
         if (s->block_left == 0) {
+            s->offset += s->bfile;  /* bytes a malformed block did not use */
+            s->bfile = 0;
+            s->p = s->lim = s->block;
             if (s->end_offset >= 0 && s->offset >= s->end_offset) { msrc_close(m, s); return 0; }
             if (s->fd < 0) {
                 if (msrc_open(m, s) < 0) return -1;
@@ -1396,24 +1439,21 @@ static int msrc_next_run(Merger *m, MSource *s) {
             if (got < 0) return -1;
             if (got == 0) { msrc_close(m, s); return 0; }
             if (got != (ssize_t)sizeof head) { errno = EIO; return -1; }
-            uint32_t count = get_le32(head), bytes = get_le32(head + 4);
-            if (bytes > s->block_cap) {
-                unsigned char *p = realloc(s->block, bytes);
-                if (!p) { errno = ENOMEM; return -1; }
-                s->block = p;
-                s->block_cap = bytes;
-            }
-            got = read_at(s->fd, s->block, bytes, s->offset + (long long)sizeof head);
-            if (got < 0) return -1;
-            if (got != (ssize_t)bytes) { errno = EIO; return -1; }
-            s->offset += (long long)sizeof head + bytes;
-            s->block_left = count;
-            s->p = s->block;
+            s->offset += (long long)sizeof head;
+            s->block_left = get_le32(head);
+            s->bfile = get_le32(head + 4);
             s->prev_time = 0;
-            if (count == 0) continue;
+            continue;
         }
+        if (msrc_fill(m, s, REC_HEAD_MAX) < 0) return -1;
         DRec d;
-        s->p = decode_rec(s->p, &d, s->prev_time);
+        const unsigned char *q = decode_rec(s->p, &d, s->prev_time);
+        if (q > s->lim) {  /* its text goes on past the bytes read */
+            if (msrc_fill(m, s, (size_t)(q - s->p)) < 0) return -1;
+            q = decode_rec(s->p, &d, s->prev_time);
+            if (q > s->lim) { errno = EIO; return -1; }
+        }
+        s->p = q;
         s->prev_time = d.time;
         s->block_left--;
         const ReportMap *r = &m->reps[s->rep];
