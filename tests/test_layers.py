@@ -19,6 +19,7 @@ import pytest
 
 import nsys2prv
 from conftest import CORPUS, ROOT
+from nsys2prv.analysis import layers
 from nsys2prv.analysis import projection as P
 from nsys2prv.analysis.activities import read_activities
 from nsys2prv.analysis.layers import analyze_layers, layer_label, project_ranges
@@ -312,6 +313,29 @@ def test_synthetic_projection_equals_the_generators(synthetic):
     assert len(late) == len(truth.of("layer_0")) * truth.layers
     opt = inst.filter(pl.col("name") == "optimizer")
     assert set(opt["ops"].to_list()) == {1}  # one graph launch, three kernel nodes
+
+
+def test_packed_instances_read_back_as_projected(synthetic):
+    """The instances are kept packed (compressed) and read back a few columns at a time:
+    any columns read back equal those of the whole table, dtypes included; the busy time
+    the pass filled (for the layers and the steps) equals a projection that fills every
+    range's, and idle is the span less it; the names' stats equal a fresh projection's."""
+    _, out, extras = synthetic
+    p = extras.layers.projected
+    assert p.packed is not None and len(p.packed) < p.instances.estimated_size()
+    whole = p.instances
+    assert p.projected == whole.height > 0 and whole.schema == layers._INSTANCE_SCHEMA
+    for cols in (("name", "rank", "dur"), ("idle",), ("busy", "id"), ("memset", "level")):
+        assert p.columns(*cols).equals(whole.select(cols))
+    fresh = project_ranges(read_activities(out), busy=True)
+    want = fresh.instances
+    assert whole.drop("busy", "idle").equals(want.drop("busy", "idle"))
+    # ranges whose work ran on several rows have their union filled by a pass of its own
+    assert project_ranges(read_activities(out)).instances["busy"].null_count() > 0
+    known = whole["busy"].is_not_null()
+    assert whole.filter(known)["busy"].equals(want.filter(known)["busy"])
+    assert whole.filter(known)["idle"].equals(want.filter(known)["idle"])
+    assert p.names().equals(fresh.names())
 
 
 def test_synthetic_layer_level_tables_and_outliers(synthetic):

@@ -29,6 +29,7 @@ layer on the other ranks, or than itself in the other steps.
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass, field
 
@@ -129,13 +130,27 @@ _INSTANCE_SCHEMA = {
     **{c: pl.Int64 for c in CATEGORIES}}
 
 
+_DERIVED = ("busy", "idle")  # kept as an array beside the packed columns (`fill_busy`)
+
+
+def _pack(frame: pl.DataFrame) -> bytes:
+    """A frame compressed (Arrow IPC, zstd): the instances' columns take ~6x less."""
+    buf = io.BytesIO()
+    frame.write_ipc(buf, compression="zstd")
+    return buf.getvalue()
+
+
 @dataclass
 class Projected:
     """Every NVTX range of a trace projected onto the GPU (times in the trace's ns; `rank`
     is the task index, `row` the thread's trace row, `id` the range's index, `parent` the
-    id of nsys' parent range; level -1: a range nsys cannot nest, the twin of another)."""
+    id of nsys' parent range; level -1: a range nsys cannot nest, the twin of another).
+    The instances are kept packed (compressed, ~30 bytes a range, not ~170) and read back
+    a few columns at a time (`columns`): a run's ranges can be millions, and the layer
+    pick reads a few of their columns, the layers' members a few of their rows."""
 
-    instances: pl.DataFrame  # _INSTANCE_SCHEMA, the projected ranges, by start
+    packed: bytes | None  # the instances (_INSTANCE_SCHEMA, by start) but busy and idle
+    busy: np.ndarray  # per instance, the GPU's busy time inside it (-1: not known yet)
     ranges: int = 0  # NVTX ranges of the trace
     not_projected: int = 0  # ranges whose calls launched nothing on the GPU
     unassigned: dict = field(default_factory=dict)  # work launched in no range
@@ -149,6 +164,31 @@ class Projected:
     totals: dict = field(default_factory=dict)  # (step, domain) -> its GPU time (`_total_gpu`)
 
     @property
+    def projected(self) -> int:
+        """How many ranges launched GPU work (the instances)."""
+        return self.busy.size
+
+    @property
+    def instances(self) -> pl.DataFrame:
+        """The projected ranges (`_INSTANCE_SCHEMA`, by start), every column read back."""
+        return self.columns(*_INSTANCE_SCHEMA)
+
+    def columns(self, *names: str) -> pl.DataFrame:
+        """The instances' columns `names` (of `_INSTANCE_SCHEMA`), only those read back."""
+        stored = [c for c in names if c not in _DERIVED]
+        need = stored + (["dur"] if "idle" in names and "dur" not in stored else [])
+        if self.packed is None:
+            return pl.DataFrame(schema={c: _INSTANCE_SCHEMA[c] for c in names})
+        frame = pl.read_ipc(io.BytesIO(self.packed), columns=need) if need else \
+            pl.DataFrame()
+        if "busy" in names or "idle" in names:
+            busy = pl.Series("busy", self.busy).set(pl.Series(self.busy < 0), None)
+            frame = frame.with_columns(busy)
+            if "idle" in names:
+                frame = frame.with_columns((pl.col("dur") - busy).alias("idle"))
+        return frame.select(names)
+
+    @property
     def work(self) -> bool:
         """Whether the work can still be read (`Layers.release` lets it go)."""
         return self.segments is not None and self.source is not None
@@ -156,35 +196,31 @@ class Projected:
     def fill_busy(self, ids: pl.Series) -> None:
         """The busy time (the union of the work) and idle time of the instances `ids` that
         lack it (their work ran on several rows): one pass over the work in start order."""
-        inst = self.instances
-        todo = inst.with_row_index("k").filter(pl.col("id").is_in(ids.implode())
-                                               & pl.col("busy").is_null())
-        if todo.height == 0 or not self.work:
+        if self.projected == 0 or not self.work:
             return
-        k = todo["k"].to_numpy()
+        k = np.flatnonzero(np.isin(self.columns("id")["id"].to_numpy(), ids.to_numpy())
+                           & (self.busy < 0))
+        if k.size == 0:
+            return
         lo, hi = self.slices[0][k], self.slices[1][k]
         wanted = P.WantedUnion(lo, hi)
         for w in launched_work(self.source, by="start"):
             wanted.add(self.segments.of(w["launch_row"].to_numpy(), w["launch"].to_numpy()),
                        w["start"].to_numpy(), w["end"].to_numpy())
-        union = wanted.covered
-        busy = inst["busy"].to_numpy().copy() if inst["busy"].null_count() == 0 else \
-            inst["busy"].fill_null(-1).to_numpy().copy()
-        busy[k] = union
-        s = pl.Series("busy", busy).set(pl.Series(busy < 0), None)
-        self.instances = inst.with_columns(s, (pl.col("dur") - s).alias("idle"))
+        self.busy[k] = wanted.covered
 
     def names(self) -> pl.DataFrame:
         """Per range name, per rank and for the job (rank null): the statistics of
         `name_stats`."""
-        per = name_stats(self.instances, ["name", "rank"])
-        job = name_stats(self.instances, ["name"]).with_columns(
+        inst = self.columns("name", "rank", "dur")
+        per = name_stats(inst, ["name", "rank"])
+        job = name_stats(inst, ["name"]).with_columns(
             pl.lit(None, pl.Int64).alias("rank"))
         return pl.concat([job.select(per.columns), per]).sort(
             "rank", "sum", "name", descending=[False, True, False], nulls_last=False)
 
     def to_dict(self) -> dict:
-        return {"ranges": self.ranges, "projected": self.instances.height,
+        return {"ranges": self.ranges, "projected": self.projected,
                 "not_projected": self.not_projected, "unassigned": self.unassigned,
                 "instances": self.instances.to_dicts(), "names": self.names().to_dicts()}
 
@@ -209,7 +245,7 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     others' null until `fill_busy` (the layers and the steps get theirs)."""
     r = acts.ranges
     if r.height == 0:
-        return Projected(pl.DataFrame(schema=_INSTANCE_SCHEMA))
+        return Projected(None, np.empty(0, np.int64))
     row = r["row"].to_numpy()
     s = r["start"].to_numpy()
     e = s + r["dur"].to_numpy()
@@ -229,7 +265,6 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     del sums
     parent, level = P.nesting(row, s, e)
     rank = _rank_of_row(acts, int(row.max(initial=0)))[row[keep]]
-    busy_k = proj["busy"]
     inst = pl.DataFrame({
         "id": keep.astype(np.int64), "rank": pl.Series(rank).set(pl.Series(rank < 0), None),
         "row": row[keep].astype(np.int32),
@@ -240,18 +275,20 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
         "parent": pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
         "cpu_start": s[keep], "cpu_dur": r["dur"].gather(keep),
         "start": proj["start"], "dur": proj["end"] - proj["start"], "ops": proj["ops"],
-        "busy": pl.Series(busy_k).set(pl.Series(busy_k < 0), None),
         **{c: proj["time"][k] for k, c in enumerate(CATEGORIES)}})
-    inst = inst.with_columns((pl.col("dur") - pl.col("busy")).alias("idle")
-                             ).select(list(_INSTANCE_SCHEMA)).cast(_INSTANCE_SCHEMA)
+    stored = {c: t for c, t in _INSTANCE_SCHEMA.items() if c not in _DERIVED}
+    packed = _pack(inst.select(list(stored)).cast(stored))
+    height = inst.height
+    del inst
+    busy_k = np.asarray(proj["busy"], np.int64).copy()
     slices = (proj["lo"], proj["hi"])
-    del rank, busy_k, proj, parent, level, keep
+    del rank, proj, parent, level, keep
     devices = acts.rows.filter(pl.col("kind") == "gpu").select(
         "row", (pl.col("task_index") * 1_000_000 + pl.col("device")).cast(pl.Int64).alias("g"))
-    out = Projected(inst, r.height, r.height - inst.height, unassigned, segments, slices,
+    out = Projected(packed, busy_k, r.height, r.height - height, unassigned, segments, slices,
                     devices, acts, work_time)
     if busy:
-        out.fill_busy(out.instances["id"])
+        out.fill_busy(out.columns("id")["id"])
     return out
 
 
@@ -290,7 +327,8 @@ def _ancestor_flag(parent: np.ndarray, level: np.ndarray, flag: np.ndarray) -> n
 
 @dataclass
 class _Tree:
-    """The projected instances with their family, step, operator flag and whether an
+    """The projected instances (their index `at`, id, name, level, parent and GPU time, the
+    columns the layer pick reads) with their family, step, operator flag and whether an
     ancestor is an operator, plus the parent/level arrays by range id."""
 
     inst: pl.DataFrame
@@ -299,10 +337,12 @@ class _Tree:
 
     @classmethod
     def of(cls, proj: Projected, acts: Activities, step: StepPick | None) -> "_Tree":
-        inst = proj.instances
-        if proj.slices is not None:
-            inst = inst.with_columns(pl.Series("lo", proj.slices[0]),
-                                     pl.Series("hi", proj.slices[1]))
+        gpu = np.zeros(proj.projected, np.int64)
+        for c in CATEGORIES:  # one column read back at a time
+            gpu += proj.columns(c)[c].to_numpy()
+        inst = proj.columns("id", "name", "level", "parent").with_row_index("at") \
+            .with_columns(pl.Series("gpu", gpu))
+        del gpu
         n = proj.ranges
         parent = np.full(n, -1, np.int64)
         level = np.full(n, -1, np.int32)
@@ -331,11 +371,25 @@ class _Tree:
         inner = _ancestor_flag(self.parent, self.level, flag)
         return self.inst.filter(pl.col("id").is_in(ids[~inner[ids]]))
 
+    def members(self, proj: Projected, member: pl.Expr) -> pl.DataFrame:
+        """`outermost(member)` with every column of their instances (`_INSTANCE_SCHEMA`,
+        read back a column at a time and only these rows kept), their family, step and
+        operator flags, and their slice of the work (lo, hi)."""
+        picked = self.outermost(member)
+        at = picked["at"].to_numpy()
+        cols = [picked[c] if c in picked.columns else proj.columns(c)[c].gather(at)
+                for c in _INSTANCE_SCHEMA]
+        out = pl.DataFrame(cols)
+        if proj.slices is not None:
+            out = out.with_columns(pl.Series("lo", proj.slices[0][at]),
+                                   pl.Series("hi", proj.slices[1][at]))
+        return out.with_columns(picked.select("family", "operator", "step", "under_operator"))
+
 
 def step_of(proj: Projected, acts: Activities, step: StepPick | None) -> pl.DataFrame:
     """(id, step): the step instance each projected range's CPU start lies in, on its own
     process (`steps.instance_windows`); null outside every step or without a step."""
-    ids = proj.instances.select("id", "rank", "cpu_start")
+    ids = proj.columns("id", "rank", "cpu_start")
     if step is None or step.name is None:
         return ids.select("id", pl.lit(None, pl.Int64).alias("step"))
     win = _step_windows(acts, step)
@@ -365,8 +419,7 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     tree = tree or _Tree.of(proj, acts, step)
     # the columns the pick reads (its filters copy what they keep)
     tree = _Tree(tree.inst.select("id", "name", "family", "operator", "under_operator",
-                                  "step", "level", "parent",
-                                  pl.sum_horizontal(*CATEGORIES).alias("gpu")),
+                                  "step", "level", "parent", "gpu"),
                  tree.parent, tree.level)
     inst = tree.inst
     if inst.height == 0:
@@ -485,7 +538,7 @@ def range_keys(proj: Projected) -> pl.DataFrame:
     folded to '#' ('Batch 12' is 'Batch #'), but the members of numbered layer families,
     which keep their number ('layer_4': each number a layer; `_numbered`, not operators,
     steps or epochs)."""
-    inst = proj.instances.select("id", "parent", "name").with_columns(
+    inst = proj.columns("id", "parent", "name").with_columns(
         family("name").alias("family"))
     layers = inst.filter(~pl.col("name").fill_null("").str.contains(OPERATOR.pattern)
                          & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
@@ -505,7 +558,8 @@ def comparison_rows(acts: Activities) -> pl.DataFrame | None:
         return None
     proj = project_ranges(acts)
     keys = range_keys(proj)
-    return (proj.instances.join(keys, on="id")
+    return (proj.columns("id", "domain", "name", "parent", "cpu_start", "dur", *CATEGORIES)
+            .join(keys, on="id")
             .join(keys.rename({"id": "parent", "range": "parent_range"}), on="parent",
                   how="left")
             .select("range", pl.col("domain").fill_null(""), "name", "parent_range",
@@ -682,7 +736,7 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
     """Every range of `acts` projected onto the GPU, the layer level (`spec` names it) and
     its tables (`Layers`)."""
     proj = project_ranges(acts)
-    if proj.instances.height == 0:
+    if proj.projected == 0:
         why = "no NVTX range" if proj.ranges == 0 else "no NVTX range launched GPU work"
         return Layers(proj, LayerPick(None, [], why))
     tree = _Tree.of(proj, acts, step)
@@ -695,12 +749,11 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
     # the union of the work of the layers' instances and the steps', which are shown
     wanted = tree.inst.filter(member | _is_step_range(tree, step))["id"]
     proj.fill_busy(wanted)
-    tree.inst = tree.inst.drop("busy", "idle").join(
-        proj.instances.select("id", "busy", "idle"), on="id", how="left")
+    tree.inst = tree.inst.with_columns(proj.columns("busy", "idle").get_columns())
     has_step = step is not None and step.name is not None
     if has_step and pick.kind not in ("named", "depth"):
         member = member & pl.col("step").is_not_null()
-    members = tree.outermost(member).with_columns(
+    members = tree.members(proj, member).with_columns(
         (pl.col("name") if pick.numbered else pl.col("family")).alias("layer"),
         pl.sum_horizontal(*CATEGORIES).alias("gpu"))
     total = _total_gpu(proj, acts, step)

@@ -867,13 +867,13 @@ def format_layers(lay, list_all: bool = False, top: int = 10) -> str:
     out = ["", "### Layers on the GPU: NVTX ranges projected onto the GPU (each range's GPU "
                "work: what its calls launched; docs/layers.md)"]
     un = p.unassigned
-    out.append(f"###   {p.instances.height} of {p.ranges} NVTX ranges launched GPU work "
+    out.append(f"###   {p.projected} of {p.ranges} NVTX ranges launched GPU work "
                f"({p.not_projected} launched nothing)"
                + (f"; {un.get('ops', 0)} calls launched {_ms(un.get('gpu_time', 0))} of GPU "
                   "work outside every range" if un.get("ops") else ""))
     pick = lay.pick
     if pick.kind is None:
-        hint = (" (name them with --layers NAME|DEPTH)" if p.instances.height else "")
+        hint = (" (name them with --layers NAME|DEPTH)" if p.projected else "")
         out.append(f"###   layers: none found: {pick.why}{hint}")
     else:
         out.append(f"###   layers: {pick.why}")
