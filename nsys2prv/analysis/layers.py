@@ -133,10 +133,10 @@ _INSTANCE_SCHEMA = {
 _DERIVED = ("busy", "idle")  # kept as an array beside the packed columns (`fill_busy`)
 
 
-def _pack(frame: pl.DataFrame) -> bytes:
-    """A frame compressed (Arrow IPC, zstd): the instances' columns take ~6x less."""
+def _pack(column: pl.Series) -> bytes:
+    """A column compressed (Arrow IPC, zstd): the instances' take ~6x less."""
     buf = io.BytesIO()
-    frame.write_ipc(buf, compression="zstd")
+    column.to_frame().write_ipc(buf, compression="zstd")
     return buf.getvalue()
 
 
@@ -145,11 +145,12 @@ class Projected:
     """Every NVTX range of a trace projected onto the GPU (times in the trace's ns; `rank`
     is the task index, `row` the thread's trace row, `id` the range's index, `parent` the
     id of nsys' parent range; level -1: a range nsys cannot nest, the twin of another).
-    The instances are kept packed (compressed, ~30 bytes a range, not ~170) and read back
-    a few columns at a time (`columns`): a run's ranges can be millions, and the layer
-    pick reads a few of their columns, the layers' members a few of their rows."""
+    The instances are kept packed, each column compressed as it is made (~30 bytes a
+    range, not ~170), and read back a few columns at a time (`columns`): a run's ranges can
+    be millions, and the layer pick reads a few of their columns, the layers' members a
+    few of their rows."""
 
-    packed: bytes | None  # the instances (_INSTANCE_SCHEMA, by start) but busy and idle
+    packed: dict[str, bytes]  # the instances' columns (_INSTANCE_SCHEMA, by start) but busy, idle
     busy: np.ndarray  # per instance, the GPU's busy time inside it (-1: not known yet)
     ranges: int = 0  # NVTX ranges of the trace
     not_projected: int = 0  # ranges whose calls launched nothing on the GPU
@@ -177,10 +178,9 @@ class Projected:
         """The instances' columns `names` (of `_INSTANCE_SCHEMA`), only those read back."""
         stored = [c for c in names if c not in _DERIVED]
         need = stored + (["dur"] if "idle" in names and "dur" not in stored else [])
-        if self.packed is None:
+        if not self.packed:
             return pl.DataFrame(schema={c: _INSTANCE_SCHEMA[c] for c in names})
-        frame = pl.read_ipc(io.BytesIO(self.packed), columns=need) if need else \
-            pl.DataFrame()
+        frame = pl.DataFrame([pl.read_ipc(io.BytesIO(self.packed[c]))[c] for c in need])
         if "busy" in names or "idle" in names:
             busy = pl.Series("busy", self.busy).set(pl.Series(self.busy < 0), None)
             frame = frame.with_columns(busy)
@@ -245,7 +245,7 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     others' null until `fill_busy` (the layers and the steps get theirs)."""
     r = acts.ranges
     if r.height == 0:
-        return Projected(None, np.empty(0, np.int64))
+        return Projected({}, np.empty(0, np.int64))
     row = r["row"].to_numpy()
     s = r["start"].to_numpy()
     e = s + r["dur"].to_numpy()
@@ -265,21 +265,25 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     del sums
     parent, level = P.nesting(row, s, e)
     rank = _rank_of_row(acts, int(row.max(initial=0)))[row[keep]]
-    inst = pl.DataFrame({
-        "id": keep.astype(np.int64), "rank": pl.Series(rank).set(pl.Series(rank < 0), None),
-        "row": row[keep].astype(np.int32),
-        "name": _beside(r["name"].gather(keep).to_frame("id"), acts.range_names, "id")["name"],
-        "domain": _beside(r["type"].gather(keep).to_frame("type"), acts.domains,
-                          "type")["domain"],
-        "level": pl.Series(level[keep]).set(pl.Series(level[keep] < 0), None),
-        "parent": pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
-        "cpu_start": s[keep], "cpu_dur": r["dur"].gather(keep),
-        "start": proj["start"], "dur": proj["end"] - proj["start"], "ops": proj["ops"],
-        **{c: proj["time"][k] for k, c in enumerate(CATEGORIES)}})
-    stored = {c: t for c, t in _INSTANCE_SCHEMA.items() if c not in _DERIVED}
-    packed = _pack(inst.select(list(stored)).cast(stored))
-    height = inst.height
-    del inst
+    # each column packed as it is made: the table is never whole in memory
+    made = {
+        "id": lambda: keep.astype(np.int64),
+        "rank": lambda: pl.Series(rank).set(pl.Series(rank < 0), None),
+        "row": lambda: row[keep].astype(np.int32),
+        "name": lambda: _beside(r["name"].gather(keep).to_frame("id"), acts.range_names,
+                                "id")["name"],
+        "domain": lambda: _beside(r["type"].gather(keep).to_frame("type"), acts.domains,
+                                  "type")["domain"],
+        "level": lambda: pl.Series(level[keep]).set(pl.Series(level[keep] < 0), None),
+        "parent": lambda: pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
+        "cpu_start": lambda: s[keep], "cpu_dur": lambda: r["dur"].gather(keep),
+        "start": lambda: proj["start"], "dur": lambda: proj["end"] - proj["start"],
+        "ops": lambda: proj["ops"],
+        **{c: (lambda k=k: proj["time"][k]) for k, c in enumerate(CATEGORIES)}}
+    packed = {c: _pack(pl.Series(c, made[c]()).cast(t)) for c, t in _INSTANCE_SCHEMA.items()
+              if c not in _DERIVED}
+    height = keep.size
+    del made
     busy_k = np.asarray(proj["busy"], np.int64).copy()
     slices = (proj["lo"], proj["hi"])
     del rank, proj, parent, level, keep
@@ -354,9 +358,9 @@ class _Tree:
                               pl.col("name").str.contains(OPERATOR.pattern)
                               .fill_null(False).alias("operator")))
         by_name = _beside(inst.select("name"), fams, "name")
-        in_step = _beside(inst.select("id"), step_of(proj, acts, step), "id")
-        inst = inst.with_columns(by_name["family"], by_name["operator"], in_step["step"])
-        del by_name, in_step
+        inst = inst.with_columns(by_name["family"], by_name["operator"],
+                                 step_of(proj, acts, step))
+        del by_name
         op = np.zeros(n, dtype=bool)
         op[ids] = inst["operator"].to_numpy()
         inst = inst.with_columns(pl.Series("under_operator",
@@ -386,19 +390,21 @@ class _Tree:
         return out.with_columns(picked.select("family", "operator", "step", "under_operator"))
 
 
-def step_of(proj: Projected, acts: Activities, step: StepPick | None) -> pl.DataFrame:
-    """(id, step): the step instance each projected range's CPU start lies in, on its own
-    process (`steps.instance_windows`); null outside every step or without a step."""
-    ids = proj.columns("id", "rank", "cpu_start")
+def step_of(proj: Projected, acts: Activities, step: StepPick | None) -> pl.Series:
+    """Per projected instance, in their order: the step instance its CPU start lies in, on
+    its own process (`steps.instance_windows`); null outside every step or without a step.
+    Put back in order by position, not joined on the id (a hash table of every range)."""
     if step is None or step.name is None:
-        return ids.select("id", pl.lit(None, pl.Int64).alias("step"))
+        return pl.repeat(None, proj.projected, dtype=pl.Int64, eager=True).alias("step")
+    at = proj.columns("rank", "cpu_start").with_row_index("at")
     win = _step_windows(acts, step)
-    hit = (ids.sort("cpu_start").join_asof(win.sort("s_start"), left_on="cpu_start",
-                                           right_on="s_start", by="rank",
-                                           strategy="backward", check_sortedness=False)
-           .with_columns(pl.when(pl.col("cpu_start") < pl.col("s_end")).then(pl.col("step"))
-                         .otherwise(None).alias("step")))
-    return hit.select("id", "step")
+    hit = (at.sort("cpu_start").join_asof(win.sort("s_start"), left_on="cpu_start",
+                                          right_on="s_start", by="rank",
+                                          strategy="backward", check_sortedness=False)
+           .select("at", pl.when(pl.col("cpu_start") < pl.col("s_end")).then(pl.col("step"))
+                   .otherwise(None).alias("step"))
+           .sort("at"))
+    return hit["step"]
 
 
 def _step_windows(acts: Activities, step: StepPick) -> pl.DataFrame:
