@@ -265,7 +265,14 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     del sums
     parent, level = P.nesting(row, s, e)
     rank = _rank_of_row(acts, int(row.max(initial=0)))[row[keep]]
-    # each column packed as it is made: the table is never whole in memory
+    # each column packed as it is made, the projection's arrays let go once packed: the
+    # table is never whole in memory
+    def taken(key: str, k: int | None = None) -> np.ndarray:
+        if k is None:
+            return proj.pop(key)
+        out, proj[key][k] = proj[key][k], None
+        return out
+
     made = {
         "id": lambda: keep.astype(np.int64),
         "rank": lambda: pl.Series(rank).set(pl.Series(rank < 0), None),
@@ -277,14 +284,14 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
         "level": lambda: pl.Series(level[keep]).set(pl.Series(level[keep] < 0), None),
         "parent": lambda: pl.Series(parent[keep]).set(pl.Series(parent[keep] < 0), None),
         "cpu_start": lambda: s[keep], "cpu_dur": lambda: r["dur"].gather(keep),
-        "start": lambda: proj["start"], "dur": lambda: proj["end"] - proj["start"],
-        "ops": lambda: proj["ops"],
-        **{c: (lambda k=k: proj["time"][k]) for k, c in enumerate(CATEGORIES)}}
+        "start": lambda: proj["start"], "dur": lambda: taken("end") - taken("start"),
+        "ops": lambda: taken("ops"),
+        **{c: (lambda k=k: taken("time", k)) for k, c in enumerate(CATEGORIES)}}
     packed = {c: _pack(pl.Series(c, made[c]()).cast(t)) for c, t in _INSTANCE_SCHEMA.items()
               if c not in _DERIVED}
     height = keep.size
     del made
-    busy_k = np.asarray(proj["busy"], np.int64).copy()
+    busy_k = np.asarray(proj.pop("busy"), np.int64)
     slices = (proj["lo"], proj["hi"])
     del rank, proj, parent, level, keep
     devices = acts.rows.filter(pl.col("kind") == "gpu").select(

@@ -544,16 +544,32 @@ class RangeSums:
         """The ranges with GPU work, by the start of their work then their index, and what
         `project` gives of them (start, end, ops, busy: -1 where the work ran on several
         rows, `union_time` gives it; lo, hi: their slices of segments; `time`, a column a
-        kind): ranges that launched nothing are not projected."""
+        kind): ranges that launched nothing are not projected. Consumes the sums: each
+        array is let go once its projected rows are taken (a run's ranges can be millions:
+        one array held twice at a time, not all of them)."""
         keep = np.flatnonzero(self.calls > 0)
         keep = keep[np.lexsort((keep, self.first[keep]))]
-        times = [self.times[k][keep] if k in self.times else np.zeros(keep.size, np.int64)
-                 for k in range(self.kinds)]
-        busy = np.where(self.rmin[keep] != self.rmax[keep], -1, sum(times))
+        several = self.rmin[keep] != self.rmax[keep]
+        self.rmin = self.rmax = None
+        times = []
+        for k in range(self.kinds):
+            t = self.times.pop(k, None)
+            times.append(t[keep] if t is not None else np.zeros(keep.size, np.int64))
+            del t
+        out = {"busy": np.where(several, -1, sum(times)), "time": times}
+        del several
+        out["start"] = self.first[keep]
+        self.first = None
+        out["end"] = self.last[keep]
+        self.last = None
+        out["ops"] = self.calls[keep]
+        self.calls = None
         lo = self.lo[keep]
-        hi = np.maximum(np.where(self.at_end[keep], self.hi[keep] + 1, self.hi[keep]), lo)
-        return keep, {"start": self.first[keep], "end": self.last[keep],
-                      "ops": self.calls[keep], "busy": busy, "time": times, "lo": lo, "hi": hi}
+        out["lo"] = lo
+        out["hi"] = np.maximum(np.where(self.at_end[keep], self.hi[keep] + 1, self.hi[keep]),
+                               lo)
+        self.lo = self.hi = self.at_end = None
+        return keep, out
 
 
 class WantedUnion:
