@@ -325,7 +325,8 @@ def test_packed_instances_read_back_as_projected(synthetic):
     assert p.packed and sum(map(len, p.packed.values())) < p.instances.estimated_size()
     whole = p.instances
     assert p.projected == whole.height > 0 and whole.schema == layers._INSTANCE_SCHEMA
-    for cols in (("name", "rank", "dur"), ("idle",), ("busy", "id"), ("memset", "level")):
+    for cols in (("name", "rank", "dur"), ("idle",), ("busy",), ("busy", "id"),
+                 ("memset", "level")):
         assert p.columns(*cols).equals(whole.select(cols))
     fresh = project_ranges(read_activities(out), busy=True)
     want = fresh.instances

@@ -180,12 +180,12 @@ class Projected:
         need = stored + (["dur"] if "idle" in names and "dur" not in stored else [])
         if not self.packed:
             return pl.DataFrame(schema={c: _INSTANCE_SCHEMA[c] for c in names})
-        frame = pl.DataFrame([pl.read_ipc(io.BytesIO(self.packed[c]))[c] for c in need])
+        cols = [pl.read_ipc(io.BytesIO(self.packed[c]))[c] for c in need]
         if "busy" in names or "idle" in names:
-            busy = pl.Series("busy", self.busy).set(pl.Series(self.busy < 0), None)
-            frame = frame.with_columns(busy)
-            if "idle" in names:
-                frame = frame.with_columns((pl.col("dur") - busy).alias("idle"))
+            cols.append(pl.Series("busy", self.busy).set(pl.Series(self.busy < 0), None))
+        frame = pl.DataFrame(cols)
+        if "idle" in names:
+            frame = frame.with_columns((pl.col("dur") - pl.col("busy")).alias("idle"))
         return frame.select(names)
 
     @property
@@ -207,6 +207,8 @@ class Projected:
         for w in launched_work(self.source, by="start"):
             wanted.add(self.segments.of(w["launch_row"].to_numpy(), w["launch"].to_numpy()),
                        w["start"].to_numpy(), w["end"].to_numpy())
+        # in place: frames read back before may share the array, but only where they hold
+        # nulls (the instances filled here), so what they show does not change
         self.busy[k] = wanted.covered
 
     def names(self) -> pl.DataFrame:
