@@ -386,8 +386,8 @@ class _Tree:
 
     def members(self, proj: Projected, member: pl.Expr) -> pl.DataFrame:
         """`outermost(member)` with every column of their instances (`_INSTANCE_SCHEMA`,
-        read back a column at a time and only these rows kept), their family, step and
-        operator flags, and their slice of the work (lo, hi)."""
+        read back a column at a time and only these rows kept), their family, step,
+        operator flags and GPU time, and their slice of the work (lo, hi)."""
         picked = self.outermost(member)
         at = picked["at"].to_numpy()
         cols = [picked[c] if c in picked.columns else proj.columns(c)[c].gather(at)
@@ -396,7 +396,8 @@ class _Tree:
         if proj.slices is not None:
             out = out.with_columns(pl.Series("lo", proj.slices[0][at]),
                                    pl.Series("hi", proj.slices[1][at]))
-        return out.with_columns(picked.select("family", "operator", "step", "under_operator"))
+        return out.with_columns(picked.select("family", "operator", "step", "under_operator",
+                                              "gpu"))
 
 
 def step_of(proj: Projected, acts: Activities, step: StepPick | None) -> pl.Series:
@@ -769,8 +770,7 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
     if has_step and pick.kind not in ("named", "depth"):
         member = member & pl.col("step").is_not_null()
     members = tree.members(proj, member).with_columns(
-        (pl.col("name") if pick.numbered else pl.col("family")).alias("layer"),
-        pl.sum_horizontal(*CATEGORIES).alias("gpu"))
+        (pl.col("name") if pick.numbered else pl.col("family")).alias("layer"))
     total = _total_gpu(proj, acts, step)
     kernel_time, spans = _member_sums(proj, acts, members)
     layers = (members.group_by("layer")
