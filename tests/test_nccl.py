@@ -138,6 +138,43 @@ def test_matching_without_translating_cuda_calls(tmp_path):
     assert got["ncclDevKernel_SendRecv"][4][nreg.NCCL_MESSAGE_SIZE] == 4000
 
 
+@pytest.mark.parametrize("only", [None, ["kernels", "nccl"]])
+def test_kernels_in_slices_write_what_whole_ones_do(tmp_path, only):
+    """The NCCL kernels are matched a slice at a time (memory of a slice): read two rows a
+    chunk, so that every slice holds a few of them, the trace is the same, byte for byte,
+    as with all of them in one slice; with CUDA calls left out too (their launches then
+    read for every kernel at once)."""
+    db = sg.nccl_export(tmp_path / "nccl.sqlite", "binary")
+    whole = nsys2prv.translate(db, tmp_path / "whole.prv", only=only)
+    sliced = nsys2prv.translate(db, tmp_path / "sliced.prv", only=only, chunk_rows=2)
+    kernels = sql(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+    assert kernels > 2 * 2  # several slices of NCCL kernels
+    assert sliced.counts["nccl_kernels_matched_to_calls"] == \
+        whole.counts["nccl_kernels_matched_to_calls"] == 4
+    assert sliced.counts["nccl_kernels_with_operation"] == \
+        whole.counts["nccl_kernels_with_operation"] > 0
+    for ext in (".prv", ".pcf", ".row"):
+        assert (tmp_path / f"sliced{ext}").read_bytes() == (tmp_path / f"whole{ext}").read_bytes()
+
+
+def test_instances_of_every_slice_are_matched_across_ranks(tmp_path):
+    """Each slice's NCCL kernels go to the side file the merge matches across the ranks:
+    read two rows a chunk, the 4 ranks' 3 all-reduces give the same collective lines as
+    read whole (3 x 3 lines from the late rank)."""
+    from nsys2prv.paraver.registry import deps as dreg
+    from nsys2prv.testing import synth_deps as sd
+
+    paths = sd.nccl_job(tmp_path / "job", 4, 3, 2, 2_000 * sd.US)
+    whole = nsys2prv.translate(paths, tmp_path / "whole.prv")
+    sliced = nsys2prv.translate(paths, tmp_path / "sliced.prv", chunk_rows=2)
+    for r in (whole, sliced):
+        assert r.counts["NCCL operation instances matched"] == 3
+        assert r.counts["NCCL collective lines"] == 3 * 3
+    tr = read_prv(tmp_path / "sliced.prv")
+    assert sum(1 for c in tr.comms if c[14] == dreg.TAG_NCCL_COLLECTIVE) == 9
+    assert (tmp_path / "sliced.prv").read_bytes() == (tmp_path / "whole.prv").read_bytes()
+
+
 def test_schema_layouts_and_natural_alignment(tmp_path):
     db = sg.nccl_export(tmp_path / "nccl.sqlite", "binary")
     lay = source.schema_layouts(Report(db))

@@ -122,23 +122,27 @@ def _checked(df: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 
 # -- kernels ----------------------------------------------------------------------------------
 
-def _nccl_kernels(report: Report, ctx: Context) -> pl.DataFrame | None:
-    """NCCL kernels: pid, correlation, start, end, GPU row, rowid, operation from the name."""
+def _nccl_kernels(report: Report, ctx: Context) -> Iterator[pl.DataFrame] | None:
+    """NCCL kernels (pid, correlation, start, end, GPU row, rowid, operation from the name),
+    a slice of about a chunk's rows at a time (None: the report has no kernels)."""
     if not kernel_source.available(report):
         return None
+    return _sliced(_nccl_kernel_chunks(report, ctx), ctx.chunk_rows)
+
+
+def _nccl_kernel_chunks(report: Report, ctx: Context) -> Iterator[pl.DataFrame]:
     nccl = NameClassifier(ctx.names, "kernel_names", is_nccl, pl.Boolean, False)
     op = NameClassifier(ctx.names, "kernel_names", lambda n: operation_of_kernel(n) or "",
                         pl.Utf8, "")
     c = pl.col
-    parts = []
     if kernels.NCCL_KERNELS in ctx.shared:  # the kernels kind kept them: no second read
-        chunks = ctx.shared[kernels.NCCL_KERNELS]
+        kept = ctx.shared[kernels.NCCL_KERNELS]
+        chunks: Iterator[pl.DataFrame] = (kept.pop(0) for _ in range(len(kept)))
         translated = True
     else:
         chunks = kernel_source.read(report, ctx.chunk_rows)
         translated = False
-    for chunk in chunks:
-        df = chunk
+    for df in chunks:
         if not translated:
             df = df.filter(c("start").is_not_null() & c("end").is_not_null())
             df = df.filter(nccl(df["short_name_id"]))
@@ -147,13 +151,29 @@ def _nccl_kernels(report: Report, ctx: Context) -> pl.DataFrame | None:
             df = df.with_columns(ctx.rows.gpu_rows(df).alias("row"),
                                  pl.max_horizontal("start", "end").alias("end"))
         df = df.with_columns(op(df["short_name_id"]).alias("kernel_op"))
-        parts.append(df.select("row_id", "pid", "correlation", "start", "end", "row",
-                               pl.when(c("kernel_op") != "").then(c("kernel_op"))
-                               .alias("kernel_op")))
-    return pl.concat(parts, how="vertical") if parts else None
+        yield df.select("row_id", "pid", "correlation", "start", "end", "row",
+                        pl.when(c("kernel_op") != "").then(c("kernel_op")).alias("kernel_op"))
 
 
-def _launches(report: Report, ctx: Context, kernels: pl.DataFrame) -> pl.DataFrame:
+def _sliced(frames: Iterator[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
+    """The rows of `frames` in order, in frames of about `rows` rows (the kernels kind keeps
+    each of its chunks' few NCCL kernels: one query per few of them would cost more)."""
+    held: list[pl.DataFrame] = []
+    n = 0
+    for f in frames:
+        if f.height == 0:
+            continue
+        held.append(f)
+        n += f.height
+        if n >= rows:
+            yield pl.concat(held, how="vertical")
+            held, n = [], 0
+    if held:
+        yield pl.concat(held, how="vertical")
+
+
+def _call_index(report: Report, ctx: Context, kernels: pl.DataFrame
+                ) -> "cuda_api.CorrelationIndex | cuda_api.MappedIndex":
     """(pid, correlation) -> api_row, api_start of the calls that launched `kernels`.
 
     Uses the CUDA API index of this report; when CUDA calls are not translated, reads the
@@ -169,7 +189,7 @@ def _launches(report: Report, ctx: Context, kernels: pl.DataFrame) -> pl.DataFra
                                           ctx.rows.cpu_rows(chunk).alias("api_row"),
                                           pl.col("start").alias("api_start")))
         index = cuda_api.CorrelationIndex(parts)
-    return index.join(kernels, how="left")
+    return index
 
 
 def group_keys(calls: pl.DataFrame) -> pl.DataFrame:
@@ -234,17 +254,16 @@ def _communicators(calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> None:
-    """Operation and payload of each NCCL kernel, on its row at its start (0 at its end).
+    """Operation and payload of each NCCL kernel, on its row at its start (0 at its end),
+    a slice of the kernels at a time (memory of a slice and of the calls' operations, not
+    of every NCCL kernel: 220 B a kernel on the 30M benchmark export).
 
     Launch -> call: the latest-starting NCCL call of the launching thread that began before
     the launch and had not ended (an as-of join; NCCL calls do not nest in practice)."""
-    c = pl.col
-    kernels = _nccl_kernels(report, ctx)
-    if kernels is None or kernels.height == 0:
+    slices = _nccl_kernels(report, ctx)
+    if slices is None:
         return
-    fields = list(source.FIELDS)
-    matched = kernels.with_columns(pl.lit(None, pl.Utf8).alias("op"),
-                                   *[pl.lit(None, pl.Int64).alias(f) for f in fields])
+    ops = ranges = index = None
     if calls is not None and calls.height:
         keyed = group_keys(calls)
         ops = operations(keyed)
@@ -254,21 +273,54 @@ def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> 
                 .with_columns(pl.coalesce("rank", "c_rank").alias("rank"),
                               pl.coalesce("nranks", "c_nranks").alias("nranks"))\
                 .drop("c_rank", "c_nranks")
-        launches = _launches(report, ctx, kernels).filter(c("api_row").is_not_null())
+        ops = ops.drop("pid")
+        ranges = keyed.select(pl.col("row").alias("api_row"), pl.col("start").alias("r_start"),
+                              pl.col("end").alias("r_end"), "key").sort("r_start")
+        del keyed
+        if cuda_api.index(ctx).height == 0 and api_source.available(report):
+            # the calls of every NCCL kernel read at once (CUDA calls not translated)
+            held = list(slices)
+            index = _call_index(report, ctx, pl.concat(held, how="vertical")) if held \
+                else cuda_api.index(ctx)
+            slices = iter(held)
+        else:
+            index = cuda_api.index(ctx)
+    instances = []
+    for kernels in slices:
+        matched = _operations_of(ctx, kernels, ops, ranges, index)
+        instances.append(_instances(ctx, matched))
+        _push_operations(ctx, matched)
+    if instances:
+        _write_instances(ctx, pl.concat(instances, how="vertical"))
+
+
+def _operations_of(ctx: Context, kernels: pl.DataFrame, ops: pl.DataFrame | None,
+                   ranges: pl.DataFrame | None, index) -> pl.DataFrame:
+    """`kernels` with the operation and payload of the call that launched them (nulls
+    where none), their operation from the name where no call names one."""
+    c = pl.col
+    fields = list(source.FIELDS)
+    matched = kernels.with_columns(pl.lit(None, pl.Utf8).alias("op"),
+                                   *[pl.lit(None, pl.Int64).alias(f) for f in fields])
+    if ops is not None:
+        launches = index.join(kernels, how="left").filter(c("api_row").is_not_null())
         if launches.height:
-            ranges = keyed.select(c("row").alias("api_row"), c("start").alias("r_start"),
-                                  c("end").alias("r_end"), "key").sort("r_start")
             hit = launches.sort("api_start").join_asof(
                 ranges, left_on="api_start", right_on="r_start", by="api_row",
                 strategy="backward", check_sortedness=False)  # both sorted on the key
             hit = hit.filter(c("r_end").is_not_null() & (c("api_start") <= c("r_end")))
             ctx.count("nccl_kernels_matched_to_calls", hit.height)
-            hit = hit.select("row_id", "key").join(ops.drop("pid"), on="key", how="inner")
+            hit = hit.select("row_id", "key").join(ops, on="key", how="inner")
             matched = kernels.join(hit.drop("key"), on="row_id", how="left",
                                    maintain_order="left")
-    matched = matched.with_columns(pl.coalesce("op", "kernel_op").alias("op"))
-    _write_instances(ctx, matched)
-    has_any = c("op").is_not_null() | pl.any_horizontal(c(f).is_not_null() for f in fields)
+    return matched.with_columns(pl.coalesce("op", "kernel_op").alias("op"))
+
+
+def _push_operations(ctx: Context, matched: pl.DataFrame) -> None:
+    """The records of the kernels that have an operation or a payload field."""
+    c = pl.col
+    has_any = c("op").is_not_null() | pl.any_horizontal(c(f).is_not_null()
+                                                         for f in source.FIELDS)
     matched = matched.filter(has_any).with_columns(c("op").fill_null(UNKNOWN))
     if matched.height == 0:
         return
@@ -290,15 +342,20 @@ SRC_LINE = R.SRC_KERNEL + R.SRC_LAUNCH_OFFSET  # the line ends on an NCCL kernel
 NO_COMM = -1  # communicator key of kernels no payload names one
 
 
-def _write_instances(ctx: Context, kernels: pl.DataFrame) -> None:
-    """Every NCCL kernel of the report (its participant, times, operation, communicator) to
-    the side file the merge stage matches across reports."""
+def _instances(ctx: Context, kernels: pl.DataFrame) -> pl.DataFrame:
+    """NCCL kernels as the side file holds them (its participant, times, operation,
+    communicator)."""
     c = pl.col
     keys = ctx.rows.gpu_keys(kernels["row"])
     df = kernels.with_columns(keys["pid"].alias("pid"), keys["device"].alias("device"))
-    df.select(*[c("row_id" if n == "ord" else n).cast(t).alias(n)
-                for n, t in SIDE_SCHEMA.items()]).sort("start", "ord").write_ipc(
-        ctx.side_file(SIDE_FILE))
+    return df.select(*[c("row_id" if n == "ord" else n).cast(t).alias(n)
+                       for n, t in SIDE_SCHEMA.items()])
+
+
+def _write_instances(ctx: Context, instances: pl.DataFrame) -> None:
+    """Every NCCL kernel of the report (`_instances`), in time order, to the side file the
+    merge stage matches across reports."""
+    instances.sort("start", "ord").write_ipc(ctx.side_file(SIDE_FILE))
 
 
 def load_instances(mctx: Any) -> pl.DataFrame:
