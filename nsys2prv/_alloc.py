@@ -13,7 +13,9 @@ more than it used. The analysis (`map_large_blocks`) fixes the threshold at 4 Mi
 maps every larger array on its own and returns it when freed (10M trace: 553 -> 475 MB
 for 4 % CPU; 1 MiB: the same memory for 18 %, in page faults); the translation keeps
 glibc's default (a fixed threshold cost it ~7 % CPU for 2 % less memory):
-benchmarks/RESULTS.md, round 11.
+benchmarks/RESULTS.md, round 11. A translation that an analysis then reads in the same
+process (`api.translate_stream`) fixes it from its start: the heap its chunks left behind
+was fragmented, and the analysis' arrays were carved from it rather than mapped (round 15).
 A value the user set in the environment wins.
 """
 
