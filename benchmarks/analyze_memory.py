@@ -9,7 +9,7 @@ progress, on an export or a trace, per section.
     # RSS against progress of several runs, one picture
     python benchmarks/analyze_memory.py plot OUT.png A.json B.json ...
 
-`cli` records the summed RSS of the process and its descendants (the supervised child does
+`cli` records the summed RSS and Pss of the process and its descendants (the supervised child does
 the work), the largest process's peak (rusage, as GNU time reports it) and user + system
 CPU time. `phases` runs `Run.analysis` in-process and names, for every sample, the
 innermost of the analysis' steps it fell in (`PHASES`: functions wrapped for the run), with
@@ -51,8 +51,11 @@ PHASES = (
 )
 
 
-def _tree(root: int) -> int:
-    """Summed VmRSS (kB) of `root` and its descendants."""
+def _tree(root: int) -> tuple[int, int]:
+    """Summed VmRSS and Pss (kB) of `root` and its descendants. RSS counts the pages a
+    process shares with another (the libraries' code, what a forked child has not written)
+    in each of them; Pss divides them between the sharers: their sum is what the tree takes
+    from the machine (as a cgroup's memory limit counts it)."""
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -63,7 +66,7 @@ def _tree(root: int) -> int:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [root]
+    total, pss, todo = 0, 0, [root]
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
@@ -73,9 +76,14 @@ def _tree(root: int) -> int:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1])
                         break
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+                        break
         except OSError:
             pass
-    return total
+    return total, pss
 
 
 def cli(out: Path, args: list[str], exe: str) -> dict:
@@ -84,7 +92,7 @@ def cli(out: Path, args: list[str], exe: str) -> dict:
     p = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     series = []
     while p.poll() is None:
-        series.append((round(time.monotonic() - t0, 2), _tree(p.pid)))
+        series.append((round(time.monotonic() - t0, 2), *_tree(p.pid)))
         time.sleep(INTERVAL)
     _, status, ru = os.wait4(p.pid, 0) if p.returncode is None else (0, 0, None)
     wall = time.monotonic() - t0
@@ -93,10 +101,11 @@ def cli(out: Path, args: list[str], exe: str) -> dict:
     res = {"mode": "cli", "args": args, "wall_s": round(wall, 2),
            "cpu_s": round(ru.ru_utime + ru.ru_stime, 2), "user_s": round(ru.ru_utime, 2),
            "sys_s": round(ru.ru_stime, 2), "max_rss_mb": round(ru.ru_maxrss / 1024, 1),
-           "tree_peak_mb": round(max((r for _, r in series), default=0) / 1024, 1),
+           "tree_peak_mb": round(max((r for _, r, _ in series), default=0) / 1024, 1),
+           "tree_pss_peak_mb": round(max((q for _, _, q in series), default=0) / 1024, 1),
            "exit": p.returncode, "stderr_tail": err[-400:],
            "loadavg": round(os.getloadavg()[0], 2),
-           "series": [(t, round(r / 1024, 1)) for t, r in series]}
+           "series": [(t, round(r / 1024, 1), round(q / 1024, 1)) for t, r, q in series]}
     out.write_text(json.dumps(res))
     return res
 
@@ -183,8 +192,9 @@ def phases(out: Path, source: str, options: dict) -> dict:
     return res
 
 
-def plot(out: Path, runs: list[Path], title: str = "") -> None:
-    """RSS (MB) against progress (share of the run's wall time), one line per run."""
+def plot(out: Path, runs: list[Path], title: str = "", pss: bool = False) -> None:
+    """RSS (MB) against progress (share of the run's wall time), one line per run; `pss`:
+    the tree's summed Pss instead (`cli` runs that recorded it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -197,14 +207,17 @@ def plot(out: Path, runs: list[Path], title: str = "") -> None:
         if not s:
             continue
         wall = max(r["wall_s"], s[-1][0], 1e-9)
-        peak = r.get("tree_peak_mb", r.get("peak_mb"))
-        ax.plot([x[0] / wall for x in s], [x[1] for x in s],
+        at = 2 if pss else 1
+        if pss and (len(s[0]) < 3 or isinstance(s[0][2], str)):
+            continue  # no Pss recorded
+        peak = r.get("tree_pss_peak_mb") if pss else r.get("tree_peak_mb", r.get("peak_mb"))
+        ax.plot([x[0] / wall for x in s], [x[at] for x in s],
                 label=f"{r.get('label') or path.stem}: peak {peak:.0f} MB, "
                       f"{r['cpu_s']:.0f} CPU-s")
     ax.axhline(1024, color="grey", linestyle="--", linewidth=1)
     ax.text(0.0, 1030, "1 GiB", color="grey", va="bottom")
     ax.set_xlabel("progress (share of the run's wall time)")
-    ax.set_ylabel("RSS (MB, process tree)")
+    ax.set_ylabel("Pss (MB, process tree)" if pss else "RSS (MB, process tree)")
     ax.set_ylim(bottom=0)
     ax.set_title(title or "nsys2prv analyze: memory over time")
     ax.legend(loc="upper left", fontsize=8)
@@ -224,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="")
     ap.add_argument("--title", default="")
     ap.add_argument("--exe", default=str(Path(sys.executable).parent / "nsys2prv"))
+    ap.add_argument("--pss", action="store_true", help="plot: the tree's Pss, not its RSS")
     ap.add_argument("--no-idle", action="store_true")
     ap.add_argument("--no-layers", action="store_true")
     ap.add_argument("--no-kernel-metrics", action="store_true")
@@ -237,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 "iterations": "" if a.iterations else None}
         res = phases(a.out, a.inputs[0], opts)
     else:
-        plot(a.out, [Path(p) for p in a.inputs], a.title)
+        plot(a.out, [Path(p) for p in a.inputs], a.title, a.pss)
         return 0
     if a.label:
         res["label"] = a.label
