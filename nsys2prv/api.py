@@ -235,6 +235,13 @@ def translate_stream(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike
     leaves out the activities' attributes (launch geometry, correlation ids, bytes, return
     values), which the views show and no analysis reads: for a stream that is only
     analysed, not merged into a trace (on a 10M-activity export, 10 CPU-s less)."""
+    from ._alloc import map_large_blocks
+
+    # an analysis reads the stream in this process next: large blocks mapped from the
+    # preparation on, so that the chunks' arrays do not leave glibc's heap fragmented, with
+    # the analysis' arrays carved from it rather than mapped and given back (10M benchmark
+    # export: the first pass' top 543 -> 490 MB)
+    map_large_blocks()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     return _translate(inputs, directory / f"{name}.prv", jobs=jobs, memory=memory,
@@ -283,13 +290,6 @@ def _translate(inputs, output, *, only=None, exclude=(), compress=False, jobs=1,
     names = _report_names(inputs)
     if streamed is not None:
         streamed.mkdir(parents=True, exist_ok=True)
-        # an analysis reads the stream in this process next: large blocks mapped from the
-        # preparation on (`_alloc.map_large_blocks`), so that the chunks' arrays do not
-        # leave glibc's heap fragmented, with the analysis' arrays carved from it rather than
-        # mapped and given back (10M benchmark export: the first pass' top 543 -> 490 MB)
-        from ._alloc import map_large_blocks
-
-        map_large_blocks()
     work = streamed
     merged = merge_partials if streamed is None else stream_partials
     try:

@@ -172,24 +172,20 @@ def _sliced(frames: Iterator[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]
         yield pl.concat(held, how="vertical")
 
 
-def _call_index(report: Report, ctx: Context, kernels: pl.DataFrame
-                ) -> "cuda_api.CorrelationIndex | cuda_api.MappedIndex":
-    """(pid, correlation) -> api_row, api_start of the calls that launched `kernels`.
-
-    Uses the CUDA API index of this report; when CUDA calls are not translated, reads the
-    runtime table for just these correlation ids."""
-    index = cuda_api.index(ctx)
-    if index.height == 0 and api_source.available(report):
-        wanted = kernels.select("pid", "correlation").unique()
-        parts = []
-        for chunk in api_source.read(report, ctx.chunk_rows):
-            chunk = chunk.join(wanted, on=["pid", "correlation"], how="semi")
-            if chunk.height:
-                parts.append(chunk.select("pid", "correlation",
-                                          ctx.rows.cpu_rows(chunk).alias("api_row"),
-                                          pl.col("start").alias("api_start")))
-        index = cuda_api.CorrelationIndex(parts)
-    return index
+def _calls_read(report: Report, ctx: Context, kernels: pl.DataFrame
+                ) -> cuda_api.CorrelationIndex:
+    """(pid, correlation) -> api_row, api_start of the calls that launched `kernels`, read
+    from the runtime table for just these correlation ids (for a report whose CUDA calls
+    are not translated: no CUDA API index)."""
+    wanted = kernels.select("pid", "correlation").unique()
+    parts = []
+    for chunk in api_source.read(report, ctx.chunk_rows):
+        chunk = chunk.join(wanted, on=["pid", "correlation"], how="semi")
+        if chunk.height:
+            parts.append(chunk.select("pid", "correlation",
+                                      ctx.rows.cpu_rows(chunk).alias("api_row"),
+                                      pl.col("start").alias("api_start")))
+    return cuda_api.CorrelationIndex(parts)
 
 
 def group_keys(calls: pl.DataFrame) -> pl.DataFrame:
@@ -277,14 +273,13 @@ def _kernel_events(report: Report, ctx: Context, calls: pl.DataFrame | None) -> 
         ranges = keyed.select(pl.col("row").alias("api_row"), pl.col("start").alias("r_start"),
                               pl.col("end").alias("r_end"), "key").sort("r_start")
         del keyed
-        if cuda_api.index(ctx).height == 0 and api_source.available(report):
-            # the calls of every NCCL kernel read at once (CUDA calls not translated)
+        index = cuda_api.index(ctx)
+        if index.height == 0 and api_source.available(report):
+            # CUDA calls not translated: the calls of every NCCL kernel read at once
             held = list(slices)
-            index = _call_index(report, ctx, pl.concat(held, how="vertical")) if held \
-                else cuda_api.index(ctx)
+            if held:
+                index = _calls_read(report, ctx, pl.concat(held, how="vertical"))
             slices = iter(held)
-        else:
-            index = cuda_api.index(ctx)
     instances = []
     for kernels in slices:
         matched = _operations_of(ctx, kernels, ops, ranges, index)
