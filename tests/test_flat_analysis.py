@@ -256,3 +256,39 @@ def test_the_analysis_maps_large_blocks_unless_the_user_chose(run, monkeypatch, 
     analysis = analyze_path(trace)
     assert analysis.devices  # the analysis ran
     assert calls.count((_alloc._M_MMAP_THRESHOLD, 4 << 20)) == (0 if user_set else 1)
+
+
+def test_no_window_is_held_past_the_pass(run, monkeypatch):
+    """When the pass is over (the layers start), none of its windows is alive: the model
+    kept its first window (its rows only were read) and the pass its last one, each a
+    block of the trace's records (~40 MB at the 32 MiB default) held to the end."""
+    import gc
+    import weakref
+
+    from nsys2prv.analysis import layers
+
+    _, trace = run
+    alive: list[weakref.ref] = []
+    windows = read.windows
+
+    def watched(*a, **k):
+        for w in windows(*a, **k):
+            alive.append(weakref.ref(w))
+            yield w
+
+    held_at_layers = []
+    analyze_layers = layers.analyze_layers
+
+    def checked(*a, **k):
+        gc.collect()
+        held_at_layers.append(sum(r() is not None for r in alive))
+        return analyze_layers(*a, **k)
+
+    monkeypatch.setattr(read, "BLOCK", 4096)
+    monkeypatch.setattr("nsys2prv.analysis.model.windows", watched)
+    monkeypatch.setattr(layers, "analyze_layers", checked)
+    with nsys2prv.load(trace) as r:
+        _, extras = r.analysis()
+    assert len(alive) > 10
+    assert held_at_layers == [0]
+    assert extras.layers.pick.kind is not None  # the layers ran on what the pass kept

@@ -636,3 +636,16 @@ def test_speed_of_light_points_are_the_rates(tmp_path):
     assert set(p["kernel"]) == {"gemm", "copy"}
     png = plot_speed_of_light(km, tmp_path / "sol.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_attribute_columns_without_a_table_over_the_types():
+    """Each launch attribute type has its column in `launch.CONFIG`'s order, any other
+    type -1; the module holds no table indexed by type (the types span 4M numbers: such
+    a table was 32 MB in every analysis)."""
+    from nsys2prv.analysis import launch
+
+    types = list(launch.CONFIG)
+    got = launch._column_of_type(np.array(types + [min(types) - 1, max(types) + 1, 0]))
+    assert got.tolist() == list(range(len(types))) + [-1, -1, -1]
+    arrays = [v for v in vars(launch).values() if isinstance(v, np.ndarray)]
+    assert arrays and max(a.nbytes for a in arrays) < 1 << 10

@@ -62,9 +62,16 @@ NO_LIMITS = ("findings: none can be made: the GPUs' SM limits and compute capabi
              "in this export (reports of older nsys leave them empty), so occupancy, waves "
              "and tails are unknown; the launches as written")
 
-_COLUMN_OF_TYPE = np.full(max(CONFIG) - min(CONFIG) + 1, -1, dtype=np.int64)
-for _i, _t in enumerate(CONFIG):
-    _COLUMN_OF_TYPE[_t - min(CONFIG)] = _i
+# the attribute types, sorted, and each one's column (a table indexed by type would span
+# the types' range: 4M entries, 32 MB held by every process that imports this module)
+_SORTED_TYPES = np.array(sorted(CONFIG), dtype=np.int64)
+_COLUMN_OF_SORTED = np.array([list(CONFIG).index(t) for t in sorted(CONFIG)], dtype=np.int64)
+
+
+def _column_of_type(types: np.ndarray) -> np.ndarray:
+    """The column of each launch attribute type (-1: not one)."""
+    at = np.minimum(np.searchsorted(_SORTED_TYPES, types), _SORTED_TYPES.size - 1)
+    return np.where(_SORTED_TYPES[at] == types, _COLUMN_OF_SORTED[at], -1)
 
 
 def _wide(attrs: pl.DataFrame) -> pl.DataFrame:
@@ -74,7 +81,7 @@ def _wide(attrs: pl.DataFrame) -> pl.DataFrame:
     so its events are adjacent; they are sorted only where a (row, time) comes back."""
     row = attrs["row"].to_numpy()
     time = attrs["time"].to_numpy()
-    col = _COLUMN_OF_TYPE[attrs["type"].to_numpy() - min(CONFIG)]
+    col = _column_of_type(attrs["type"].to_numpy())
     value = attrs["value"].to_numpy()
 
     def starts() -> np.ndarray:

@@ -264,7 +264,10 @@ class ModelSums:
 
     def __init__(self, processes: bool = True) -> None:
         self.processes = processes  # False: the per-process groups are not summed
-        self._first: Trace | None = None
+        # of the first window, its path and rows only: the window itself (its events, ~40
+        # MB for a 32 MiB block of text) would be held to the end of the analysis
+        self.path: str | None = None
+        self.rows: pl.DataFrame | None = None
         self._main: pl.DataFrame | None = None
         self._dev: GroupSweep | None = None
         self._proc: GroupSweep | None = None
@@ -279,8 +282,8 @@ class ModelSums:
     def add(self, window: Trace) -> pl.DataFrame:
         """Add a window; returns the runs in which each device is active (gi, g, start,
         end), for the analyses that follow the model's sweep (`idle.GapFinder`)."""
-        if self._first is None:
-            self._first = window
+        if self.rows is None:
+            self.path, self.rows = str(window.path), window.rows
             self._main = _main_rows(window)
             self._dev = _device_sweep(window.rows, DEVICE_GROUP)
             if self.processes:
@@ -294,12 +297,11 @@ class ModelSums:
         return runs
 
     def result(self) -> Analysis:
-        trace = self._first
-        if trace is None:
+        if self.rows is None:
             raise ValueError("no window of the trace was given")
         T = self.end
-        dev_keys = device_keys(trace.rows)
-        gpu_rows = trace.rows.filter(pl.col("kind") == "gpu")
+        dev_keys = device_keys(self.rows)
+        gpu_rows = self.rows.filter(pl.col("kind") == "gpu")
         proc_keys = (gpu_rows.select("task_index", "task_label").unique().sort("task_index")
                      .with_columns(pl.col("task_index").alias("g"),
                                    pl.col("task_label").alias("name"),
@@ -310,7 +312,7 @@ class ModelSums:
         processes = _groups(self._proc.result(), proc_keys.select(
             "g", "name", "task", "device"), T) if self._proc is not None else []
         hosts = _hosts(self._main, _host_sums(self._host))
-        return Analysis(str(trace.path), T, devices, processes,
+        return Analysis(self.path, T, devices, processes,
                         efficiency(devices, T, "talp"), efficiency(devices, T, "nccl"),
                         hosts, cpu_model(hosts, T))
 
@@ -403,9 +405,10 @@ def _analyze(source: Callable[..., Iterable[Trace]], explain: bool, top: int,
                     gap_code.add(window, ended, finder.idle(window.end))
                 if launches is not None:
                     launches.add(window)
+        window = None  # the last window is not held through what follows the pass
         result = model.result()
         if finder is not None and result.devices:
-            rows = model._first.rows if model._first is not None else None
+            rows = model.rows
             again = source if kept is None else \
                 (lambda types, state_rows: kept.windows(types, state_rows))
             buckets = steps() if steps is not None else None
