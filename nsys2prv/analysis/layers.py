@@ -376,13 +376,16 @@ class _Tree:
                                            _ancestor_flag(parent, level, op)[ids]))
         return cls(inst, parent, level)
 
-    def outermost(self, member: pl.Expr) -> pl.DataFrame:
-        """The instances selected by `member` that have no selected ancestor."""
+    def outermost(self, member: pl.Expr, columns: tuple[str, ...] | None = None
+                  ) -> pl.DataFrame:
+        """The instances selected by `member` that have no selected ancestor (only
+        `columns` of them, where given: a filter copies every column it keeps)."""
         ids = self.inst.filter(member)["id"].to_numpy()
         flag = np.zeros(self.parent.size, dtype=bool)
         flag[ids] = True
         inner = _ancestor_flag(self.parent, self.level, flag)
-        return self.inst.filter(pl.col("id").is_in(ids[~inner[ids]]))
+        inst = self.inst if columns is None else self.inst.select("id", *columns)
+        return inst.filter(pl.col("id").is_in(ids[~inner[ids]]))
 
     def members(self, proj: Projected, member: pl.Expr) -> pl.DataFrame:
         """`outermost(member)` with every column of their instances (`_INSTANCE_SCHEMA`,
@@ -423,6 +426,10 @@ def _step_windows(acts: Activities, step: StepPick) -> pl.DataFrame:
         {"task_index": "rank", "instance": "step", "start": "s_start", "end": "s_end"})
 
 
+_SUMMED = ("family", "gpu", "level")  # what the pick reads of a candidate's instances
+_one_number = pl.col("family").str.count_matches("#") == 1  # one number in the name
+
+
 def _is_step_range(tree: _Tree, step: StepPick | None) -> pl.Expr:
     if step is None or step.name is None:
         return pl.lit(False)
@@ -459,15 +466,18 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
         numbered = "#" in fam and hit["name"].n_unique() > 1
         return LayerPick("named", [fam], f"'{spec}' named with --layers", numbered=numbered)
     rows = []
-    base = inst.filter(~pl.col("operator") & ~pl.col("under_operator")
-                       & ~_is_step_range(tree, step)
-                       & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
-                       & ~pl.col("family").str.contains(STEP_NAMES.pattern))
-    if has_step:
-        base = base.filter(in_step)
+    # the ranges that can number layers, only the columns `_numbered` reads (a filter
+    # copies every column it keeps: the whole tree, at 30M ~80 MB for a moment)
+    base = inst.select("name", "family", "parent", "step", "operator", "under_operator") \
+        .filter(~pl.col("operator") & ~pl.col("under_operator")
+                & ~_is_step_range(tree, step)
+                & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+                & ~pl.col("family").str.contains(STEP_NAMES.pattern)
+                & (in_step if has_step else pl.lit(True))
+                & _one_number).select("name", "family", "parent")
     # 1. numbered families: several numbers under one parent range
     for fam, per in _numbered(base).iter_rows():
-        out = tree.outermost(pl.col("family") == fam)
+        out = tree.outermost(pl.col("family") == fam, _SUMMED)
         rows.append(("numbered", [fam], float(out["gpu"].sum() or 0),
                      float(out["level"].mean() or 0),
                      f"{int(per)} numbered ranges under each parent"))
@@ -487,14 +497,15 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
                               .to_list())
                 continue
             fams = common.sort("gpu", descending=True)["family"].to_list()
-            out = tree.outermost(pl.col("family").is_in(fams) & in_step)
+            out = tree.outermost(pl.col("family").is_in(fams) & in_step, _SUMMED)
             rows.append(("children of the step", fams,
                          float(out["gpu"].sum() or 0),
                          float(out["level"].mean() or 0),
                          f"{len(fams)} ranges repeated in the steps"))
             break
     # 3. PyTorch's operators: the outermost operator ranges
-    ops = tree.outermost(pl.col("operator") & (in_step if has_step else pl.lit(True)))
+    ops = tree.outermost(pl.col("operator") & (in_step if has_step else pl.lit(True)),
+                         _SUMMED)
     if ops.height:
         by_time = (ops.group_by("family").agg(pl.col("gpu").sum().alias("t"))
                    .sort("t", "family", descending=[True, False]))
@@ -535,7 +546,7 @@ def _numbered(inst: pl.DataFrame) -> pl.DataFrame:
     parent 2 at least), and each name repeated (a layer runs in every step) or the numbers
     of a parent counting from 0 or 1 (layers of one pass) — not ids that never repeat
     ('seq = 960')."""
-    one = inst.filter(pl.col("family").str.count_matches("#") == 1).with_columns(
+    one = inst.filter(_one_number).with_columns(
         pl.col("name").str.extract(r"(\d+)\D*$", 1).cast(pl.Int64, strict=False).alias("n"))
     per_parent = (one.group_by("family", "parent")
                   .agg(pl.col("name").n_unique().alias("k"), pl.col("n").min().alias("first"))
@@ -763,7 +774,8 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
     member = (pl.col("level") == pick.depth) if pick.kind == "depth" \
         else pl.col("family").is_in(pick.families)
     # the union of the work of the layers' instances and the steps', which are shown
-    wanted = tree.inst.filter(member | _is_step_range(tree, step))["id"]
+    wanted = tree.inst.select("id", "level", "family", "name").filter(
+        member | _is_step_range(tree, step))["id"]
     proj.fill_busy(wanted)
     tree.inst = tree.inst.with_columns(proj.columns("busy", "idle").get_columns())
     has_step = step is not None and step.name is not None
