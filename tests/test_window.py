@@ -409,3 +409,24 @@ def test_library_and_analyze_take_the_window(sample6, tmp_path, capsys):
     assert on_trace["devices"] == analyze_path(tmp_path / "c.prv").to_dict()["devices"]
     with pytest.raises(UsageError):
         analyze_main([str(full), "--filter-nvtx", "iteration 2"])
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_blocks_of_a_file_read_into_one_buffer(tmp_path, gz):
+    """A trace file's blocks (`read._blocks`) come in one reused buffer: each, copied
+    before the next is asked for, gives the file back byte for byte (plain and .gz, a
+    last block shorter than the others), and the buffer is the same object each time."""
+    import gzip
+
+    from nsys2prv.paraver import read
+
+    text = b"".join(b"2:0:1:1:1:%d:%d:1\n" % (t, t * 7) for t in range(5000))
+    path = tmp_path / ("t.prv.gz" if gz else "t.prv")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    blocks = read._blocks(path, 4096)
+    copies, buffers = [], set()
+    for block in blocks:
+        copies.append(bytes(block))
+        buffers.add(id(block.obj))
+    assert b"".join(copies) == text
+    assert len(copies) == -(-len(text) // 4096) and len(buffers) == 1
