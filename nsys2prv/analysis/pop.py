@@ -22,8 +22,8 @@ import polars as pl
 
 from ..errors import InputError, UsageError
 from ..paraver.output import TraceWriter
-from ..paraver.read import (BLOCK, HEADER, companion, make_scanner, open_text, read_layout,
-                            windows)
+from ..paraver.read import (BLOCK, HEADER, companion, file_blocks, make_scanner, open_text,
+                            read_layout, windows)
 from ..paraver.writeid import is_mark, unmark_pcf
 
 
@@ -112,7 +112,7 @@ def pop_trace(src: str | Path, dst: str | Path) -> list[int]:
         second = fin.readline()  # the source's write id is not the copy's
         if not is_mark(second):
             scanner.feed(second)
-        while block := fin.read(BLOCK):
+        for block in file_blocks(fin, BLOCK):
             scanner.feed(block)
             writer.write_bytes(scanner.take()["text"])
         writer.write_bytes(scanner.take(final=True)["text"])

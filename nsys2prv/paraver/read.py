@@ -17,7 +17,7 @@ import threading
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 import numpy as np
 import polars as pl
@@ -264,20 +264,25 @@ def _fill(source: Source, scanner) -> None:
 
 
 def _blocks(source: Source, size: int):
-    """The trace in blocks of `size` bytes (a .gz decompressed as it is read); a stream's
-    blocks as it gives them. A file's blocks are read into one buffer, reused: a block is
-    valid until the next one is asked for (the scanner copies the line it cuts). A new
-    buffer per block cost a page fault per 4 KiB of the trace."""
+    """The trace in blocks of `size` bytes (a .gz decompressed as it is read: `file_blocks`);
+    a stream's blocks as it gives them."""
     if isinstance(source, Streamed):
         yield from source.blocks()
         return
     path = Path(source)
     opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        yield from file_blocks(f, size)
+
+
+def file_blocks(f: BinaryIO, size: int) -> Iterator[memoryview]:
+    """The rest of the open file `f` in blocks of `size` bytes, read into one buffer,
+    reused: a block is valid until the next one is asked for (the scanners copy the line
+    they cut). A new buffer per block cost a page fault per 4 KiB of the trace."""
     buffer = bytearray(size)
     view = memoryview(buffer)
-    with opener(path, "rb") as f:
-        while n := f.readinto(buffer):
-            yield view[:n]
+    while n := f.readinto(buffer):
+        yield view[:n]
 
 
 def _column(cols: dict, name: str, dtype: str) -> np.ndarray:

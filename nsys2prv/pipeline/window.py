@@ -228,7 +228,7 @@ class CutStream:
                                    attributes=attribute_types())
         self._write = write
 
-    def feed(self, block: bytes) -> None:
+    def feed(self, block: bytes | memoryview) -> None:
         self._scanner.feed(block)
         text = self._scanner.take()["text"]
         if text:
@@ -283,7 +283,7 @@ def cut_trace(src: str | Path, dst: str | Path, start: int, end: int | None,
     import gzip
 
     from ..paraver.output import TraceWriter
-    from ..paraver.read import BLOCK, HEADER, companion, read_layout
+    from ..paraver.read import BLOCK, HEADER, companion, file_blocks, read_layout
     from ..paraver.writeid import is_mark, unmark_pcf, unmark_row
 
     layout = read_layout(src)
@@ -310,7 +310,7 @@ def cut_trace(src: str | Path, dst: str | Path, start: int, end: int | None,
         second = f.readline()  # the source's write id, if any, is not this write's
         if not is_mark(second):
             cut.feed(second)
-        while block := f.read(BLOCK):
+        for block in file_blocks(f, BLOCK):
             cut.feed(block)
         cut.close()
         writer.commit()
