@@ -314,6 +314,7 @@ class _Device:
     classes: object = None  # held classes frame (row, start, class), or None
     scratch: WindowStore | None = None  # this analysis' own store (overlapped launches)
     launch_time: np.ndarray | None = None  # per model column, its activities' time
+    split: "_Split | None" = None  # the interference's design (`_split_design`)
 
     @property
     def n_acts(self) -> int:
@@ -594,24 +595,29 @@ def _period_blocks(chunks, interval: int):
         yield prev[0], prev[1], None
 
 
-def _sweep(d: _Device, columns, n_cols: int, on_block, overlapped: bool = False) -> None:
+def _sweep(d: _Device, columns, n_cols: int, on_block, activities=None) -> None:
     """The sampling periods of the device in blocks, each with the entries of the model
     from the activities that overlap it (`rate_model.sweep`: `on_block(ent, times, ends,
-    values, acts, p0)`, `columns(acts)` giving each activity's column)."""
+    values, acts, p0)`, `columns(acts)` giving each activity's column; `activities`: the
+    device's as `_Device.activities` gives them, with columns of their own added)."""
     def blocks():
         for times, mat, following in _period_blocks(d.samples(), d.periods.interval):
             ends, _ = rm.periods_block(times, following, d.periods.interval)
             yield times, ends, mat
 
-    rm.sweep(blocks(), d.activities(overlapped), n_cols, columns, on_block)
+    rm.sweep(blocks(), d.activities() if activities is None else activities,
+             n_cols, columns, on_block)
 
 
 def _fit(d: _Device, long_codes: np.ndarray | None) -> pl.DataFrame | None:
     """The device's model (`rate_model.fit` of its streamed sums), and, for the compute
     kernels `long_codes`, the folding's samples: (start, row, period, code, bin, metric
-    values) of every period that lies inside one of their launches while nothing else ran."""
+    values) of every period that lies inside one of their launches while nothing else ran.
+    The interference's sums (`_split_design`) are made on the same sweep: the same
+    periods and activities, each with its column of the other design."""
     _model_columns(d)
     n_cols = len(d.labels)
+    split = d.split = _split_design(d)
     pairs = pl.DataFrame({"code": np.fromiter(d.col_of.keys(), np.int64, len(d.col_of)),
                           "col": np.fromiter(d.col_of.values(), np.int64, len(d.col_of))})
     lo, hi = _bounds(d, pairs, classes=True)
@@ -622,6 +628,14 @@ def _fit(d: _Device, long_codes: np.ndarray | None) -> pl.DataFrame | None:
     def on_block(ent, times, ends, mat, near, p0) -> None:
         length = (ends - times).astype(np.float64)
         sums.add(ent, mat, length)
+        if split is not None:
+            live = near is not None and near.height
+            z = np.zeros(0, np.int64)
+            split.sums.add(rm.block_entries(
+                times, ends, near["start"].to_numpy() if live else z,
+                near["end"].to_numpy() if live else z,
+                near["split_col"].to_numpy() if live else z, len(split.labels), p0=p0),
+                mat, length)
         if long_codes is None or near is None or not near.height:
             return
         k = near.filter(pl.col("code").is_in(pl.Series(long_codes).implode()))
@@ -650,7 +664,12 @@ def _fit(d: _Device, long_codes: np.ndarray | None) -> pl.DataFrame | None:
             "code": k["code"].to_numpy()[idx], "bin": b,
             **{f"v{m}": mat[per, m] for m in range(M)}}))
 
-    _sweep(d, lambda a: rm.lookup(d.col_of, _model_codes(a)), n_cols, on_block)
+    acts = None
+    if split is not None:  # each activity's column of the interference's design too
+        acts = (a.with_columns(pl.Series("split_col", split.columns(a), dtype=pl.Int64))
+                for a in d.activities(overlapped=True))
+    _sweep(d, lambda a: rm.lookup(d.col_of, _model_codes(a)), n_cols, on_block,
+           activities=acts)
     d.fit = rm.fit(sums.result(), lo, hi)
     d.fit.time = sums.time
     d.fit.periods = d.periods.n
@@ -690,63 +709,84 @@ def _bounds(d: _Device, pairs: pl.DataFrame, n_cols: int | None = None,
                                  len(d.labels) if n_cols is None else n_cols)
 
 
+@dataclass
+class _Split:
+    """The interference's design on one GPU: the model's columns with the launches of the
+    kernels `codes` that ran beside an NCCL kernel or a copy apart (code + `at`), their
+    bounds, and its sums, made on the model's sweep (`_fit`)."""
+
+    codes: np.ndarray  # sorted: the kernels that ran both alone and beside others
+    at: int
+    col_of: dict
+    labels: list[str]
+    lo: np.ndarray
+    hi: np.ndarray
+    sums: rm.SumsStream
+
+    def columns(self, a: pl.DataFrame) -> np.ndarray:
+        """Each activity's column (`a` with its `overlapped` flag)."""
+        code = a["code"].to_numpy()
+        split = np.isin(code, self.codes) & a["overlapped"].to_numpy()
+        return rm.lookup(self.col_of, np.where(split, code + self.at, code))
+
+
+def _split_design(d: _Device) -> _Split | None:
+    """The interference's design of the device (None: no kernel ran both alone and beside
+    others at least INTERFERENCE_LAUNCHES times each)."""
+    c = pl.col
+    ov = d.overlap
+    if ov is None or not ov.filter(c("overlapped")).height:
+        return None
+    counts = ov.group_by("code").agg(
+        c("launches").filter(c("overlapped")).sum().alias("n_over"),
+        c("launches").filter(~c("overlapped")).sum().alias("n_alone"))
+    both = counts.filter((c("n_over") >= INTERFERENCE_LAUNCHES)
+                         & (c("n_alone") >= INTERFERENCE_LAUNCHES))["code"]
+    if both.len() == 0:
+        return None
+    # the overlapped launches of those kernels get codes of their own, past every code
+    split_at = int(d.names["code"].max()) + 1
+    both_np = np.sort(both.to_numpy().astype(np.int64))
+    label_of, memop_of = d.label_maps()
+    for code in both_np.tolist():
+        label_of[code + split_at] = label_of[code] + "\x00overlapped"
+    # per code of the split design, its time (the overlapped launches of `both` apart)
+    per = d.per_code.group_by("code").agg(c("time").sum())
+    split_time = ov.filter(c("code").is_in(both.implode()) & c("overlapped")).select(
+        (c("code") + split_at).alias("code"), "time")
+    per = (per.join(split_time.select(c("code") - split_at, c("time").alias("_o")),
+                    on="code", how="left")
+           .with_columns(c("time") - c("_o").fill_null(0)).drop("_o"))
+    per = pl.concat([per, split_time]).filter(c("time").is_not_null()).sort("code")
+    codes = per["code"].to_numpy()
+    col, labels = rm.design_codes(codes, label_of, memop_of, per["time"].to_numpy())
+    pairs = pl.DataFrame({"code": np.where(codes >= split_at, codes - split_at, codes),
+                          "col": col})
+    lo, hi = _bounds(d, pairs, len(labels))
+    M = len(d.keys)
+    sums = rm.SumsStream(len(labels), M, [m for m in range(M) if d.series.stats.nan[m] > 0])
+    return _Split(both_np, split_at, dict(zip(codes.tolist(), col.tolist())), labels, lo,
+                  hi, sums)
+
+
 def _interference(devices: list[_Device], keys: list[str]) -> pl.DataFrame:
     """Kernels that run both alone and beside an NCCL kernel or a memory operation on
     another stream of their GPU: launches, mean duration and rates in each case (the model
-    fitted again with the two cases as two columns)."""
+    fitted again with the two cases as two columns: `_Split`, summed on the model's
+    sweep)."""
     c = pl.col
     out = []
     for d in devices:
-        ov = d.overlap
-        if ov is None or not ov.filter(c("overlapped")).height:
+        sp = d.split
+        if sp is None:
             continue
-        counts = ov.group_by("code").agg(
-            c("launches").filter(c("overlapped")).sum().alias("n_over"),
-            c("launches").filter(~c("overlapped")).sum().alias("n_alone"))
-        both = counts.filter((c("n_over") >= INTERFERENCE_LAUNCHES)
-                             & (c("n_alone") >= INTERFERENCE_LAUNCHES))["code"]
-        if both.len() == 0:
-            continue
-        # the overlapped launches of those kernels get codes of their own, past every code
-        split_at = int(d.names["code"].max()) + 1
-        both_np = np.sort(both.to_numpy().astype(np.int64))
-        label_of, memop_of = d.label_maps()
-        for code in both_np.tolist():
-            label_of[code + split_at] = label_of[code] + "\x00overlapped"
-        # per code of the split design, its time (the overlapped launches of `both` apart)
-        per = d.per_code.group_by("code").agg(c("time").sum())
-        split_time = ov.filter(c("code").is_in(both.implode()) & c("overlapped")).select(
-            (c("code") + split_at).alias("code"), "time")
-        per = (per.join(split_time.select(c("code") - split_at, c("time").alias("_o")),
-                        on="code", how="left")
-               .with_columns(c("time") - c("_o").fill_null(0)).drop("_o"))
-        per = pl.concat([per, split_time]).filter(c("time").is_not_null()).sort("code")
-        codes = per["code"].to_numpy()
-        col, labels = rm.design_codes(codes, label_of, memop_of, per["time"].to_numpy())
-        col_of = dict(zip(codes.tolist(), col.tolist()))
-        pairs = pl.DataFrame({"code": np.where(codes >= split_at, codes - split_at, codes),
-                              "col": col})
-        d_labels = d.labels
-        d.labels = labels
-        lo, hi = _bounds(d, pairs, len(labels))
-        d.labels = d_labels
-        M = len(d.keys)
-        sums = rm.SumsStream(len(labels), M,
-                             [m for m in range(M) if d.series.stats.nan[m] > 0])
-
-        def columns(a: pl.DataFrame) -> np.ndarray:
-            code = a["code"].to_numpy()
-            split = np.isin(code, both_np) & a["overlapped"].to_numpy()
-            return rm.lookup(col_of, np.where(split, code + split_at, code))
-
-        _sweep(d, columns, len(labels),
-               lambda ent, times, ends, mat, near, p0: sums.add(
-                   ent, mat, (ends - times).astype(np.float64)), overlapped=True)
-        # the two cases' rates alone: their ranges are not reported
-        fit = rm.fit(sums.result(), lo, hi, with_ranges=False)
-        index = {lab: i for i, lab in enumerate(labels)}
-        stats = d.with_names(ov.filter(c("code").is_in(both.implode())).select(
-            "code", "overlapped", "launches", (c("time") / c("launches")).alias("mean_dur")))
+        # the two cases' rates alone (of the metrics reported): their ranges are not
+        fit = rm.fit(sp.sums.result(), sp.lo, sp.hi, rates_only=True,
+                     metrics=[m for m, key in enumerate(keys) if key in KEY_METRICS])
+        index = {lab: i for i, lab in enumerate(sp.labels)}
+        stats = d.with_names(d.overlap.filter(c("code").is_in(pl.Series(sp.codes).implode()))
+                             .select("code", "overlapped", "launches",
+                                     (c("time") / c("launches")).alias("mean_dur")))
         for r in stats.iter_rows(named=True):
             lab = r["key"] + ("\x00overlapped" if r["overlapped"] else "")
             j = index.get(lab)

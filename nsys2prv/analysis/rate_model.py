@@ -37,6 +37,7 @@ the kernels' rows) give it the same arrays, so both find the same rates.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -1032,7 +1033,8 @@ def _column_bounds(lo: np.ndarray, hi: np.ndarray, K1: int, M: int
                      np.broadcast_to(hi[None, :], (K1, M))))
 
 
-def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True) -> DeviceFit:
+def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True,
+        rates_only: bool = False, metrics: Collection[int] | None = None) -> DeviceFit:
     """Rates of every column for every metric (bounds lo/hi per metric, or per column and
     metric: a kernel's grid caps what it can do), their standard errors and ranges, the
     cross-validated R^2 of the model and of the direct attribution, the groups of columns
@@ -1045,8 +1047,13 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True) ->
     and would shrink it (on aiprof_opt2, 95 % of the samples). A rate's range is the set
     of values whose fit is at most RANGE_Z^2 sigma^2 worse than the best, within the
     column's bounds (`_System.ranges`); a rate whose range is wider than UNDETERMINED of
-    the metric's span is `determined` False. Without `with_ranges` (the translation, which
-    writes the rates alone) the ranges are NaN and every rate is `determined`."""
+    the metric's span is `determined` False. Without `with_ranges` the ranges are NaN and
+    every rate is `determined`.
+
+    `rates_only` (the translation, which writes the rates alone; the interference's two
+    cases): the bounded rates of the metrics `metrics` (None: all; the others' rates NaN),
+    the same numbers as a full fit gives, without what costs most beside them: the fits
+    of the held folds (R^2 and the errors NaN), the standard errors and the ranges."""
     F, K1, _ = sums.G.shape
     M = sums.b.shape[2]
     lo_c, hi_c = _column_bounds(lo, hi, K1, M)
@@ -1074,16 +1081,18 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True) ->
     systems: dict = {}
 
     def system(m: int):
-        """(full system, per held fold: (train system, held Gram)) for metric m's samples."""
+        """(full system, per held fold: (train system, held Gram), the full system's inverse
+        diagonal) for metric m's samples; without the folds and the diagonal (`rates_only`)
+        the full system alone."""
         key = m if m in sums.missing else None
         if key not in systems:
             Gf = sums.G - sums.missing[m] if key is not None else sums.G
             folds = []
-            for held in range(F):
+            for held in range(F if not rates_only else 0):
                 train = [f for f in range(F) if f != held]
                 folds.append((_System(merged(Gf[train].sum(0))), merged(Gf[held])))
             full = _System(merged(Gf.sum(0)))
-            systems[key] = (full, folds, full.inverse_diagonal())
+            systems[key] = (full, folds, None if rates_only else full.inverse_diagonal())
         return systems[key]
 
     # the unconstrained solutions of every metric, one solve per system
@@ -1102,8 +1111,16 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True) ->
                 x0[(h, m)] = X[:, i]
     out = []
     for m in range(M):
-        full, folds, inv_diag = system(m)
         bf = sums.b[:, :, m]
+        if rates_only:
+            out.append(_rates_alone(system(m)[0], bm_all[:, m] if m not in sums.missing
+                                    else merged_b(bf.sum(0)), x0.get(("full", m)), lo_k[:, m],
+                                    hi_k[:, m], target, m in metrics if metrics is not None
+                                    else True, bf.sum(0), share_all, lo_c[:, m], hi_c[:, m],
+                                    _natural_span(lo, hi, m), int(sums.n[:, m].sum()),
+                                    int((sums.n[:, m] - sums.idle_n[:, m]).sum())))
+            continue
+        full, folds, inv_diag = system(m)
         bm = bm_all[:, m] if m not in sums.missing else merged_b(bf.sum(0))
         start = x0.get(("full", m))
         rm = full.bounded(bm, start if start is not None else full.solve(bm), lo_k[:, m],
@@ -1173,6 +1190,27 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True) ->
     method[K1 - 1] = "direct" if share_all[K1 - 1] > 0 else "none"
     return DeviceFit(K1 - 1, out, group, method.astype(object), share_all, sums.full,
                      0, 0)
+
+
+def _rates_alone(full: _System, bm: np.ndarray, start: np.ndarray | None, lo_k: np.ndarray,
+                hi_k: np.ndarray, target: np.ndarray, wanted: bool, b_sum: np.ndarray,
+                share_all: np.ndarray, lo_c: np.ndarray, hi_c: np.ndarray, natural: float,
+                n_valid: int, busy: int) -> MetricFit:
+    """One metric's `fit` with `rates_only`: the full system's bounded rates (as `fit`
+    finds them: the same start, the same bounds), NaN where no sample tells them apart
+    (R^2, errors, ranges) and for a metric not `wanted`."""
+    K1 = target.size
+    nan = np.full(K1, np.nan)
+    if wanted:
+        rates = full.bounded(bm, start if start is not None else full.solve(bm), lo_k,
+                             hi_k)[target]
+    else:
+        rates = nan.copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        direct = np.where(share_all > 0, b_sum / share_all, np.nan)
+    return MetricFit(rates, nan.copy(), direct, float("nan"), float("nan"), float("nan"),
+                     n_valid, busy, nan.copy(), nan.copy(), np.ones(K1, dtype=bool),
+                     lo_c.copy(), hi_c.copy(), natural)
 
 
 def _natural_span(lo: np.ndarray, hi: np.ndarray, m: int) -> float:

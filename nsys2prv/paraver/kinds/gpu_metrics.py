@@ -257,7 +257,7 @@ def _model(report: Report, ctx: Context, metrics: pl.DataFrame, owners: pl.DataF
                  lambda ent, t, e, mat, near, p0: sums.add(ent, mat,
                                                            (e - t).astype(np.float64)))
         # the trace holds the rates alone: their ranges are analyze's (the same fit)
-        result = rm.fit(sums.result(), lo, hi, with_ranges=False)
+        result = rm.fit(sums.result(), lo, hi, rates_only=True)
         if periods.cut:
             ctx.warn("GPU metrics: samples followed by a gap in the sampling (their period "
                      "cut to one sampling interval)", periods.cut)
