@@ -353,6 +353,38 @@ def test_missing_values_leave_their_samples_out():
     assert fit.metrics[0].samples == per.n
 
 
+def test_rates_alone_are_the_full_fits_rates():
+    """`fit(rates_only=True)` (the translation's rates, the interference's two cases) skips
+    the held folds, the errors and the ranges, not the rates: each metric's are those of
+    the full fit to the last bit, with values missing in one metric (its own system) and
+    bounds that bind; a metric not asked for has none."""
+    sim = sr.simulate(SCENARIOS["one stream 10 kHz"])
+    values = sim.values.copy()
+    values[np.random.default_rng(3).random(values.shape[0]) < 0.2, 1] = np.nan
+    names = [k.name for k in sim.scenario.kinds]
+    col, labels = rm.design([names[k] for k in sim.kind], np.zeros(sim.kind.size, bool),
+                            sim.end - sim.start)
+    per = rm.periods_of(sim.times)
+    sums = rm.accumulate(rm.entries(per, sim.start, sim.end, col, len(labels)), values)
+    lo, hi = np.zeros(4), np.full(4, 100.0)
+    free = rm.fit(sums, lo, hi)
+    hi[0] = float(np.nanmedian(free.metrics[0].rates[:-1]))  # a bound that some rates meet
+    full = rm.fit(sums, lo, hi)
+    alone = rm.fit(sums, lo, hi, rates_only=True)
+    some = rm.fit(sums, lo, hi, rates_only=True, metrics=[1, 3])
+    assert (full.metrics[0].rates >= hi[0] - 1e-9).any()
+    for m in range(4):
+        assert np.array_equal(alone.metrics[m].rates, full.metrics[m].rates, equal_nan=True)
+        assert np.isnan(alone.metrics[m].r2_cv) and np.isnan(alone.metrics[m].se).all()
+        if m in (1, 3):
+            assert np.array_equal(some.metrics[m].rates, full.metrics[m].rates,
+                                  equal_nan=True)
+        else:
+            assert np.isnan(some.metrics[m].rates).all()
+    assert np.array_equal(alone.method, full.method)
+    assert not np.isnan(full.metrics[0].r2_cv)
+
+
 def test_periods_cut_at_gaps():
     times = np.array([0, 100, 200, 300, 1000, 1100, 1200], dtype=np.int64)
     per = rm.periods_of(times)
