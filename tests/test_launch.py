@@ -645,7 +645,10 @@ def test_attribute_columns_without_a_table_over_the_types():
     from nsys2prv.analysis import launch
 
     types = list(launch.CONFIG)
-    got = launch._column_of_type(np.array(types + [min(types) - 1, max(types) + 1, 0]))
-    assert got.tolist() == list(range(len(types))) + [-1, -1, -1]
+    # others: beside the types, and with a type's low bits (the lookup's slot)
+    others = [min(types) - 1, max(types) + 1, 0] + [t + (1 << launch._TYPE_BITS) * k
+                                                     for t in types for k in (1, -3, 1000)]
+    got = launch._column_of_type(np.array(types + others))
+    assert got.tolist() == list(range(len(types))) + [-1] * len(others)
     arrays = [v for v in vars(launch).values() if isinstance(v, np.ndarray)]
     assert arrays and max(a.nbytes for a in arrays) < 1 << 10
