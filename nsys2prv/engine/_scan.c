@@ -102,6 +102,11 @@ struct Scanner {
     Col cols[NCOLS];
     int64_t *types; /* sorted; NULL = every type */
     Py_ssize_t ntypes;
+    /* the same types as an open-addressing set (INT64_MIN: an empty slot), looked up for
+     * every event: a binary search over tens of types was a fifth of the scan */
+    int64_t *type_set;
+    uint64_t type_mask;
+    int type_shift;
     int32_t *task_rows;
     Py_ssize_t ntasks;
     int32_t *appl_offsets;
@@ -126,6 +131,7 @@ struct Scanner {
 static void Scanner_dealloc(Scanner *s) {
     for (int i = 0; i < NCOLS; i++) free(s->cols[i].p);
     free(s->types);
+    free(s->type_set);
     free(s->appl_offsets);
     free(s->state_mask);
     free(s->rest);
@@ -218,6 +224,23 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
         s->types = ints_of(types, &s->ntypes);
         if (!s->types) return -1;
         qsort(s->types, s->ntypes, sizeof(int64_t), cmp_i64);
+        int bits = 4;
+        while (((Py_ssize_t)1 << bits) < 2 * s->ntypes) bits++;
+        s->type_set = malloc(sizeof(int64_t) << bits);
+        if (!s->type_set) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->type_mask = ((uint64_t)1 << bits) - 1;
+        s->type_shift = 64 - bits;
+        for (uint64_t i = 0; i <= s->type_mask; i++) s->type_set[i] = INT64_MIN;
+        for (Py_ssize_t i = 0; i < s->ntypes; i++) {
+            int64_t t = s->types[i];
+            if (t == INT64_MIN) continue; /* no event has it (see wanted) */
+            uint64_t h = ((uint64_t)t * 0x9E3779B97F4A7C15ULL) >> s->type_shift;
+            while (s->type_set[h] != INT64_MIN && s->type_set[h] != t) h = (h + 1) & s->type_mask;
+            s->type_set[h] = t;
+        }
     }
     if (state_rows != Py_None) {
         /* bytes-like mask, one byte per row */
@@ -307,13 +330,14 @@ static inline int field(const char **pp, const char *end, int64_t *out) {
 
 static inline int wanted(const Scanner *s, int64_t type) {
     if (!s->types) return 1;
-    Py_ssize_t lo = 0, hi = s->ntypes;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (s->types[mid] < type) lo = mid + 1;
-        else hi = mid;
+    if (type == INT64_MIN) return 0; /* the empty slots' mark */
+    uint64_t h = ((uint64_t)type * 0x9E3779B97F4A7C15ULL) >> s->type_shift;
+    for (;;) {
+        int64_t t = s->type_set[h];
+        if (t == type) return 1;
+        if (t == INT64_MIN) return 0;
+        h = (h + 1) & s->type_mask;
     }
-    return lo < s->ntypes && s->types[lo] == type;
 }
 
 /* row of (appl, task, thread), or -1 */
