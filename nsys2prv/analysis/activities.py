@@ -24,7 +24,7 @@ from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
 from .store import WindowStore
-from .timeline import Spans
+from .timeline import Spans, first_of_each
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
@@ -492,10 +492,9 @@ class _Starts:
         if not starts.height:
             self.dropped += due.filter(pl.col("start") < end).height
             return
-        first = due.unique(["row", "start"], keep="first", maintain_order=True)
+        first = due.filter(first_of_each("row", "start"))
         kinds = own.filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
-        kinds = _memory_kinds(kinds).unique(["row", "start"], keep="first",
-                                            maintain_order=True) if kinds.height \
+        kinds = _memory_kinds(kinds).filter(first_of_each("row", "start")) if kinds.height \
             else _empty(_KINDS)
         new = (starts.join(first, on=["row", "start"], how="left", maintain_order="left")
                .join(kinds, on=["row", "start"], how="left", maintain_order="left"))

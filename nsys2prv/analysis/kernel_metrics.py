@@ -46,6 +46,7 @@ from . import rate_model as rm
 from .activities import Activities
 from .labels import distinct_labels
 from .store import WindowStore
+from .timeline import first_of_each
 
 # bound labels (docs/kernel_metrics.md): thresholds on the rates, in percent of peak
 MEMORY_BOUND_DRAM = 60.0  # DRAM read + write bandwidth
@@ -126,12 +127,12 @@ class SampleCollector:
             self._parts.append((row[new].astype(np.int32), time[new], mat))
             return
         srow, stime = row[new].astype(np.int32), time[new]
-        self.store.add("samples", pl.DataFrame(
-            {"row": srow, "time": stime,
-             **{f"v{i}": mat[:, i] for i in range(mat.shape[1])}}))
         bounds = np.flatnonzero(np.append(True, srow[1:] != srow[:-1]))
         for a, z in zip(bounds, np.append(bounds[1:], srow.size)):
             r = int(srow[a])
+            # a table per row: each GPU's sweeps read its own samples alone
+            self.store.add(f"samples{r}", pl.DataFrame(
+                {"time": stime[a:z], **{f"v{i}": mat[a:z, i] for i in range(mat.shape[1])}}))
             st = self._stats.get(r)
             if st is None:
                 st = self._stats[r] = _RowStats(len(self.metric_types))
@@ -152,11 +153,9 @@ class SampleCollector:
 
     def _chunks(self, row: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         cols = [f"v{i}" for i in range(len(self.metric_types))]
-        for part in self.store.parts("samples"):
-            p = part.filter(pl.col("row") == row)
-            if p.height:
-                yield (p["time"].to_numpy(),
-                       np.ascontiguousarray(p.select(cols).to_numpy(), dtype=np.float64))
+        for p in self.store.parts(f"samples{row}"):
+            yield (p["time"].to_numpy(),
+                   np.ascontiguousarray(p.select(cols).to_numpy(), dtype=np.float64))
 
     def result(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """row -> (sorted sample times, values as float64, periods x metrics)."""
@@ -339,8 +338,8 @@ class _Device:
         for b in self.scratch.bucket_ids(table):
             a = self.scratch.bucket(table, b, ["start", "row"])
             if overlapped:
-                hit = (self.scratch.bucket("overlapped", b, ["start"])
-                       .unique(["row", "start"], keep="first", maintain_order=True)
+                hit = (self.scratch.bucket(f"overlapped{self.row}", b, ["start"])
+                       .filter(first_of_each("row", "start"))
                        .with_columns(pl.lit(True).alias("overlapped")))
                 a = a.join(hit, on=["row", "start"], how="left", maintain_order="left") \
                     .with_columns(pl.col("overlapped").fill_null(False))
@@ -362,7 +361,7 @@ def _with_classes(items: pl.DataFrame, table: pl.DataFrame | None) -> pl.DataFra
         return items.with_columns(pl.lit(0, pl.Int64).alias("cls"))
     first = (table.select(pl.col("row").cast(pl.Int32), "start",
                           pl.col("class").cast(pl.Int64).alias("cls"))
-             .unique(["row", "start"], keep="first", maintain_order=True))
+             .filter(first_of_each("row", "start")))
     return (items.join(first, on=["row", "start"], how="left", maintain_order="left")
             .with_columns(pl.col("cls").fill_null(0)))
 
@@ -447,7 +446,7 @@ def _scan(acts, devices: list["_Device"], classes: pl.DataFrame | None,
             pl.len().cast(pl.Int64).alias("launches"), c("dur").sum().alias("time")))
         hit = f.filter(c("overlapped")).select("row", "start")
         if hit.height:
-            d.scratch.add_timed("overlapped", hit, "start")
+            d.scratch.add_timed(f"overlapped{d.row}", hit, "start")
         if overlap_launches:
             st["touched"].append(f.select("code", "dur", "overlapped"))
 
