@@ -139,6 +139,32 @@ def test_many_windows_give_the_numbers_of_one(run, capsys, monkeypatch):
     assert dev["active"] >= LONG[1] - LONG[0]
 
 
+def test_row_time_keys_switched_midway_give_the_same_numbers(run, capsys, monkeypatch):
+    """The joins of the activities' starts with their launch lines and memory kinds key
+    (row, time) as one integer; a trace whose times could overflow it switches to a
+    struct key where such a time comes (`timeline.RowTimeKey`). Forced to switch in the
+    middle of the run (1 KiB windows: lines and starts held across it), the report is the
+    one of the packed keys."""
+    from nsys2prv.analysis import timeline
+
+    _, trace = run
+    monkeypatch.setattr(read, "BLOCK", 1024)
+    packed = _json(capsys, trace, "--iterations")
+    made = []
+    init = timeline.RowTimeKey.__init__
+
+    def early(self, rows):
+        init(self, rows)
+        self.limit = STEPS * 400 * US // 2  # a time of the run's middle overflows
+        made.append(self)
+
+    monkeypatch.setattr(timeline.RowTimeKey, "__init__", early)
+    switched = _json(capsys, trace, "--iterations")
+    assert made and not any(k.packed for k in made)
+    assert switched == packed
+    assert [s["instance"] for s in packed["iterations"]["steps"]] == list(range(STEPS))
+
+
 def test_tables_out_of_time_order(run, tmp_path, capsys):
     """An export whose activity tables are not in time order (rows shuffled) is analysed
     as the same export in order."""

@@ -311,3 +311,30 @@ def test_gaps_are_the_holes_between_runs_with_their_launch(raw_runs, raw_arrows,
     assert sorted(found) == sorted(want)
     spans = gaps.spans()
     assert sorted(spans.rows()) == sorted((g, min(t), max(t) + 1) for g, t in busy.items() if t)
+
+
+def test_row_time_key_packs_until_a_time_could_overflow():
+    """(row, time) as one Int64 (time * rows + row) while every time seen fits, a struct
+    after; a join on either key is the join on both columns, left order kept."""
+    import polars as pl
+
+    from nsys2prv.analysis.timeline import RowTimeKey
+
+    left = pl.DataFrame({"row": [2, 0, 1, 2, 0], "start": [5, 5, -3, 7, 1 << 40],
+                         "x": range(5)}, schema_overrides={"row": pl.Int32})
+    right = pl.DataFrame({"row": [0, 2, 1, 1], "start": [5, 7, -3, 5], "y": [10, 20, 30, 40]},
+                         schema_overrides={"row": pl.Int32})
+    want = left.join(right, on=["row", "start"], how="left", maintain_order="left")
+    key = RowTimeKey(3)
+    assert key.packed and key.limit == (1 << 62) // 3
+    assert key.join(left, right).equals(want)
+    assert key.join(left, right, how="anti")["x"].to_list() == [0, 4]
+    packed = left.select(key.of())["_k"].to_list()
+    assert packed == [17, 15, -8, 23, (1 << 40) * 3]
+    key.see(None, 10, key.limit - 1)
+    assert key.packed
+    key.see(-key.limit)
+    assert not key.packed
+    assert left.select(key.of())["_k"].dtype == pl.Struct
+    assert key.join(left, right).equals(want)
+    assert key.join(left, right, how="anti")["x"].to_list() == [0, 4]

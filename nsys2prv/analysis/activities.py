@@ -24,7 +24,7 @@ from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
 from .store import WindowStore
-from .timeline import Spans, first_of_each
+from .timeline import RowTimeKey, Spans, first_of_each
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
@@ -323,7 +323,7 @@ class ActivityCollector:
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
-        self._starts = _Starts()
+        self._starts = _Starts(int(self.layout.rows["row"].max() or 0) + 1)
         self._calls: list[pl.DataFrame] = []
         self.windows = 0
 
@@ -464,13 +464,16 @@ class _Starts:
     send time, never after the activity's start) and a copy's memory kinds. Memory: the
     activities open and the lines not yet at their activity."""
 
-    def __init__(self) -> None:
+    def __init__(self, rows: int) -> None:
         self._pending = _empty(_LINES)  # lines whose activity has not started yet
         self._open = _empty(_OPEN)  # per (row, start): its line and kinds, and how many
         self.dropped = 0  # lines that reach no activity start (checked by the tests)
+        self._key = RowTimeKey(rows)  # (row, start) as one column for the joins
 
     def add(self, own: pl.DataFrame, comms: pl.DataFrame | None, end: int) -> None:
         """A window's own events and communications (`end`: the window's end)."""
+        key = self._key
+        key.see(end)
         if comms is not None and comms.height:
             lines = comms.filter(pl.col("tag").is_in(LAUNCH_TAGS)).select(
                 pl.col("recv_row").cast(pl.Int32).alias("row"),
@@ -478,12 +481,14 @@ class _Starts:
                 pl.col("send").cast(pl.Int64).alias("launch"),
                 pl.col("send_row").cast(pl.Int32).alias("launch_row"))
             if lines.height:
+                key.see(lines["start"].min(), lines["start"].max())
                 self._pending = pl.concat([self._pending, lines])
         starts = (own.filter(pl.col("type").is_in([KERNEL, NCCL_KERNEL, MEMOP])
                              & (pl.col("value") != 0))
-                  .group_by("row", "time", maintain_order=True)
-                  .agg(pl.len().cast(pl.Int64).alias("n"))
-                  .select(pl.col("row").cast(pl.Int32), pl.col("time").alias("start"), "n"))
+                  .group_by(key.of("row", "time"), maintain_order=True)
+                  .agg(pl.col("row").first().cast(pl.Int32), pl.col("time").first()
+                       .alias("start"), pl.len().cast(pl.Int64).alias("n"))
+                  .drop("_k"))
         p = self._pending
         # lines up to the window's end meet their start here (one at its end may meet it
         # in the next window too: a time's records can span two windows)
@@ -492,37 +497,37 @@ class _Starts:
         if not starts.height:
             self.dropped += due.filter(pl.col("start") < end).height
             return
-        first = due.filter(first_of_each("row", "start"))
+        first = due.filter(key.of().is_first_distinct())
         kinds = own.filter(pl.col("type").is_in(MEMORY_KIND_TYPES))
-        kinds = _memory_kinds(kinds).filter(first_of_each("row", "start")) if kinds.height \
+        kinds = _memory_kinds(kinds).filter(key.of().is_first_distinct()) if kinds.height \
             else _empty(_KINDS)
-        new = (starts.join(first, on=["row", "start"], how="left", maintain_order="left")
-               .join(kinds, on=["row", "start"], how="left", maintain_order="left"))
-        self.dropped += due.filter(pl.col("start") < end).join(
-            starts, on=["row", "start"], how="anti").height
+        new = key.join(key.join(starts, first), kinds)
+        self.dropped += key.join(due.filter(pl.col("start") < end), starts.select(
+            "row", "start"), how="anti").height
         opened = pl.concat([self._open, new.select(list(_OPEN)).cast(_OPEN)])
-        if opened.select(pl.struct("row", "start").is_duplicated().any()).item():
-            opened = opened.group_by("row", "start", maintain_order=True).agg(
+        if opened.select(key.of().is_duplicated().any()).item():
+            opened = opened.group_by(key.of(), maintain_order=True).agg(
+                pl.col("row", "start").first(),
                 pl.col("launch", "launch_row", "src_kind", "dst_kind").drop_nulls().first(),
-                pl.col("n").sum())
+                pl.col("n").sum()).drop("_k")
         self._open = opened
 
     def attach(self, acts: pl.DataFrame, kinds: bool) -> pl.DataFrame:
         """`acts` (row, start, ...: ended in this window) with their launch, launch_row and,
         with `kinds`, src_kind and dst_kind (null: none)."""
         cols = ["launch", "launch_row"] + (["src_kind", "dst_kind"] if kinds else [])
-        return acts.join(self._open.select("row", "start", *cols), on=["row", "start"],
-                         how="left", maintain_order="left")
+        return self._key.join(acts, self._open.select("row", "start", *cols))
 
     def done(self, ended: pl.DataFrame) -> None:
         """The activities (row, start) that ended: their starts are let go."""
         if not ended.height:
             return
-        count = ended.group_by("row", "start").agg(pl.len().cast(pl.Int64).alias("k"))
-        self._open = (self._open.join(count, on=["row", "start"], how="left",
-                                      maintain_order="left")
-                      .with_columns(pl.col("n") - pl.col("k").fill_null(0))
-                      .filter(pl.col("n") > 0).drop("k"))
+        key = self._key
+        count = ended.group_by(key.of()).agg(pl.len().cast(pl.Int64).alias("ended"))
+        self._open = (self._open.with_columns(key.of())
+                      .join(count, on="_k", how="left", maintain_order="left")
+                      .with_columns(pl.col("n") - pl.col("ended").fill_null(0))
+                      .filter(pl.col("n") > 0).drop("ended", "_k"))
 _CALLS = {"row": pl.Int32, "start": pl.Int64, "calls": pl.Int32, "zero": pl.Boolean}
 
 

@@ -34,7 +34,7 @@ from ..engine import NUL
 from ..paraver.read import Source, TraceInfo, open_trace
 from ..paraver.registry import cuda
 from . import occupancy as occ
-from .timeline import Spans
+from .timeline import RowTimeKey, Spans
 
 KERNEL_TYPES = (cuda.CUDA_KERNEL, cuda.NCCL_KERNEL)
 FULL_NAME = cuda.KERNEL_FULL_NAME
@@ -142,6 +142,7 @@ class LaunchCollector:
         self._held = pl.DataFrame(schema={"row": pl.Int32, "start": pl.Int64,
                                           **{c: pl.Int64 for c in CONFIG_COLUMNS}})
         self._rows = 0
+        self._key = RowTimeKey(int(self.layout.rows["row"].max() or 0) + 1)
 
     def add(self, w) -> None:
         own = w.events.slice(w.carried)
@@ -159,7 +160,8 @@ class LaunchCollector:
                               "dur": flat[:, 4], "name": flat[:, 2],
                               "full": np.where(flat[:, 5] == NUL, flat[:, 2], flat[:, 5]),
                               "nccl": flat[:, 1] == cuda.NCCL_KERNEL})
-            joined = k.join(held, on=["row", "start"], how="left")
+            self._key.see(w.end)
+            joined = self._key.join(k, held)
             if self.per_kernel:  # the kernels of a class other than 0 (most are 0)
                 pv = sm_ceiling_pv(joined)
                 grid_class = occ.grid_class(np.where(pv >= 0, pv, np.nan)).astype(np.int8)
@@ -177,7 +179,7 @@ class LaunchCollector:
                 pl.len().alias("launches"), pl.col("dur").sum().alias("time")))
             self._rows += self._parts[-1].height
             # what is left waits for its kernel's end in a later window
-            held = held.join(k.select("row", "start"), on=["row", "start"], how="anti")
+            held = self._key.join(held, k.select("row", "start"), how="anti")
             if self._rows > 200_000:
                 self._compact()
         self._held = held

@@ -53,6 +53,39 @@ def first_of_each(*columns: str) -> pl.Expr:
     return pl.struct(*columns).is_first_distinct()
 
 
+class RowTimeKey:
+    """(row, time) pairs as one Int64 column `_k` = time * rows + row: polars joins and
+    groups on one integer column at about half the cost of two (it hashes several key
+    columns as encoded rows). A trace whose times could overflow that (`see`: every time a
+    window brings, before its keys are made) gets a struct of both from then on; the keys
+    are made afresh for each operation, never held, so the switch converts nothing."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = max(int(rows), 1)
+        self.limit = (1 << 62) // self.rows
+        self.packed = True
+
+    def see(self, *times) -> None:
+        """Times (None: none) that keys will be made of."""
+        if self.packed and any(t is not None and not -self.limit < t < self.limit
+                               for t in times):
+            self.packed = False
+
+    def of(self, row: str = "row", time: str = "start") -> pl.Expr:
+        if self.packed:
+            return (pl.col(time).cast(pl.Int64) * self.rows
+                    + pl.col(row).cast(pl.Int64)).alias("_k")
+        return pl.struct(pl.col(row).cast(pl.Int64), pl.col(time).cast(pl.Int64)).alias("_k")
+
+    def join(self, left: pl.DataFrame, right: pl.DataFrame, how: str = "left",
+             row: str = "row", time: str = "start") -> pl.DataFrame:
+        """`left.join(right, on=[row, time], how=how)`, left's order kept, on the key."""
+        out = left.with_columns(self.of(row, time)).join(
+            right.with_columns(self.of(row, time)).drop(row, time), on="_k", how=how,
+            maintain_order="left" if how == "left" else None)
+        return out.drop("_k")
+
+
 def _col(frame: pl.DataFrame, name: str, dtype) -> np.ndarray:
     return np.ascontiguousarray(frame[name].to_numpy(), dtype=dtype)
 
