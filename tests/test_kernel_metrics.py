@@ -385,6 +385,37 @@ def test_rates_alone_are_the_full_fits_rates():
     assert not np.isnan(full.metrics[0].r2_cv)
 
 
+def test_gram_from_its_upper_triangle_is_every_pairs_sum_to_the_last_bit(monkeypatch):
+    """`accumulate` sums each period's pairs (i <= j) and mirrors them: the Gram sums, and
+    those of a metric with missing values, are those of every ordered pair, bit for bit
+    (40 columns, up to tens of entries a period)."""
+    rng = np.random.default_rng(5)
+    times = np.cumsum(rng.integers(90, 110, 20000))
+    per = rm.periods_of(times)
+    start = rng.integers(times[0], times[-1], 60000)
+    end = start + rng.integers(1, 3000, start.size)
+    ent = rm.entries(per, start, end, rng.integers(0, 40, start.size), 40)
+    values = rng.normal(30, 10, (per.n, 3))
+    values[rng.random(per.n) < 0.1, 1] = np.nan
+    got = rm.accumulate(ent, values)
+
+    def every_pair(p):  # each ordered pair of positions of one period
+        heads = np.concatenate([[0], np.flatnonzero(np.diff(p)) + 1])
+        counts = np.diff(np.concatenate([heads, [p.size]]))
+        per_ = np.repeat(counts, counts)
+        i = np.repeat(np.arange(p.size), per_)
+        return i, np.repeat(heads, counts)[i] + np.arange(i.size) - np.repeat(
+            np.cumsum(per_) - per_, per_)
+
+    monkeypatch.setattr(rm, "_pairs", every_pair)
+    monkeypatch.setattr(rm, "_mirrored", lambda sums, F, K1: sums)
+    want = rm.accumulate(ent, values)
+    assert np.bincount(ent.period).max() > 10
+    assert np.array_equal(got.G, want.G) and list(got.missing) == [1]
+    assert np.array_equal(got.missing[1], want.missing[1])
+    assert not np.array_equal(got.G, np.zeros_like(got.G))
+
+
 def test_periods_cut_at_gaps():
     times = np.array([0, 100, 200, 300, 1000, 1100, 1200], dtype=np.int64)
     per = rm.periods_of(times)

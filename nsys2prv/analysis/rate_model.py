@@ -225,18 +225,29 @@ class Sums:
 
 
 def _pairs(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every ordered pair (i, j) of positions holding the same period, for `p` sorted."""
+    """Every pair (i, j), i <= j, of positions holding the same period, for `p` sorted.
+    A period's entries are one per column, by column (`entries`), so these pairs make the
+    upper triangle of the Gram matrix and `_mirrored` the rest: half the pairs, the same
+    sums to the last bit (the pair (j, i) adds the same product in the same period)."""
     if p.size == 0:
         return p, p
     bounds = np.flatnonzero(np.diff(p)) + 1
-    starts = np.concatenate([[0], bounds])
-    counts = np.diff(np.concatenate([starts, [p.size]]))
-    per = np.repeat(counts, counts)  # each position: the size of its period's run
-    first = np.repeat(starts, counts)
+    ends = np.concatenate([bounds, [p.size]])
+    counts = np.diff(np.concatenate([[0], ends]))
+    per = np.repeat(ends, counts) - np.arange(p.size)  # each position: j from it to its end
     i = np.repeat(np.arange(p.size), per)
     offsets = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per)
-    j = first[i] + offsets
-    return i, j
+    return i, i + offsets
+
+
+def _mirrored(upper: np.ndarray, F: int, K1: int) -> np.ndarray:
+    """A chunk's Gram sums (F x K1 x K1, flat) from its upper triangle (`_pairs`): the
+    lower one copied from it (x + 0.0 is x), the diagonal as it is."""
+    u = upper.reshape(F, K1, K1)
+    full = u + u.transpose(0, 2, 1)
+    d = np.arange(K1)
+    full[:, d, d] = u[:, d, d]
+    return full.reshape(-1)
 
 
 def accumulate(ent: Entries, values: np.ndarray) -> Sums:
@@ -270,11 +281,12 @@ def accumulate(ent: Entries, values: np.ndarray) -> Sums:
         i, j = _pairs(p)
         key = (f[i] * K1 + c[i]) * K1 + c[j]
         w = s[i] * s[j]
-        G += np.bincount(key, weights=w, minlength=F * K1 * K1)
+        G += _mirrored(np.bincount(key, weights=w, minlength=F * K1 * K1), F, K1)
         for m in missing_metrics:
             bad = ~valid[p[i], m]
             if bad.any():
-                missing[m] += np.bincount(key[bad], weights=w[bad], minlength=F * K1 * K1)
+                missing[m] += _mirrored(np.bincount(key[bad], weights=w[bad],
+                                                    minlength=F * K1 * K1), F, K1)
         fc = f * K1 + c
         share += np.bincount(fc, weights=s, minlength=F * K1)
         vp = v0[p]
@@ -507,12 +519,12 @@ class SumsStream:
         i, j = _pairs(pl_)
         key = (f[i] * K1 + c[i]) * K1 + c[j]
         w = s[i] * s[j]
-        self.G += np.bincount(key, weights=w, minlength=F * K1 * K1)
+        self.G += _mirrored(np.bincount(key, weights=w, minlength=F * K1 * K1), F, K1)
         for m in self.missing:
             bad = ~valid[pl_[i], m]
             if bad.any():
-                self.missing[m] += np.bincount(key[bad], weights=w[bad],
-                                               minlength=F * K1 * K1)
+                self.missing[m] += _mirrored(np.bincount(key[bad], weights=w[bad],
+                                                         minlength=F * K1 * K1), F, K1)
         fc = f * K1 + c
         self.share += np.bincount(fc, weights=s, minlength=F * K1)
         vp = v0[pl_]
