@@ -43,7 +43,8 @@ from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
                                      STATE_FORK_JOIN, STATE_FREE, STATE_IO,
                                      STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
-from .timeline import NST, ST_ENDED, ST_NONE, Gaps, GroupSweep, between, first_of_each
+from .timeline import (NST, ST_ENDED, ST_NONE, Gaps, GroupSweep, RowTimeKey, between,
+                       first_of_each)
 
 # what the host thread was doing, in priority order: (key, label)
 CAUSES: tuple[tuple[str, str], ...] = (
@@ -139,6 +140,11 @@ def _gap_frame(keys: np.ndarray, found: np.ndarray) -> pl.DataFrame:
             .with_columns(host.set(host < 0, None)))  # -1: no launch record
 
 
+def _rows_of(window: Trace) -> int:
+    """Rows of a window's trace (a bound on its row numbers, for `RowTimeKey`)."""
+    return int(window.rows["row"].max() or 0) + 1
+
+
 class IntervalStream:
     """Last Evt Val intervals of a set of types, completed across windows: `add` returns the
     intervals (row, start, end, value[, tag]) that ended in the window; those still open are
@@ -152,15 +158,18 @@ class IntervalStream:
         self._cols = ["row", "start", "value"] + (["tag"] if tag is not None else [])
         self._open = _empty({"row": pl.Int32, "start": pl.Int64, "value": pl.Int64,
                              **({"tag": pl.Int64} if tag is not None else {})})
+        self._key: RowTimeKey | None = None
 
     def add(self, window: Trace) -> pl.DataFrame:
         own = window.events.slice(window.carried)
         ev = own.filter(pl.col("type").is_in(self.types)).select("row", "time", "value")
         if self.tag is not None:  # the tag event sits at the same (row, time)
+            key = self._key = self._key or RowTimeKey(_rows_of(window))
+            key.see(window.end)
             tags = (own.filter(pl.col("type") == self.tag)
                     .select("row", "time", pl.col("value").alias("tag"))
-                    .filter(first_of_each("row", "time")))
-            ev = (ev.join(tags, on=["row", "time"], how="left")
+                    .filter(key.of("row", "time").is_first_distinct()))
+            ev = (key.join(ev, tags, time="time")
                   .with_columns(pl.col("tag").fill_null(0).cast(pl.Int64)))
         ev = ev.with_columns(pl.col("time").shift(-1).over("row").alias("next"))
         first = ev.group_by("row").agg(pl.col("time").min().alias("end"))
@@ -215,30 +224,38 @@ class LaunchStats:
                                 "recv": pl.Int64, "call_end": pl.Int64, "kernel_end": pl.Int64,
                                 "kernel": pl.Int64, "full": pl.Int64})
         self._parts: list[pl.DataFrame] = []
+        self._key: RowTimeKey | None = None  # (row, time) of calls and kernels as one key
 
     def add(self, window: Trace) -> None:
+        key = self._key = self._key or RowTimeKey(_rows_of(window))
+        key.see(window.end)
         if window.comms is not None and window.comms.height:
             arrows = window.comms.filter(pl.col("tag").is_in(KERNEL_TAGS)).select(
                 "send_row", "send", "recv_row", "recv",
                 *(pl.lit(None, pl.Int64).alias(c) for c in ("call_end", "kernel_end",
                                                              "kernel", "full")))
+            if arrows.height:
+                key.see(arrows["send"].min(), arrows["send"].max(), arrows["recv"].min(),
+                        arrows["recv"].max())
             self._pending = pl.concat([self._pending, arrows])
         self._match(self.calls.add(window), self.kernels.add(window))
 
     def _match(self, calls: pl.DataFrame, kernels: pl.DataFrame) -> None:
         p = self._pending
+        key = self._key or RowTimeKey(1)  # none: no window came (nothing to match)
         if calls.height:
-            p = (p.join(calls.select(pl.col("row").alias("send_row"),
-                                     pl.col("start").alias("send"),
-                                     pl.col("end").alias("_ce")),
-                        on=["send_row", "send"], how="left")
+            p = (key.join(p, calls.select(pl.col("row").alias("send_row"),
+                                          pl.col("start").alias("send"),
+                                          pl.col("end").alias("_ce")),
+                          row="send_row", time="send")
                  .with_columns(pl.coalesce("call_end", "_ce").alias("call_end")).drop("_ce"))
         if kernels.height:
-            p = (p.join(kernels.select(pl.col("row").alias("recv_row"),
-                                       pl.col("start").alias("recv"),
-                                       pl.col("end").alias("_ke"), pl.col("value").alias("_kv"),
-                                       pl.col("tag").alias("_kf")),
-                        on=["recv_row", "recv"], how="left")
+            p = (key.join(p, kernels.select(pl.col("row").alias("recv_row"),
+                                            pl.col("start").alias("recv"),
+                                            pl.col("end").alias("_ke"),
+                                            pl.col("value").alias("_kv"),
+                                            pl.col("tag").alias("_kf")),
+                          row="recv_row", time="recv")
                  .with_columns(pl.coalesce("kernel_end", "_ke").alias("kernel_end"),
                                pl.coalesce("kernel", "_kv").alias("kernel"),
                                pl.coalesce("full", "_kf").alias("full"))
