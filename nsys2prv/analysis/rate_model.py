@@ -1045,8 +1045,8 @@ def _column_bounds(lo: np.ndarray, hi: np.ndarray, K1: int, M: int
                      np.broadcast_to(hi[None, :], (K1, M))))
 
 
-def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True,
-        rates_only: bool = False, metrics: Collection[int] | None = None) -> DeviceFit:
+def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, rates_only: bool = False,
+        metrics: Collection[int] | None = None) -> DeviceFit:
     """Rates of every column for every metric (bounds lo/hi per metric, or per column and
     metric: a kernel's grid caps what it can do), their standard errors and ranges, the
     cross-validated R^2 of the model and of the direct attribution, the groups of columns
@@ -1059,13 +1059,13 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True,
     and would shrink it (on aiprof_opt2, 95 % of the samples). A rate's range is the set
     of values whose fit is at most RANGE_Z^2 sigma^2 worse than the best, within the
     column's bounds (`_System.ranges`); a rate whose range is wider than UNDETERMINED of
-    the metric's span is `determined` False. Without `with_ranges` the ranges are NaN and
-    every rate is `determined`.
+    the metric's span is `determined` False.
 
     `rates_only` (the translation, which writes the rates alone; the interference's two
     cases): the bounded rates of the metrics `metrics` (None: all; the others' rates NaN),
     the same numbers as a full fit gives, without what costs most beside them: the fits
-    of the held folds (R^2 and the errors NaN), the standard errors and the ranges."""
+    of the held folds (R^2 and the errors NaN), the standard errors and the ranges (NaN;
+    every rate `determined`)."""
     F, K1, _ = sums.G.shape
     M = sums.b.shape[2]
     lo_c, hi_c = _column_bounds(lo, hi, K1, M)
@@ -1123,20 +1123,15 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True,
                 x0[(h, m)] = X[:, i]
     out = []
     for m in range(M):
+        full, folds, inv_diag = system(m)  # no folds, no diagonal with `rates_only`
         bf = sums.b[:, :, m]
-        if rates_only:
-            out.append(_rates_alone(system(m)[0], bm_all[:, m] if m not in sums.missing
-                                    else merged_b(bf.sum(0)), x0.get(("full", m)), lo_k[:, m],
-                                    hi_k[:, m], target, m in metrics if metrics is not None
-                                    else True, bf.sum(0), share_all, lo_c[:, m], hi_c[:, m],
-                                    _natural_span(lo, hi, m), int(sums.n[:, m].sum()),
-                                    int((sums.n[:, m] - sums.idle_n[:, m]).sum())))
-            continue
-        full, folds, inv_diag = system(m)
         bm = bm_all[:, m] if m not in sums.missing else merged_b(bf.sum(0))
-        start = x0.get(("full", m))
-        rm = full.bounded(bm, start if start is not None else full.solve(bm), lo_k[:, m],
-                          hi_k[:, m])
+        if metrics is not None and m not in metrics:  # not asked for (`rates_only`)
+            rm = np.full(K, np.nan)
+        else:
+            start = x0.get(("full", m))
+            rm = full.bounded(bm, start if start is not None else full.solve(bm), lo_k[:, m],
+                              hi_k[:, m])
         rates = rm[target]
         # cross-validation: fit on one fold, score on the other (busy periods only)
         sse = sst = sse_d = 0.0
@@ -1178,10 +1173,11 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True,
         # the kernels' uncertainty: the error of the samples they are in
         sigma2_busy = sse / n_busy if n_busy > 0 else sigma2
         # standard errors: sigma^2 (G^-1)_kk over the merged columns with time
-        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2_busy)
+        se_m = np.sqrt(np.clip(inv_diag, 0, None) * sigma2_busy) if inv_diag is not None \
+            else np.full(K, np.nan)
         allowed = RANGE_Z ** 2 * sigma2_busy if sigma2_busy == sigma2_busy else np.inf
         natural = _natural_span(lo, hi, m)
-        if with_ranges:
+        if not rates_only:
             r_lo, r_hi = full.ranges(bm, rm, lo_k[:, m], hi_k[:, m], allowed)
         else:
             r_lo = r_hi = np.full(K, np.nan)
@@ -1204,27 +1200,6 @@ def fit(sums: Sums, lo: np.ndarray, hi: np.ndarray, with_ranges: bool = True,
                      0, 0)
 
 
-def _rates_alone(full: _System, bm: np.ndarray, start: np.ndarray | None, lo_k: np.ndarray,
-                hi_k: np.ndarray, target: np.ndarray, wanted: bool, b_sum: np.ndarray,
-                share_all: np.ndarray, lo_c: np.ndarray, hi_c: np.ndarray, natural: float,
-                n_valid: int, busy: int) -> MetricFit:
-    """One metric's `fit` with `rates_only`: the full system's bounded rates (as `fit`
-    finds them: the same start, the same bounds), NaN where no sample tells them apart
-    (R^2, errors, ranges) and for a metric not `wanted`."""
-    K1 = target.size
-    nan = np.full(K1, np.nan)
-    if wanted:
-        rates = full.bounded(bm, start if start is not None else full.solve(bm), lo_k,
-                             hi_k)[target]
-    else:
-        rates = nan.copy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        direct = np.where(share_all > 0, b_sum / share_all, np.nan)
-    return MetricFit(rates, nan.copy(), direct, float("nan"), float("nan"), float("nan"),
-                     n_valid, busy, nan.copy(), nan.copy(), np.ones(K1, dtype=bool),
-                     lo_c.copy(), hi_c.copy(), natural)
-
-
 def _natural_span(lo: np.ndarray, hi: np.ndarray, m: int) -> float:
     """The width of metric m's own range (100 for a percentage), NaN when unbounded."""
     lo = np.asarray(lo, dtype=np.float64)
@@ -1235,12 +1210,12 @@ def _natural_span(lo: np.ndarray, hi: np.ndarray, m: int) -> float:
 
 
 def fit_device(periods: Periods, values: np.ndarray, start: np.ndarray, end: np.ndarray,
-               col: np.ndarray, n_cols: int, lo: np.ndarray, hi: np.ndarray,
-               with_ranges: bool = True) -> tuple[DeviceFit, Entries]:
+               col: np.ndarray, n_cols: int, lo: np.ndarray, hi: np.ndarray
+               ) -> tuple[DeviceFit, Entries]:
     """The model of one GPU: `values` (periods x metrics, NaN = missing) sampled over
     `periods`, the intervals [start, end) of columns `col` (0..n_cols-1)."""
     ent = entries(periods, start, end, col, n_cols)
-    result = fit(accumulate(ent, values), lo, hi, with_ranges)
+    result = fit(accumulate(ent, values), lo, hi)
     length = (periods.end - periods.start).astype(np.float64)
     result.time = np.bincount(ent.col, weights=ent.share * length[ent.period],
                               minlength=n_cols + 1)
