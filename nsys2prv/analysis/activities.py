@@ -24,7 +24,7 @@ from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
 from .store import WindowStore
-from .timeline import RowTimeKey, Spans, first_of_each
+from .timeline import RowTimeKey, Spans
 
 KERNEL = cuda.CUDA_KERNEL
 NCCL_KERNEL = cuda.NCCL_KERNEL
@@ -323,7 +323,7 @@ class ActivityCollector:
         self._cpu = (self.layout.rows.sort("row")["kind"] == "cpu").to_numpy()
         self._sync = np.zeros(self.layout.rows.height, dtype=np.int64)
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
-        self._starts = _Starts(int(self.layout.rows["row"].max() or 0) + 1)
+        self._starts = _Starts(RowTimeKey.of_trace(self.layout.rows))
         self._calls: list[pl.DataFrame] = []
         self.windows = 0
 
@@ -464,11 +464,11 @@ class _Starts:
     send time, never after the activity's start) and a copy's memory kinds. Memory: the
     activities open and the lines not yet at their activity."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, key: RowTimeKey) -> None:
         self._pending = _empty(_LINES)  # lines whose activity has not started yet
         self._open = _empty(_OPEN)  # per (row, start): its line and kinds, and how many
         self.dropped = 0  # lines that reach no activity start (checked by the tests)
-        self._key = RowTimeKey(rows)  # (row, start) as one column for the joins
+        self._key = key  # (row, start) as one column for the joins
 
     def add(self, own: pl.DataFrame, comms: pl.DataFrame | None, end: int) -> None:
         """A window's own events and communications (`end`: the window's end)."""

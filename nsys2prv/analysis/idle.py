@@ -43,8 +43,7 @@ from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
                                      STATE_FORK_JOIN, STATE_FREE, STATE_IO,
                                      STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
-from .timeline import (NST, ST_ENDED, ST_NONE, Gaps, GroupSweep, RowTimeKey, between,
-                       first_of_each)
+from .timeline import NST, ST_ENDED, ST_NONE, Gaps, GroupSweep, RowTimeKey, between
 
 # what the host thread was doing, in priority order: (key, label)
 CAUSES: tuple[tuple[str, str], ...] = (
@@ -140,11 +139,6 @@ def _gap_frame(keys: np.ndarray, found: np.ndarray) -> pl.DataFrame:
             .with_columns(host.set(host < 0, None)))  # -1: no launch record
 
 
-def _rows_of(window: Trace) -> int:
-    """Rows of a window's trace (a bound on its row numbers, for `RowTimeKey`)."""
-    return int(window.rows["row"].max() or 0) + 1
-
-
 class IntervalStream:
     """Last Evt Val intervals of a set of types, completed across windows: `add` returns the
     intervals (row, start, end, value[, tag]) that ended in the window; those still open are
@@ -164,7 +158,7 @@ class IntervalStream:
         own = window.events.slice(window.carried)
         ev = own.filter(pl.col("type").is_in(self.types)).select("row", "time", "value")
         if self.tag is not None:  # the tag event sits at the same (row, time)
-            key = self._key = self._key or RowTimeKey(_rows_of(window))
+            key = self._key = self._key or RowTimeKey.of_trace(window.rows)
             key.see(window.end)
             tags = (own.filter(pl.col("type") == self.tag)
                     .select("row", "time", pl.col("value").alias("tag"))
@@ -227,7 +221,7 @@ class LaunchStats:
         self._key: RowTimeKey | None = None  # (row, time) of calls and kernels as one key
 
     def add(self, window: Trace) -> None:
-        key = self._key = self._key or RowTimeKey(_rows_of(window))
+        key = self._key = self._key or RowTimeKey.of_trace(window.rows)
         key.see(window.end)
         if window.comms is not None and window.comms.height:
             arrows = window.comms.filter(pl.col("tag").is_in(KERNEL_TAGS)).select(

@@ -142,7 +142,7 @@ class LaunchCollector:
         self._held = pl.DataFrame(schema={"row": pl.Int32, "start": pl.Int64,
                                           **{c: pl.Int64 for c in CONFIG_COLUMNS}})
         self._rows = 0
-        self._key = RowTimeKey(int(self.layout.rows["row"].max() or 0) + 1)
+        self._key = RowTimeKey.of_trace(self.layout.rows)
 
     def add(self, w) -> None:
         own = w.events.slice(w.carried)

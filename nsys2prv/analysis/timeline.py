@@ -65,6 +65,11 @@ class RowTimeKey:
         self.limit = (1 << 62) // self.rows
         self.packed = True
 
+    @classmethod
+    def of_trace(cls, rows: pl.DataFrame) -> "RowTimeKey":
+        """The key of a trace's rows (`layout.rows`, `Trace.rows`: its row numbers)."""
+        return cls(int(rows["row"].max() or 0) + 1)
+
     def see(self, *times) -> None:
         """Times (None: none) that keys will be made of."""
         if self.packed and any(t is not None and not -self.limit < t < self.limit
