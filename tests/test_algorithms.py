@@ -422,3 +422,89 @@ def test_run_files_are_little_endian(tmp_path):
     count2, bytes2 = struct.unpack("<II", data[second:second + 8])
     assert (count1, count2) == (4096, 904) and len(data) == second + 8 + bytes2
     assert run.index == [(0, 8), (4096, second)]
+
+
+def _run_bytes(runs):
+    return [(Path(r.path).read_bytes(), r.index, r.records) for r in runs]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(record, min_size=1, max_size=200), st.integers(1, 40), st.integers(1, 3))
+def test_a_fed_store_writes_the_runs_a_direct_one_writes(tmp_path_factory, recs, chunk, depth):
+    """Frames handed to the stores from the feeder's thread (several outstanding) make the
+    same run files, byte for byte, as frames added directly, and the same tiled states."""
+    d = tmp_path_factory.mktemp("fed")
+    df = _frame(recs)
+    feeder = engine.StoreFeeder(depth)
+    direct = engine.Records(d / "direct", 4096, 8)
+    fed = engine.Records(d / "fed", 4096, 8, feeder=feeder)
+    iv_direct = engine.Intervals(d / "ivd", 4096)
+    iv_fed = engine.Intervals(d / "ivf", 4096, feeder=feeder)
+    iv = pl.DataFrame({"row": df["row"], "start": df["time"], "end": df["time"] + 5,
+                       "state": pl.Series([1] * df.height, dtype=pl.Int8),
+                       "src": pl.Series([0] * df.height, dtype=pl.Int8), "ord": df["ord"]})
+    for off in range(0, df.height, chunk):
+        for store in (direct, fed):
+            store.add(df.slice(off, chunk))
+        for store in (iv_direct, iv_fed):
+            store.add(iv.slice(off, chunk))
+    per_row = (np.zeros(4, np.int64), np.full(4, reg.STATE_IDLE, np.int8), np.zeros(4, np.uint8))
+    tiled = [store.tile(recs_, *per_row) for store, recs_ in ((iv_direct, direct), (iv_fed, fed))]
+    assert [t.tobytes() for t in tiled[0]] == [t.tobytes() for t in tiled[1]]
+    assert fed.total == direct.total >= len(recs)
+    runs_direct, runs_fed = direct.finish(), fed.finish()
+    feeder.close()
+    assert len(runs_fed) == len(runs_direct) >= 1
+    assert _run_bytes(runs_fed) == _run_bytes(runs_direct)
+
+
+def test_a_fed_stores_error_reaches_the_caller(tmp_path):
+    """A run the feeder's thread cannot write (its directory is gone) is an error of the next
+    call that needs the store, naming the file; the thread then has nothing left to do."""
+    feeder = engine.StoreFeeder()
+    store = engine.Records(tmp_path / "gone" / "r", 4096, 8, feeder=feeder)
+    recs = [(t, t % 4, 2, 0, 0, 0, t, [t, 1, None, None, None, None], None) for t in range(500)]
+    store.add(_frame(recs))  # returns at once: the spill fails in the thread
+    try:
+        store.finish()
+    except FileNotFoundError as e:
+        assert "gone" in str(e)
+    else:
+        raise AssertionError("the failed spill was not reported")
+    feeder.close()  # nothing pending: no second error
+
+
+def test_a_failed_preparation_leaves_no_feeding_thread(tmp_path, monkeypatch):
+    """A kind that fails while the feeder still holds frames: prepare raises the kind's
+    error only after the thread has written its last byte (nothing goes on writing into a
+    partial the caller is about to remove), and the thread is gone."""
+    import dataclasses
+    import threading
+    from nsys2prv.paraver.kinds import kernels
+    from nsys2prv.pipeline.prepare import prepare
+    from nsys2prv.report.report import Report
+
+    spec = Spec(processes=[(10, "app")], threads=[(10, 10, "main")], gpus=[(0, "GPU")])
+    for i in range(2000):
+        spec.api.append(ApiCall(100 * i, 100 * i + 20, 10, 10, "cudaLaunchKernel_v7000", i))
+        spec.kernels.append(Kernel(100 * i + 30, 100 * i + 80, 10, 0, 7, f"k{i % 5}", i))
+    db = write_export(tmp_path / "x.sqlite", spec)
+    real = next(t for t in kernels.TRANSLATORS if t.name == "kernels")
+
+    def failing(report, ctx):
+        real.translate(report, ctx)
+        raise RuntimeError("kind failed")
+
+    monkeypatch.setattr(kernels, "TRANSLATORS", [dataclasses.replace(t, translate=failing)
+                                                 if t is real else t
+                                                 for t in kernels.TRANSLATORS])
+    report = Report(db)
+    try:
+        prepare(report, tmp_path / "partial")
+    except RuntimeError as e:
+        assert str(e) == "kind failed"
+    else:
+        raise AssertionError("prepare did not fail")
+    finally:
+        report.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("nsys2prv-store")]

@@ -22,6 +22,9 @@ Null integers cross the boundary as `NUL` (INT64_MIN).
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +35,8 @@ from ..paraver import records as R
 from ._engine import NUL, IntervalStore, Merger, RecordStore
 from ._engine import graph_float, graph_path, graph_replay  # noqa: F401 (analysis/critical_path)
 
-__all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "text_buffers", "int64_column",
-           "RUN_BLOCK_RECORDS"]
+__all__ = ["NUL", "Records", "Intervals", "Merger", "Run", "StoreFeeder", "text_buffers",
+           "int64_column", "RUN_BLOCK_RECORDS"]
 
 RUN_BLOCK_RECORDS = 4096  # records per block of a run file (the unit a time window seeks to;
 #                           the merge reads it 32 kB at a time: engine RUN_READ_BYTES)
@@ -103,18 +106,76 @@ def text_buffers(s: pl.Series) -> tuple[np.ndarray | None, np.ndarray | None]:
     return offsets, np.frombuffer(data, dtype=np.uint8)
 
 
+class StoreFeeder:
+    """Hands frames to the stores from one second thread, in the order they were given.
+
+    Adding a frame is mostly compiled work that releases the GIL (copying records, writing
+    their numeric pairs as text, sorting and writing a run when the buffer is full), so the
+    kinds go on with their next chunk meanwhile: a second core takes a third of one report's
+    preparation. At most `depth` additions are outstanding (their frames stay alive until
+    done); an addition's error is raised by the next `submit` or `drain`. The stores are
+    touched by that thread alone between drains: `Records` and `Intervals` drain before
+    anything else."""
+
+    def __init__(self, depth: int = 2) -> None:
+        self._depth = max(1, depth)
+        self._pending: deque[Future] = deque()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, work: Callable[..., None], *args) -> None:
+        while len(self._pending) >= self._depth:
+            self._pending.popleft().result()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="nsys2prv-store")
+        self._pending.append(self._pool.submit(work, *args))
+
+    def drain(self) -> None:
+        """Wait for every addition; the first error is raised (the rest are still waited
+        for: nothing writes into the partial after this returns or raises)."""
+        error: BaseException | None = None
+        while self._pending:
+            try:
+                self._pending.popleft().result()
+            except BaseException as e:  # noqa: BLE001 (re-raised below)
+                error = error or e
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Drain, then end the thread (errors raised as by `drain`)."""
+        try:
+            self.drain()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
 class Records:
     """One report's records, spilled as sorted run files `<prefix>-NNNNN.run`."""
 
     def __init__(self, prefix: str | Path, budget: int,
-                 block_records: int = RUN_BLOCK_RECORDS) -> None:
+                 block_records: int = RUN_BLOCK_RECORDS,
+                 feeder: StoreFeeder | None = None) -> None:
         self.store = RecordStore(str(prefix), int(budget), int(block_records))
+        self.feeder = feeder
 
     def add(self, df: pl.DataFrame, lists: R.PairLists | None = None) -> None:
         """Take a frame in the record layout (`records.conform`), and each record's own
-        further pairs (`lists`: a sample's callers)."""
+        further pairs (`lists`: a sample's callers); through the feeder when there is one."""
         if df.height == 0:
             return
+        if self.feeder is None:
+            self._add(df, lists)
+        else:
+            self.feeder.submit(self._add, df, lists)
+
+    def settle(self) -> None:
+        """Every frame given so far is in the store."""
+        if self.feeder is not None:
+            self.feeder.drain()
+
+    def _add(self, df: pl.DataFrame, lists: R.PairLists | None) -> None:
         c = df.get_column
         offsets, data = text_buffers(c("text"))
         types, names = R.pair_columns(df)
@@ -131,9 +192,11 @@ class Records:
 
     @property
     def total(self) -> int:
+        self.settle()
         return self.store.total
 
     def finish(self) -> list[Run]:
+        self.settle()
         return [Run(path, [tuple(p) for p in index], n)
                 for path, index, n in self.store.finish()]
 
@@ -141,12 +204,20 @@ class Records:
 class Intervals:
     """One report's state intervals (row, start, end, state, src, ord) until tiling."""
 
-    def __init__(self, prefix: str | Path, budget: int) -> None:
+    def __init__(self, prefix: str | Path, budget: int,
+                 feeder: StoreFeeder | None = None) -> None:
         self.store = IntervalStore(str(prefix), int(budget))
+        self.feeder = feeder
 
     def add(self, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
+        if self.feeder is None:
+            self._add(df)
+        else:
+            self.feeder.submit(self._add, df)
+
+    def _add(self, df: pl.DataFrame) -> None:
         c = df.get_column
         self.store.add(_typed(c("row"), pl.Int32, "=i4"), int64_column(c("start")),
                        int64_column(c("end")), _typed(c("state"), pl.Int8, "i1"),
@@ -156,6 +227,9 @@ class Intervals:
              is_gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile every row (arrays indexed by row id); returns (moved intervals as
         MOVED_DTYPE, max tiled end per row with NUL where none)."""
+        if self.feeder is not None:
+            self.feeder.drain()
+        records.settle()
         moved, row_max = self.store.tile(
             records.store, np.ascontiguousarray(first, dtype=np.int64),
             np.ascontiguousarray(default, dtype=np.int8),

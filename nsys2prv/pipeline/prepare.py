@@ -8,6 +8,7 @@ its own report, so reports can be prepared in any order, in parallel, or on othe
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from ..engine import Intervals, Records, Run
+from ..engine import Intervals, Records, Run, StoreFeeder
 from ..model.rows import RowRegistry, RowSpans
 from ..paraver import records as R
 from ..paraver import registry as reg
@@ -96,8 +97,10 @@ class PrepareContext:
         # At least 16 MiB: every run costs the merge a read buffer and a block, so a small
         # budget must not mean thousands of runs.
         budget = min(max(options.spill_bytes // 8, 16 << 20), max(1, options.spill_rows) * 96)
-        self.record_store = Records(workdir / "records", budget)
-        self.interval_store = Intervals(workdir / "intervals", budget // 2)
+        # the stores are fed from a second thread while the kinds work on their next chunk
+        self.feeder = StoreFeeder()
+        self.record_store = Records(workdir / "records", budget, feeder=self.feeder)
+        self.interval_store = Intervals(workdir / "intervals", budget // 2, feeder=self.feeder)
 
     @property
     def report_end(self) -> int:
@@ -178,6 +181,19 @@ def prepare(report: Report, workdir: str | Path, options: PrepareOptions | None 
     wanted = present if options.kinds is None else [k for k in present if k in options.kinds]
     report.window = options.window
     ctx = PrepareContext(report, workdir, options, wanted)
+    try:
+        meta = _prepare(ctx, report, workdir, wanted, progress)
+    except BaseException:
+        # nothing may go on writing into the partial once the caller sees the error
+        with contextlib.suppress(BaseException):
+            ctx.feeder.close()
+        raise
+    ctx.feeder.close()
+    return meta
+
+
+def _prepare(ctx: PrepareContext, report: Report, workdir: Path, wanted: list[str],
+             progress) -> dict:
     for name in wanted:
         if progress is not None:
             progress(name)
