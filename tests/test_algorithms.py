@@ -174,6 +174,46 @@ def test_merge_reads_blocks_longer_than_its_buffer(tmp_path):
     assert _merge_text(runs) == _reference(recs)
 
 
+def test_binary_pairs_read_across_pieces_as_the_text_they_stand_for(tmp_path):
+    """Runs keep a record's numeric pairs and pair lists as numbers after its text; the
+    merge writes them ':type:value' after the text. Texts of 100 kB, then pairs; lists of
+    5,000 pairs (longer than a 32 kB piece); types out of order (negative deltas); values
+    of every size and null: the merged text is that of records whose text was written out."""
+    from nsys2prv.paraver import records as R
+    rng = np.random.default_rng(11)
+    n = 3000
+    texts = [None if i % 7 else ":1:2" * (25_000 if i % 700 == 0 else 1) for i in range(n)]
+    v1 = [None if i % 5 == 0 else int(rng.integers(-BIG, BIG)) for i in range(n)]
+    v2 = [int(rng.integers(0, 300)) for i in range(n)]
+    sizes = [5000 if i % 450 == 1 else int(rng.integers(0, 4)) for i in range(n)]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ltypes = rng.integers(1, 90_000_000, int(offsets[-1])).astype(np.int64)
+    lvals = rng.integers(-10**12, 10**12, int(offsets[-1])).astype(np.int64)
+    times = rng.integers(0, 2000, n)
+    recs = []
+    for i in range(n):
+        tail = "".join(f":{t}:{v}" for t, v in ((63000009, v1[i]), (7, v2[i])) if v is not None)
+        tail += "".join(f":{int(t)}:{int(v)}" for t, v in
+                        zip(ltypes[offsets[i]:offsets[i + 1]], lvals[offsets[i]:offsets[i + 1]]))
+        text = (texts[i] or "") + tail
+        recs.append((int(times[i]), i % 4, 2, 0, 0, 0, i, [60000019, i, None, None, None, None],
+                     text or None))
+    frame = _frame([r[:8] + (texts[i],) for i, r in enumerate(recs)]).with_columns(
+        pl.Series(f"{R.PAIR_PREFIX}0:63000009", v1, pl.Int64),
+        pl.Series(f"{R.PAIR_PREFIX}1:7", v2, pl.Int64))
+    store = engine.Records(tmp_path / "r", 1 << 20, 4096)
+    for off in range(0, n, 1000):
+        part = slice(off, off + 1000)
+        lists = R.PairLists(offsets[part.start:part.stop + 1] - offsets[part.start],
+                            ltypes[offsets[part.start]:offsets[min(part.stop, n)]],
+                            lvals[offsets[part.start]:offsets[min(part.stop, n)]])
+        store.add(frame.slice(off, 1000), lists)
+    runs = store.finish()
+    text_bytes = sum(len(r[8] or "") for r in recs)
+    assert sum(Path(r.path).stat().st_size for r in runs) < text_bytes * 0.75
+    assert _merge_text(runs) == _reference(recs)
+
+
 def _tile_reference(items, first, gpu):
     """States (row, time, end, state) of intervals (row, start, end, state): per row in
     (start, add order); GPU rows send overlapping activities to first-fit lanes."""
@@ -416,7 +456,7 @@ def test_run_files_are_little_endian(tmp_path):
     store.add(_frame(recs))
     (run,) = store.finish()
     data = Path(run.path).read_bytes()
-    assert data[:8] == b"N2PRUN2\n"
+    assert data[:8] == b"N2PRUN3\n"
     count1, bytes1 = struct.unpack("<II", data[8:16])
     second = 16 + bytes1
     count2, bytes2 = struct.unpack("<II", data[second:second + 8])

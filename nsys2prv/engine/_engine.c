@@ -37,7 +37,7 @@
 #define SRC_LAUNCH_OFFSET 64
 #define ROW_FAMILY 0
 #define VALUE_KEY (((int64_t)1) << 48)
-#define RUN_MAGIC "N2PRUN2\n"
+#define RUN_MAGIC "N2PRUN3\n"
 
 /* ------------------------------------------------------------------ small buffers -- */
 
@@ -216,6 +216,7 @@ typedef struct {
     int32_t row;
     int8_t kind, phase, src, pad;
     uint32_t tlen;
+    uint32_t plen;  /* bytes of the record's (type, value) pairs, binary, after its text */
     uint64_t toff;
 } Rec;
 
@@ -258,8 +259,12 @@ static int RecordStore_init(RecordStore *self, PyObject *args, PyObject *kw) {
 }
 
 /* Encoding of one record in a run (times are deltas inside a block, so runs are small):
- *   u8 head = kind | phase<<2 | has_text<<4 | submode<<5
- *   varint dt, zz row, u8 src, [sub], zz ord, u8 nullmask(a..f), a..f present, [text]
+ *   u8 head = kind | phase<<2 | has_text<<4 | submode<<5 | has_pairs<<7
+ *   varint dt, zz row, u8 src, [sub], zz ord, u8 nullmask(a..f), a..f present, [text],
+ *   [varint bytes, pairs]
+ * pairs: per (type, value) pair, zz(type - previous type of the record) and zz(value), as
+ * the store made them; the merge writes them ":type:value" after the text (a third of the
+ * bytes of the text they stand for: fewer bytes written and read back).
  * submode 0: sub = 0; 1: sub = -(time + v); 2: sub = v - time; 3: zz(sub).
  * States and communications store a (and c, d of communications) relative to time. */
 static char *encode_rec(char *o, const Rec *r, int64_t prev_time, const char *text) {
@@ -269,7 +274,8 @@ static char *encode_rec(char *o, const Rec *r, int64_t prev_time, const char *te
     else if (r->sub <= -r->time && r->time >= 0) { submode = 1; subv = (uint64_t)(-r->sub - r->time); }
     else if (r->sub < 0 && r->time + r->sub >= 0) { submode = 2; subv = (uint64_t)(r->time + r->sub); }
     else { submode = 3; subv = zz(r->sub); }
-    *o++ = (char)(r->kind | (r->phase << 2) | ((r->tlen ? 1 : 0) << 4) | (submode << 5));
+    *o++ = (char)(r->kind | (r->phase << 2) | ((r->tlen ? 1 : 0) << 4) | (submode << 5) |
+                  ((r->plen ? 1 : 0) << 7));
     o = put_varint(o, (uint64_t)(r->time - prev_time));
     o = put_varint(o, zz(r->row));
     *o++ = (char)r->src;
@@ -291,11 +297,16 @@ static char *encode_rec(char *o, const Rec *r, int64_t prev_time, const char *te
         memcpy(o, text, r->tlen);
         o += r->tlen;
     }
+    if (r->plen) {
+        o = put_varint(o, r->plen);
+        memcpy(o, text + r->tlen, r->plen);
+        o += r->plen;
+    }
     return o;
 }
 
-/* worst case bytes of an encoded record */
-#define ENC_MAX(tlen) (1 + 10 + 10 + 1 + 10 + 10 + 1 + 60 + 10 + (size_t)(tlen))
+/* worst case bytes of an encoded record with tlen bytes of text and pairs */
+#define ENC_MAX(tlen) (1 + 10 + 10 + 1 + 10 + 10 + 1 + 60 + 10 + 10 + (size_t)(tlen))
 
 typedef struct {
     int64_t time, sub, ord, f[6];
@@ -303,9 +314,16 @@ typedef struct {
     int kind, phase, src;
     const char *text;
     uint32_t tlen;
+    const unsigned char *pairs;
+    uint32_t plen;
 } DRec;
 
-static const unsigned char *decode_rec(const unsigned char *p, DRec *r, int64_t prev_time) {
+/* Decodes the record at p; `readable` is where the bytes that may be read end. The fields
+ * before the text are within ENC_MAX(0) bytes (the caller's slack); the pairs' length comes
+ * after the text: when it could lie past `readable` it is not read, and the pointer returned
+ * lies past it, so the caller reads more and decodes again. */
+static const unsigned char *decode_rec(const unsigned char *p, DRec *r, int64_t prev_time,
+                                       const unsigned char *readable) {
     unsigned head = *p++;
     r->kind = head & 3;
     r->phase = (head >> 2) & 3;
@@ -337,6 +355,15 @@ static const unsigned char *decode_rec(const unsigned char *p, DRec *r, int64_t 
     } else {
         r->tlen = 0;
         r->text = NULL;
+    }
+    if (head >> 7) {
+        if (p + 10 > readable) return p + 10;
+        r->plen = (uint32_t)get_varint(&p);
+        r->pairs = p;
+        p += r->plen;
+    } else {
+        r->plen = 0;
+        r->pairs = NULL;
     }
     return p;
 }
@@ -374,7 +401,7 @@ static int store_spill_nogil(RecordStore *self, const char *path, int64_t **inde
         int64_t prev = 0;
         for (size_t i = lo; i < hi; i++) {
             const Rec *r = &self->recs[idx[i]];
-            if (buf_reserve(&block, ENC_MAX(r->tlen)) < 0) { errno = ENOMEM; goto done; }
+            if (buf_reserve(&block, ENC_MAX(r->tlen + r->plen)) < 0) { errno = ENOMEM; goto done; }
             char *o = encode_rec(block.p + block.n, r, prev, self->text.p + r->toff);
             block.n = (size_t)(o - block.p);
             prev = r->time;
@@ -454,8 +481,8 @@ static int store_reserve(RecordStore *self, size_t extra) {
  *     pair_types, pair_values, list_offsets, list_types, list_values)
  * int64 arrays but row (int32) and kind/phase/src (int8); text_offsets int64 (n+1) or None.
  * pair_types: a sequence of event types, pair_values: one int64 column per type; each
- * non-null value is appended to the record's text as ":type:value" (the text of numeric
- * pairs is made here, not built as strings in polars). list_offsets (int64, n+1),
+ * non-null value becomes a (type, value) pair of the record, written ":type:value" after its
+ * text by the merge (pairs_text; never built as strings in polars). list_offsets (int64, n+1),
  * list_types, list_values (int64): record i's own further pairs, entries
  * list_offsets[i]..list_offsets[i+1] (a sample's callers: as many as its stack has),
  * appended after the numeric pairs; None: none. */
@@ -476,8 +503,6 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
     memset(pa, 0, sizeof pa);
     int64_t ptype[MAX_PAIRS];
     const int64_t *pv[MAX_PAIRS];
-    char ptext[MAX_PAIRS][24];
-    size_t ptlen[MAX_PAIRS];
     int npairs = 0;
     PyObject *result = NULL;
     Py_ssize_t n = -1;
@@ -517,11 +542,6 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
                 goto done;
             }
             pv[i] = pa[i].view.buf;
-            char *e = ptext[i];
-            *e++ = ':';
-            e = fmt_i64(e, ptype[i]);
-            *e++ = ':';
-            ptlen[i] = (size_t)(e - ptext[i]);
             npairs = (int)i + 1;
         }
         Py_DECREF(ts);
@@ -562,8 +582,9 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
         if (take > n - done_n) take = n - done_n;
         if (store_reserve(self, (size_t)take) < 0) goto done;
         size_t tbytes = has_text ? (size_t)(toffs[done_n + take] - toffs[done_n]) : 0;
-        for (int k = 0; k < npairs; k++) tbytes += (size_t)take * (ptlen[k] + 21);
-        if (loffs) tbytes += (size_t)(loffs[done_n + take] - loffs[done_n]) * 44;
+        /* a pair: two varints of at most 10 bytes */
+        tbytes += (size_t)take * (size_t)npairs * 20;
+        if (loffs) tbytes += (size_t)(loffs[done_n + take] - loffs[done_n]) * 20;
         if (buf_reserve(&self->text, tbytes) < 0) { PyErr_NoMemory(); goto done; }
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = done_n; i < done_n + take; i++) {
@@ -584,21 +605,24 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
                 memcpy(t, tdata + lo, (size_t)(hi - lo));
                 t += hi - lo;
             }
+            r->tlen = (uint32_t)(t - t0);
+            /* the pairs stay numbers until the merge writes them (pairs_text) */
+            int64_t prev_type = 0;
             for (int k = 0; k < npairs; k++) {
                 if (pv[k][i] == NUL) continue;
-                memcpy(t, ptext[k], ptlen[k]);
-                t = fmt_i64(t + ptlen[k], pv[k][i]);
+                t = put_varint(t, zz(ptype[k] - prev_type));
+                t = put_varint(t, zz(pv[k][i]));
+                prev_type = ptype[k];
             }
             if (loffs)
                 for (int64_t j = loffs[i]; j < loffs[i + 1]; j++) {
-                    *t++ = ':';
-                    t = fmt_i64(t, ltypes[j]);
-                    *t++ = ':';
-                    t = fmt_i64(t, lvals[j]);
+                    t = put_varint(t, zz(ltypes[j] - prev_type));
+                    t = put_varint(t, zz(lvals[j]));
+                    prev_type = ltypes[j];
                 }
-            r->tlen = (uint32_t)(t - t0);
-            self->text.n += r->tlen;
-            if (!r->tlen) r->toff = 0;
+            r->plen = (uint32_t)(t - t0) - r->tlen;
+            self->text.n += r->tlen + r->plen;
+            if (!r->tlen && !r->plen) r->toff = 0;
         }
         Py_END_ALLOW_THREADS
         done_n += take;
@@ -637,6 +661,7 @@ static int store_add_state(RecordStore *self, int32_t row, int64_t time, int64_t
     r->src = SRC_STATE;
     r->pad = 0;
     r->tlen = 0;
+    r->plen = 0;
     r->toff = 0;
     self->total++;
     return 0;
@@ -1212,6 +1237,7 @@ typedef struct {
     FRec head;
     const char *head_text;
     Buf rtext;                /* the head's text pairs renumbered (ReportMap.text_srcs) */
+    Buf ptext;                /* the head's text with its binary pairs written out */
     int live;
     int index;
 } MSource;
@@ -1266,6 +1292,7 @@ static void Merger_dealloc(Merger *self) {
         free(self->srcs[i].path);
         free(self->srcs[i].block);
         buf_free(&self->srcs[i].rtext);
+        buf_free(&self->srcs[i].ptext);
     }
     free(self->srcs);
     merger_free_reps(self);
@@ -1336,6 +1363,52 @@ static int renumber_text(const ReportMap *r, const char *p, uint32_t n, Buf *out
         *o++ = ':';
         o = fmt_i64(o, v);
         p = w;
+    }
+    out->n = (size_t)(o - out->p);
+    return 0;
+}
+
+/* A varint at *pp, not reading at or past end; 0, or -1 when it does not end before end. */
+static int get_varint_in(const unsigned char **pp, const unsigned char *end, uint64_t *v) {
+    const unsigned char *p = *pp;
+    uint64_t u = 0;
+    for (int shift = 0; p < end && shift < 64; shift += 7) {
+        unsigned char b = *p++;
+        u |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = u;
+            *pp = p;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A record's text, then its binary pairs as ":type:value" text (what the store was given),
+ * into out; 0, -1 out of memory (errno ENOMEM) or pairs that are not well formed (EIO). */
+static int pairs_text(const char *text, uint32_t tlen, const unsigned char *p, uint32_t plen,
+                      Buf *out) {
+    out->n = 0;
+    /* a pair takes 2 bytes at least and is written in 42 at most */
+    if (buf_reserve(out, (size_t)tlen + (size_t)plen * 21 + 64) < 0) { errno = ENOMEM; return -1; }
+    char *o = out->p;
+    if (tlen) {
+        memcpy(o, text, tlen);
+        o += tlen;
+    }
+    const unsigned char *end = p + plen;
+    int64_t type = 0;
+    while (p < end) {
+        uint64_t dt, v;
+        if (get_varint_in(&p, end, &dt) < 0 || get_varint_in(&p, end, &v) < 0) {
+            errno = EIO;
+            return -1;
+        }
+        type += unzz(dt);
+        *o++ = ':';
+        o = fmt_i64(o, type);
+        *o++ = ':';
+        o = fmt_i64(o, unzz(v));
     }
     out->n = (size_t)(o - out->p);
     return 0;
@@ -1447,11 +1520,11 @@ static int msrc_next_run(Merger *m, MSource *s) {
         }
         if (msrc_fill(m, s, REC_HEAD_MAX) < 0) return -1;
         DRec d;
-        const unsigned char *q = decode_rec(s->p, &d, s->prev_time);
-        if (q > s->lim) {  /* its text goes on past the bytes read */
+        const unsigned char *q = decode_rec(s->p, &d, s->prev_time, s->lim + REC_HEAD_MAX);
+        while (q > s->lim) {  /* its text or pairs go on past the bytes read */
+            if (s->bfile == 0) { errno = EIO; return -1; }
             if (msrc_fill(m, s, (size_t)(q - s->p)) < 0) return -1;
-            q = decode_rec(s->p, &d, s->prev_time);
-            if (q > s->lim) { errno = EIO; return -1; }
+            q = decode_rec(s->p, &d, s->prev_time, s->lim + REC_HEAD_MAX);
         }
         s->p = q;
         s->prev_time = d.time;
@@ -1498,9 +1571,14 @@ static int msrc_next_run(Merger *m, MSource *s) {
         f->src = (int8_t)d.src;
         f->tlen = d.tlen;
         s->head_text = d.text;
-        if (d.kind == KIND_EVENT && d.tlen && d.src >= 0 && d.src < 64 &&
+        if (d.plen) {
+            if (pairs_text(d.text, d.tlen, d.pairs, d.plen, &s->ptext) < 0) return -1;
+            s->head_text = s->ptext.p;
+            f->tlen = (uint32_t)s->ptext.n;
+        }
+        if (d.kind == KIND_EVENT && f->tlen && d.src >= 0 && d.src < 64 &&
             ((r->text_srcs >> d.src) & 1)) {
-            if (renumber_text(r, d.text, d.tlen, &s->rtext) < 0) { errno = ENOMEM; return -1; }
+            if (renumber_text(r, s->head_text, f->tlen, &s->rtext) < 0) { errno = ENOMEM; return -1; }
             s->head_text = s->rtext.p;
             f->tlen = (uint32_t)s->rtext.n;
         }

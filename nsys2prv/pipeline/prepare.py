@@ -39,7 +39,7 @@ _ATTRIBUTES = frozenset(attribute_types()) - {reg.MEMORY_SRC_KIND, reg.MEMORY_DS
                                              *reg.LAUNCH_TYPES, *(
                                                  t.type for t in sampling.EVENT_TYPES)}
 
-PARTIAL_FORMAT = 2  # 2: engine run files (1: Arrow IPC runs)
+PARTIAL_FORMAT = 3  # 3: pairs binary in the runs (2: as text; 1: Arrow IPC runs)
 META_FILE = "partial.json"
 MOVES_FILE = "moves.arrow"  # (src, ord, row): activities moved to an overlap lane row
 SPILL_BYTES = 256 << 20
