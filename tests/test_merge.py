@@ -199,9 +199,9 @@ def test_windowed_merge_is_byte_identical(tmp_path, monkeypatch, compress):
     used = []
     real = merge_mod._write_windows
 
-    def spy(partials, options, windows, *rest):
+    def spy(plan, partials, options, windows, *rest):
         used.append(windows)
-        return real(partials, options, windows, *rest)
+        return real(plan, partials, options, windows, *rest)
 
     monkeypatch.setattr(merge_mod, "_write_windows", spy)
     parallel = nsys2prv.translate(paths, tmp_path / f"three{suffix}", jobs=3)
@@ -214,3 +214,52 @@ def test_windowed_merge_is_byte_identical(tmp_path, monkeypatch, compress):
     for ext in (".pcf", ".row"):
         assert (tmp_path / f"one{ext}").read_bytes() == (tmp_path / f"three{ext}").read_bytes()
     assert not list(tmp_path.glob(".nsys2prv-*"))
+
+
+def test_appended_window_files_land_between_the_writes_around_them(tmp_path, monkeypatch):
+    """A window's file is appended in the kernel (copy_file_range) after the header the
+    buffered writer still holds and before the text written next; where the system refuses
+    the kernel copy, and into a compressed trace, the plain copy gives the same bytes."""
+    import errno
+    import gzip
+    import os
+    from nsys2prv.paraver.output import TraceWriter
+
+    part = tmp_path / "window.txt"
+    body = b"".join(b"2:1:1:1:1:%d:63000001:%d\n" % (t, t % 7) for t in range(200_000))
+    part.write_bytes(body)
+
+    def write(name, compress=False):
+        with TraceWriter(tmp_path / name, compress=compress) as w:
+            w.begin("#Paraver (01/01/2025 at 00:00):1_ns:0:1:1(1:1)\n", "", "")
+            w.write_bytes(b"1:1:1:1:1:0:1:1\n")
+            w.copy_file(part)
+            w.write_bytes(b"1:1:1:1:1:1:2:0\n")
+            w.copy_file(part)
+            w.commit()
+            return w.bytes_written
+
+    if not hasattr(os, "copy_file_range"):
+        pytest.skip("no copy_file_range on this system (Linux only): the plain copy is used")
+    calls = []
+    real = os.copy_file_range
+
+    def counted(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    plain_n = write("kernel.prv")
+    assert calls  # Linux with a local file system: the kernel copied the windows
+    kernel = (tmp_path / "kernel.prv").read_bytes()
+    assert kernel.endswith(b"1:1:1:1:1:1:2:0\n" + body) and kernel.count(body) == 2
+    assert plain_n == len(kernel)
+
+    def refuse(*a, **k):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    assert write("plain.prv") == plain_n
+    assert (tmp_path / "plain.prv").read_bytes() == kernel
+    write("z.prv", compress=True)
+    assert gzip.decompress((tmp_path / "z.prv.gz").read_bytes()) == kernel

@@ -436,9 +436,9 @@ def test_windowed_merge_and_stream_read_the_same_samples(tmp_path, monkeypatch):
     monkeypatch.setattr(merge_mod, "WINDOW_RECORDS", 20)
     used, real = [], merge_mod._write_windows
 
-    def spy(partials, options, windows, *rest):
+    def spy(plan, partials, options, windows, *rest):
         used.append(windows)
-        return real(partials, options, windows, *rest)
+        return real(plan, partials, options, windows, *rest)
 
     monkeypatch.setattr(merge_mod, "_write_windows", spy)
     nsys2prv.translate([db, other], tmp_path / "two.prv", jobs=2)

@@ -105,14 +105,42 @@ class TraceWriter:
         self.bytes_written += len(data)
 
     def copy_file(self, path: str | os.PathLike[str]) -> None:
-        """Append the bytes of a file (a part of the .prv written elsewhere)."""
+        """Append the bytes of a file (a part of the .prv written elsewhere): in the kernel
+        where it can (`copy_file_range`: the bytes are not read into Python and written
+        back, a window's file of a large trace being GBs), else read and written."""
         try:
             with open(path, "rb") as src:
+                if not self.compress and self._copy_in_kernel(src):
+                    return
                 while chunk := src.read(COPY_BYTES):
                     self._fh.write(chunk)
                     self.bytes_written += len(chunk)
         except OSError as e:
             raise output_error(self.prv, e) from None
+
+    def _copy_in_kernel(self, src) -> bool:
+        """Copy what is left of `src` with copy_file_range; False (nothing copied) where the
+        system or the file systems do not offer it."""
+        copy = getattr(os, "copy_file_range", None)
+        if copy is None:
+            return False
+        self._fh.flush()
+        out = self._fh.fileno()
+        first = True
+        while True:
+            try:
+                n = copy(src.fileno(), out, COPY_BYTES)
+            except OSError as e:
+                # not offered here (old kernel, other file systems): the plain copy, unless
+                # some bytes were already copied (then it is a real error)
+                if first and e.errno in (errno.ENOSYS, errno.EXDEV, errno.EINVAL,
+                                         errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF):
+                    return False
+                raise
+            if n == 0:
+                return True
+            first = False
+            self.bytes_written += n
 
     def commit(self) -> None:
         """Publish the trace: .pcf, .row, then .prv renamed into place (a reader that finds

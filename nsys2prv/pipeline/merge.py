@@ -489,7 +489,7 @@ def _emit_records(job: _Job, write, progress=None, writer: TraceWriter | None = 
     elif len(job.windows) == 1:
         _write_records(_merger(plan), write, job.warns, progress, plan.end_time)
     else:
-        _write_windows(partials or [], options, job.windows, writer, job.warns, progress,
+        _write_windows(plan, partials or [], options, job.windows, writer, job.warns, progress,
                        plan.end_time)
 
 
@@ -867,10 +867,12 @@ def _windows(plan: _Plan, jobs: int, memory: int | None) -> list[tuple[int, int]
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _write_windows(partials: list[str], options: MergeOptions, windows: list[tuple[int, int]],
-                   writer: TraceWriter, warns: dict[str, int], progress, end_time: int) -> None:
-    """Merge each window in its own process into a file next to the output, then append the
-    files in order (a window's file is removed as soon as it is copied)."""
+def _write_windows(plan: _Plan, partials: list[str], options: MergeOptions,
+                   windows: list[tuple[int, int]], writer: TraceWriter, warns: dict[str, int],
+                   progress, end_time: int) -> None:
+    """Merge the first window here, straight into the output, and each later one in its own
+    process into a file next to the output, then append those files in order (a window's
+    file is removed as soon as it is copied): the first window's bytes are written once."""
     tmp = None
     try:
         with signals_held():  # made and noted before an interruption can leave it behind
@@ -878,11 +880,16 @@ def _write_windows(partials: list[str], options: MergeOptions, windows: list[tup
             register_temp(tmp)
         from ..lifeline import process_pool  # only for windows in processes
 
-        with worker_environment(), process_pool(len(windows)) as pool:
+        with worker_environment(), process_pool(len(windows) - 1) as pool:
             futures = [pool.submit(merge_window, partials, options, w, len(windows),
                                    str(tmp / f"window-{i:04d}.txt"))
-                       for i, w in enumerate(windows)]
-            for i, (future, (_, hi)) in enumerate(zip(futures, windows)):
+                       for i, w in enumerate(windows) if i]
+            first_end = windows[0][1]
+            _write_records(_merger(plan, windows[0]), writer.write_bytes, warns,
+                           None if progress is None else
+                           (lambda t, _end: progress(min(t, first_end, end_time), end_time)),
+                           end_time)
+            for i, (future, (_, hi)) in enumerate(zip(futures, windows[1:]), start=1):
                 try:
                     window_warns = future.result()
                 except OSError as e:  # e.g. disk full writing the window's file
