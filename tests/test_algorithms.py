@@ -188,6 +188,7 @@ def test_binary_pairs_read_across_pieces_as_the_text_they_stand_for(tmp_path):
     sizes = [5000 if i % 450 == 1 else int(rng.integers(0, 4)) for i in range(n)]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     ltypes = rng.integers(1, 90_000_000, int(offsets[-1])).astype(np.int64)
+    ltypes[[0, 1, 2]] = [2**63 - 1, -2**63 + 1, 5]  # deltas that wrap around 64 bits
     lvals = rng.integers(-10**12, 10**12, int(offsets[-1])).astype(np.int64)
     times = rng.integers(0, 2000, n)
     recs = []

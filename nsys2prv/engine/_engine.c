@@ -64,6 +64,8 @@ static void buf_free(Buf *b) {
 }
 
 static inline uint64_t zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+/* a - b modulo 2^64 (defined for any two types; adding it back gives a again) */
+static inline int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 static inline int64_t unzz(uint64_t u) { return (int64_t)(u >> 1) ^ -(int64_t)(u & 1); }
 
 static inline char *put_varint(char *o, uint64_t v) {
@@ -610,13 +612,13 @@ static PyObject *RecordStore_add(RecordStore *self, PyObject *args) {
             int64_t prev_type = 0;
             for (int k = 0; k < npairs; k++) {
                 if (pv[k][i] == NUL) continue;
-                t = put_varint(t, zz(ptype[k] - prev_type));
+                t = put_varint(t, zz(wrap_sub(ptype[k], prev_type)));
                 t = put_varint(t, zz(pv[k][i]));
                 prev_type = ptype[k];
             }
             if (loffs)
                 for (int64_t j = loffs[i]; j < loffs[i + 1]; j++) {
-                    t = put_varint(t, zz(ltypes[j] - prev_type));
+                    t = put_varint(t, zz(wrap_sub(ltypes[j], prev_type)));
                     t = put_varint(t, zz(lvals[j]));
                     prev_type = ltypes[j];
                 }
@@ -1404,7 +1406,7 @@ static int pairs_text(const char *text, uint32_t tlen, const unsigned char *p, u
             errno = EIO;
             return -1;
         }
-        type += unzz(dt);
+        type = (int64_t)((uint64_t)type + (uint64_t)unzz(dt));  /* wrap_sub undone */
         *o++ = ':';
         o = fmt_i64(o, type);
         *o++ = ':';
