@@ -109,8 +109,8 @@ def text_buffers(s: pl.Series) -> tuple[np.ndarray | None, np.ndarray | None]:
 class StoreFeeder:
     """Hands frames to the stores from one second thread, in the order they were given.
 
-    Adding a frame is mostly compiled work that releases the GIL (copying records, writing
-    their numeric pairs as text, sorting and writing a run when the buffer is full), so the
+    Adding a frame is mostly compiled work that releases the GIL (copying records and their
+    numeric pairs, sorting and writing a run when the buffer is full), so the
     kinds go on with their next chunk meanwhile: a second core takes a third of one report's
     preparation. At most `depth` additions are outstanding (their frames stay alive until
     done); an addition's error is raised by the next `submit` or `drain`. The stores are
@@ -151,29 +151,38 @@ class StoreFeeder:
                 self._pool = None
 
 
-class Records:
-    """One report's records, spilled as sorted run files `<prefix>-NNNNN.run`."""
+class _Fed:
+    """A store added to directly, or through a `StoreFeeder` when it has one."""
 
-    def __init__(self, prefix: str | Path, budget: int,
-                 block_records: int = RUN_BLOCK_RECORDS,
-                 feeder: StoreFeeder | None = None) -> None:
-        self.store = RecordStore(str(prefix), int(budget), int(block_records))
+    def __init__(self, feeder: StoreFeeder | None) -> None:
         self.feeder = feeder
 
-    def add(self, df: pl.DataFrame, lists: R.PairLists | None = None) -> None:
-        """Take a frame in the record layout (`records.conform`), and each record's own
-        further pairs (`lists`: a sample's callers); through the feeder when there is one."""
-        if df.height == 0:
-            return
+    def _give(self, work: Callable[..., None], *args) -> None:
         if self.feeder is None:
-            self._add(df, lists)
+            work(*args)
         else:
-            self.feeder.submit(self._add, df, lists)
+            self.feeder.submit(work, *args)
 
     def settle(self) -> None:
         """Every frame given so far is in the store."""
         if self.feeder is not None:
             self.feeder.drain()
+
+
+class Records(_Fed):
+    """One report's records, spilled as sorted run files `<prefix>-NNNNN.run`."""
+
+    def __init__(self, prefix: str | Path, budget: int,
+                 block_records: int = RUN_BLOCK_RECORDS,
+                 feeder: StoreFeeder | None = None) -> None:
+        super().__init__(feeder)
+        self.store = RecordStore(str(prefix), int(budget), int(block_records))
+
+    def add(self, df: pl.DataFrame, lists: R.PairLists | None = None) -> None:
+        """Take a frame in the record layout (`records.conform`), and each record's own
+        further pairs (`lists`: a sample's callers); through the feeder when there is one."""
+        if df.height:
+            self._give(self._add, df, lists)
 
     def _add(self, df: pl.DataFrame, lists: R.PairLists | None) -> None:
         c = df.get_column
@@ -201,21 +210,17 @@ class Records:
                 for path, index, n in self.store.finish()]
 
 
-class Intervals:
+class Intervals(_Fed):
     """One report's state intervals (row, start, end, state, src, ord) until tiling."""
 
     def __init__(self, prefix: str | Path, budget: int,
                  feeder: StoreFeeder | None = None) -> None:
+        super().__init__(feeder)
         self.store = IntervalStore(str(prefix), int(budget))
-        self.feeder = feeder
 
     def add(self, df: pl.DataFrame) -> None:
-        if df.height == 0:
-            return
-        if self.feeder is None:
-            self._add(df)
-        else:
-            self.feeder.submit(self._add, df)
+        if df.height:
+            self._give(self._add, df)
 
     def _add(self, df: pl.DataFrame) -> None:
         c = df.get_column
@@ -227,8 +232,7 @@ class Intervals:
              is_gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile every row (arrays indexed by row id); returns (moved intervals as
         MOVED_DTYPE, max tiled end per row with NUL where none)."""
-        if self.feeder is not None:
-            self.feeder.drain()
+        self.settle()
         records.settle()
         moved, row_max = self.store.tile(
             records.store, np.ascontiguousarray(first, dtype=np.int64),
