@@ -338,3 +338,36 @@ def test_row_time_key_packs_until_a_time_could_overflow():
     assert left.select(key.of())["_k"].dtype == pl.Struct
     assert key.join(left, right).equals(want)
     assert key.join(left, right, how="anti")["x"].to_list() == [0, 4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(
+    [0, 5, 63000001, 1 << 32, (1 << 32) ^ 1, (1 << 62) + 7, -1])), max_size=400))
+def test_last_events_is_the_last_event_of_every_row_and_type(raw):
+    """What a window carries into the next (`read._last_of_each`): the index of the last
+    event of every (row, type), in file order. The rows and types are chosen so that the
+    table's packed key (row << 32 ^ type) collides for different pairs (a type with bit 32
+    set against the next row) and so that thousands of pairs make the table grow."""
+    from nsys2prv.engine._engine import last_events
+
+    rows = np.array([r for r, _ in raw], dtype=np.int32)
+    types = np.array([t for _, t in raw], dtype=np.int64)
+    last = {}
+    for i, key in enumerate(raw):
+        last[key] = i
+    got = np.frombuffer(last_events(rows, types), dtype=np.int64).tolist()
+    assert got == sorted(last.values())
+
+
+def test_last_events_of_many_pairs():
+    """Some 10^5 (row, type) pairs among 10^6 events: the table grows many times."""
+    from nsys2prv.engine._engine import last_events
+
+    rng = np.random.default_rng(7)
+    rows = rng.integers(0, 1000, 1_000_000).astype(np.int32)
+    types = rng.integers(0, 100, 1_000_000).astype(np.int64) * 1_000_003
+    got = np.frombuffer(last_events(rows, types), dtype=np.int64)
+    frame = pl.DataFrame({"row": rows, "type": types}).with_row_index("i")
+    want = frame.group_by("row", "type").agg(pl.col("i").last())["i"].sort()
+    assert got.size == want.len() > 90_000
+    assert got.tolist() == want.to_list()

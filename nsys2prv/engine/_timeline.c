@@ -891,7 +891,29 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
 /* ================================================================ last_events ======= */
 
 /* last_events(ev_row, ev_type) -> bytes of int64: the index of the last event of every
- * (row, type), ascending (file order) */
+ * (row, type), ascending (file order). The table holds one slot per distinct (row, type)
+ * and grows with them: a window has millions of events and a few thousand keys, and a
+ * table sized by the events (as this was) spent its time clearing and faulting in memory
+ * that no key used (benchmarks/RESULTS.md, round 19). */
+typedef struct { uint64_t key; int64_t idx; } LastSlot; /* idx < 0: empty */
+
+static int last_grow(LastSlot **tab, size_t *cap) {
+    size_t fresh_cap = *cap * 2;
+    LastSlot *fresh = malloc(fresh_cap * sizeof *fresh);
+    if (!fresh) return -1;
+    for (size_t h = 0; h < fresh_cap; h++) fresh[h].idx = -1;
+    for (size_t i = 0; i < *cap; i++) {
+        if ((*tab)[i].idx < 0) continue;
+        size_t h = (size_t)mix64((*tab)[i].key) & (fresh_cap - 1);
+        while (fresh[h].idx >= 0) h = (h + 1) & (fresh_cap - 1);
+        fresh[h] = (*tab)[i];
+    }
+    free(*tab);
+    *tab = fresh;
+    *cap = fresh_cap;
+    return 0;
+}
+
 static PyObject *last_events(PyObject *self, PyObject *args) {
     PyObject *o[2];
     if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
@@ -908,40 +930,47 @@ static PyObject *last_events(PyObject *self, PyObject *args) {
     }
     const int32_t *row = b[0].view.buf;
     const int64_t *type = b[1].view.buf;
-    size_t cap = 16;
-    while (cap < (size_t)n * 2) cap *= 2;
-    int64_t *slot_idx = malloc(cap * sizeof *slot_idx); /* index of the event, -1 empty */
-    uint8_t *last = calloc((size_t)(n ? n : 1), 1);
-    int64_t *out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    Py_ssize_t m = 0;
-    if (slot_idx && last && out) {
-        Py_BEGIN_ALLOW_THREADS
-        memset(slot_idx, 0xff, cap * sizeof *slot_idx);
-        for (Py_ssize_t i = 0; i < n; i++) {
+    size_t cap = 1024, used = 0;
+    LastSlot *tab = malloc(cap * sizeof *tab);
+    int64_t *out = NULL;
+    int failed = tab == NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (!failed) {
+        for (size_t h = 0; h < cap; h++) tab[h].idx = -1;
+        /* a key is the row in the high half and the type mixed into it: two keys that are
+         * equal have the same row and type (compared in full below) */
+        for (Py_ssize_t i = 0; i < n && !failed; i++) {
             uint64_t key = ((uint64_t)(uint32_t)row[i] << 32) ^ (uint64_t)type[i];
             size_t h = (size_t)mix64(key) & (cap - 1);
             for (;;) {
-                int64_t j = slot_idx[h];
-                if (j < 0) { slot_idx[h] = i; last[i] = 1; break; }
-                if (row[j] == row[i] && type[j] == type[i]) {
-                    last[j] = 0;
-                    last[i] = 1;
-                    slot_idx[h] = i;
+                int64_t j = tab[h].idx;
+                if (j < 0) {
+                    tab[h].key = key;
+                    tab[h].idx = i;
+                    if (++used * 2 > cap && last_grow(&tab, &cap) < 0) failed = 1;
+                    break;
+                }
+                if (tab[h].key == key && row[j] == row[i] && type[j] == type[i]) {
+                    tab[h].idx = i;
                     break;
                 }
                 h = (h + 1) & (cap - 1);
             }
         }
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (last[i]) out[m++] = i;
-        Py_END_ALLOW_THREADS
+        if (!failed) out = malloc((used ? used : 1) * sizeof *out);
+        failed = failed || out == NULL;
+        if (!failed) {
+            size_t m = 0;
+            for (size_t h = 0; h < cap; h++)
+                if (tab[h].idx >= 0) out[m++] = tab[h].idx;
+            qsort(out, used, sizeof *out, cmp_i64);
+        }
     }
+    Py_END_ALLOW_THREADS
     views_release(b, 2);
-    PyObject *res = (slot_idx && last && out)
-        ? PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(m * sizeof *out))
-        : PyErr_NoMemory();
-    free(slot_idx);
-    free(last);
+    PyObject *res = failed ? PyErr_NoMemory()
+        : PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(used * sizeof *out));
+    free(tab);
     free(out);
     return res;
 }
