@@ -259,8 +259,9 @@ def test_interrupted_analysis_leaves_nothing(run, tmp_path, sig):
 @pytest.mark.parametrize("user_set", [False, True])
 def test_the_analysis_maps_large_blocks_unless_the_user_chose(run, monkeypatch, user_set):
     """The analysis fixes glibc's mmap threshold (`_alloc.map_large_blocks`: freed arrays
-    go back to the system instead of fragmenting the heap), unless MALLOC_MMAP_THRESHOLD_
-    is the user's; the translation does not touch it."""
+    go back to the system instead of fragmenting the heap) and its trim threshold (the
+    heap's top is not given back after every chunk), unless MALLOC_MMAP_THRESHOLD_ and
+    MALLOC_TRIM_THRESHOLD_ are the user's; the translation touches neither."""
     from nsys2prv import _alloc
     from nsys2prv.analysis.model import analyze_path
 
@@ -272,16 +273,56 @@ def test_the_analysis_maps_large_blocks_unless_the_user_chose(run, monkeypatch, 
             return 1
 
     monkeypatch.setattr(_alloc.ctypes, "CDLL", lambda name: Libc())
-    if user_set:
-        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
-    else:
-        monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    for var in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        if user_set:
+            monkeypatch.setenv(var, "65536")
+        else:
+            monkeypatch.delenv(var, raising=False)
     export, trace = run
     nsys2prv.translate(export, trace.with_name("again.prv"))
-    assert (_alloc._M_MMAP_THRESHOLD, _alloc.MMAP_THRESHOLD) not in calls
+    assert not calls
     analysis = analyze_path(trace)
     assert analysis.devices  # the analysis ran
     assert calls.count((_alloc._M_MMAP_THRESHOLD, 4 << 20)) == (0 if user_set else 1)
+    assert calls.count((_alloc._M_TRIM_THRESHOLD, 64 << 20)) == (0 if user_set else 1)
+    assert len(calls) == (0 if user_set else 2)
+
+
+SHOW_ALLOCATOR = """
+import os, sys
+sys.argv = ["nsys2prv", *sys.argv[1:]]
+from nsys2prv.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(os.environ.get("_RJEM_MALLOC_CONF"))
+"""
+
+
+@pytest.mark.parametrize("command, user_value", [
+    ("analyze", None), ("translate", None), ("analyze", "narenas:2")])
+def test_analyze_chooses_jemalloc_decay_before_polars_loads(command, user_value):
+    """`nsys2prv analyze` keeps jemalloc's freed pages for 1 s (`_alloc.for_analysis`),
+    set before polars is imported (jemalloc reads it when it loads); other commands keep
+    the main setting; a value the user set wins."""
+    from nsys2prv import _alloc
+
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    env["NSYS2PRV_NO_SUPERVISOR"] = "1"
+    if user_value:
+        env["_RJEM_MALLOC_CONF"] = user_value
+    argv = [command, "--help"] if command == "analyze" else ["--help"]
+    out = subprocess.run([sys.executable, "-c", SHOW_ALLOCATOR, *argv], env=env,
+                         capture_output=True, text=True, timeout=120).stdout
+    value = out.strip().splitlines()[-1]
+    if user_value:  # polars puts its defaults before it: the last setting wins
+        assert value.endswith(user_value) and _alloc.ANALYSIS_CONF not in value
+    else:
+        want = _alloc.ANALYSIS_CONF if command == "analyze" else _alloc.MAIN_CONF
+        assert want in value
+        assert (_alloc.MAIN_CONF in value) != (_alloc.ANALYSIS_CONF in value)
+        assert not _alloc.users_choice(value)  # worker processes get their own setting
 
 
 def test_no_window_is_held_past_the_pass(run, monkeypatch):

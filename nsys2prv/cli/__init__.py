@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     code (`_exit_now`). `--debug` or NSYS2PRV_NO_SUPERVISOR=1 run it in-process."""
     args = list(sys.argv[1:] if argv is None else argv)
     cmd = args[0] if args and args[0] in SUBCOMMANDS else "translate"
+    if argv is None and cmd == "analyze":
+        from .. import _alloc
+
+        _alloc.for_analysis()  # before polars is imported, in this process or the child
     if argv is None and cmd in _DOING:
         if "--debug" not in args and not os.environ.get("NSYS2PRV_NO_SUPERVISOR"):
             from ..supervise import run_supervised
