@@ -937,8 +937,8 @@ static PyObject *last_events(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     if (!failed) {
         for (size_t h = 0; h < cap; h++) tab[h].idx = -1;
-        /* a key is the row in the high half and the type mixed into it: two keys that are
-         * equal have the same row and type (compared in full below) */
+        /* the key is the row in the high half with the type mixed into it: two pairs can
+         * share a key (a type past 32 bits), so a hit compares the row and type in full */
         for (Py_ssize_t i = 0; i < n && !failed; i++) {
             uint64_t key = ((uint64_t)(uint32_t)row[i] << 32) ^ (uint64_t)type[i];
             size_t h = (size_t)mix64(key) & (cap - 1);
