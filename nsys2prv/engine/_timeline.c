@@ -895,17 +895,16 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
  * and grows with them: a window has millions of events and a few thousand keys, and a
  * table sized by the events (as this was) spent its time clearing and faulting in memory
  * that no key used (benchmarks/RESULTS.md, round 19). */
-typedef struct { uint64_t key; int64_t idx; } LastSlot; /* idx < 0: empty */
+typedef struct { uint64_t key; int64_t at; } LastSlot; /* at: event index + 1, 0 empty */
 
 static int last_grow(LastSlot **tab, size_t *cap) {
     size_t fresh_cap = *cap * 2;
-    LastSlot *fresh = malloc(fresh_cap * sizeof *fresh);
+    LastSlot *fresh = calloc(fresh_cap, sizeof *fresh);
     if (!fresh) return -1;
-    for (size_t h = 0; h < fresh_cap; h++) fresh[h].idx = -1;
     for (size_t i = 0; i < *cap; i++) {
-        if ((*tab)[i].idx < 0) continue;
+        if (!(*tab)[i].at) continue;
         size_t h = (size_t)mix64((*tab)[i].key) & (fresh_cap - 1);
-        while (fresh[h].idx >= 0) h = (h + 1) & (fresh_cap - 1);
+        while (fresh[h].at) h = (h + 1) & (fresh_cap - 1);
         fresh[h] = (*tab)[i];
     }
     free(*tab);
@@ -931,27 +930,26 @@ static PyObject *last_events(PyObject *self, PyObject *args) {
     const int32_t *row = b[0].view.buf;
     const int64_t *type = b[1].view.buf;
     size_t cap = 1024, used = 0;
-    LastSlot *tab = malloc(cap * sizeof *tab);
+    LastSlot *tab = calloc(cap, sizeof *tab);
     int64_t *out = NULL;
     int failed = tab == NULL;
     Py_BEGIN_ALLOW_THREADS
     if (!failed) {
-        for (size_t h = 0; h < cap; h++) tab[h].idx = -1;
         /* the key is the row in the high half with the type mixed into it: two pairs can
          * share a key (a type past 32 bits), so a hit compares the row and type in full */
         for (Py_ssize_t i = 0; i < n && !failed; i++) {
             uint64_t key = ((uint64_t)(uint32_t)row[i] << 32) ^ (uint64_t)type[i];
             size_t h = (size_t)mix64(key) & (cap - 1);
             for (;;) {
-                int64_t j = tab[h].idx;
+                int64_t j = tab[h].at - 1;
                 if (j < 0) {
                     tab[h].key = key;
-                    tab[h].idx = i;
+                    tab[h].at = i + 1;
                     if (++used * 2 > cap && last_grow(&tab, &cap) < 0) failed = 1;
                     break;
                 }
                 if (tab[h].key == key && row[j] == row[i] && type[j] == type[i]) {
-                    tab[h].idx = i;
+                    tab[h].at = i + 1;
                     break;
                 }
                 h = (h + 1) & (cap - 1);
@@ -962,7 +960,7 @@ static PyObject *last_events(PyObject *self, PyObject *args) {
         if (!failed) {
             size_t m = 0;
             for (size_t h = 0; h < cap; h++)
-                if (tab[h].idx >= 0) out[m++] = tab[h].idx;
+                if (tab[h].at) out[m++] = tab[h].at - 1;
             qsort(out, used, sizeof *out, cmp_i64);
         }
     }
