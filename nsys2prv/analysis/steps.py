@@ -101,6 +101,18 @@ _SCHEMA = {"family": pl.Utf8, "domain": pl.Utf8, "n": pl.Int64, "tasks": pl.Int6
            "operator": pl.Boolean}
 
 
+def _codes(ids: np.ndarray, table_ids: np.ndarray, table_codes: np.ndarray) -> np.ndarray:
+    """Per id, the code its table gives it (-1: not in the table): a search of the table's
+    sorted ids, not a join that copies the ranges."""
+    if table_ids.size == 0:
+        return np.full(ids.size, -1, np.int64)
+    order = np.argsort(table_ids, kind="stable")
+    sorted_ids = table_ids[order]
+    at = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    hit = sorted_ids[at] == ids
+    return np.where(hit, table_codes[order][at], -1)
+
+
 def candidates(acts: Activities) -> pl.DataFrame:
     """Every range family of a run (see the module's docstring): family, domain, n
     (instances on the busiest process), tasks (processes that have it), gpu_share,
@@ -109,55 +121,82 @@ def candidates(acts: Activities) -> pl.DataFrame:
     processes launch, those launched inside it: for the loops that launch COVER_FLOOR of
     the GPU time, else null), depth (mean nesting level, 0 at the top), convention (0 a
     step's name, 1 any other, 2 an epoch's), loop (sequential on one thread of each
-    process, MIN_STEPS instances at least). A few group-bys over the ranges and searches
-    of their instances over the GPU work read as a stream (`LaunchedWork`): what a side of
-    a comparison computes in its own process, so that only this table travels."""
+    process, MIN_STEPS instances at least). The ranges sorted once by (family, domain,
+    process, start) and summed per group with numpy, their instances searched over the GPU
+    work read as a stream (`LaunchedWork`): a few arrays a range (millions of ranges: no
+    polars sort, window or join over them), and only this table travels (what a side of a
+    comparison computes in its own process)."""
     if acts.ranges.height == 0:
         return pl.DataFrame(schema=_SCHEMA)
-    # the family and the domain of every range as codes (null: none), their texts joined
-    # back on the families' table: the sorts and group-bys over millions of ranges run on
-    # integers, not on two strings a range
-    fams = range_families(acts).select(pl.col("id").alias("name"), "family")
+    # the family and the domain of every range as codes (-1: none), their texts joined back
+    # on the families' table at the end
+    fams = range_families(acts).select("id", "family")
     fam_text = fams.select("family").drop_nulls().unique(maintain_order=True) \
         .with_row_index("fam")
     dom_text = acts.domains.select("domain").drop_nulls().unique(maintain_order=True) \
         .with_row_index("dom")
-    codes = fams.join(fam_text, on="family", how="left").select("name", "fam")
-    types = acts.domains.join(dom_text, on="domain", how="left").select("type", "dom")
-    tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
-    r = (acts.ranges.select("name", "type", "row", "start", "dur", "level")
-         .join(codes, on="name", how="left")
-         .join(types, on="type", how="left")
-         .join(tasks, on="row", how="left")
-         .select("fam", "dom", "task_index", "row", "start", "dur", "level"))
+    fam_of = fams.join(fam_text, on="family", how="left")
+    dom_of = acts.domains.join(dom_text, on="domain", how="left")
+    task_rows = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
+
+    def codes(column: str, table: pl.DataFrame, key: str, code: str) -> np.ndarray:
+        return _codes(acts.ranges[column].to_numpy().astype(np.int64),
+                      table[key].to_numpy().astype(np.int64),
+                      table[code].fill_null(-1).to_numpy().astype(np.int64))
+
+    fam = codes("name", fam_of, "id", "fam")
+    dom = codes("type", dom_of, "type", "dom")
+    task = codes("row", task_rows, "row", "task_index")
+    r = acts.ranges
+    row = r["row"].to_numpy()
+    start = r["start"].to_numpy()
+    dur = r["dur"].to_numpy()
+    # a family's instances on a process in start order (the longer first at one start: the
+    # one that holds the other)
+    order = np.lexsort((-dur, row, start, task, dom, fam))
+    fam, dom, task = (fam[order].astype(np.int32), dom[order].astype(np.int32),
+                      task[order].astype(np.int32))
+    row, start, dur = row[order], start[order], dur[order]
+    depth = np.clip(r["level"].to_numpy()[order] - 1, 0, None)
+    del order
+    n = fam.size
+    new = np.ones(n, bool)
+    new[1:] = (fam[1:] != fam[:-1]) | (dom[1:] != dom[:-1]) | (task[1:] != task[:-1])
+    heads = np.flatnonzero(new)
+    end = start + dur
+    # an instance that starts before the one before it ends: before the end of every earlier
+    # one, where none overlapped before it (durations are not negative)
+    overlap = np.zeros(n, np.int8)
+    overlap[1:] = start[1:] < end[:-1]
+    overlap[heads] = 0
+    counts = np.diff(np.append(heads, n))
+    per_task = pl.DataFrame({
+        "fam": fam[heads].astype(np.int64), "dom": dom[heads].astype(np.int64),
+        "task_index": task[heads].astype(np.int64),
+        "n": counts, "rows": np.minimum.reduceat(row, heads) == np.maximum.reduceat(row, heads),
+        "overlap": np.maximum.reduceat(overlap, heads) > 0,
+        "dur": np.add.reduceat(dur, heads),
+        "depth": np.add.reduceat(depth, heads) / counts})
+    del overlap, depth, row
+    gpu = LaunchedWork(acts, task_rows)
+    covered, tot, items = gpu.within(task, start, end)
+    per_task = per_task.with_columns(pl.Series("covered", np.add.reduceat(covered, heads)))
+    del covered
+    # the -1 codes back to nulls: each its own group, as the texts' joins want them
+    per_task = per_task.with_columns(
+        pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in ("fam", "dom", "task_index")
+    ).with_columns(pl.col("fam").cast(pl.UInt32), pl.col("dom").cast(pl.UInt32))
     key = ["fam", "dom", "task_index"]
-    end = pl.col("start") + pl.col("dur")
-    # per process: one thread, no instance before the previous one ends
-    per_task = (r.sort("start", "row")
-                .with_columns((pl.col("start") < end.cum_max().shift(1).over(key))
-                              .fill_null(False).alias("overlap"))
-                .group_by(key).agg(pl.len().alias("n"), pl.col("row").n_unique().alias("rows"),
-                                   pl.col("overlap").any(), pl.col("dur").sum(),
-                                   (pl.col("level") - 1).clip(0, None).mean().alias("depth")))
     fam_key = ["fam", "dom"]
     per = (per_task.sort("n", "dur", "task_index", descending=[True, True, False])
            .group_by(fam_key, maintain_order=True)
            .agg(pl.col("n").first(), pl.col("dur").first().alias("busiest_dur"),
                 pl.len().alias("tasks"),
-                ((pl.col("rows") == 1) & ~pl.col("overlap")).all().alias("sequential"),
+                (pl.col("rows") & ~pl.col("overlap")).all().alias("sequential"),
                 pl.col("depth").mean()))
-    gpu = LaunchedWork(acts, tasks)
-    task = r["task_index"].fill_null(-1).to_numpy().astype(np.int64)
-    s0 = r["start"].to_numpy()
-    n = s0.size
-    upto, tot, items = gpu.before(np.concatenate([task, task]),
-                                  np.concatenate([s0, s0 + r["dur"].to_numpy()]))
-    covered = (r.select(*key).with_columns(pl.Series("covered", upto[n:] - upto[:n]))
-               .group_by(key).agg(pl.col("covered").sum()))
     total = pl.DataFrame({"task_index": list(tot), "gpu_total": list(tot.values())},
                          schema={"task_index": pl.Int64, "gpu_total": pl.Int64})
-    share = (per_task.select(key)
-             .join(covered, on=key, how="left", nulls_equal=True)
+    share = (per_task.select(*key, "covered")
              .join(total, on="task_index", how="left")
              .group_by(fam_key).agg(pl.col("covered").fill_null(0).sum(),
                                     pl.col("gpu_total").fill_null(0).sum()))
@@ -174,11 +213,21 @@ def candidates(acts: Activities) -> pl.DataFrame:
         (pl.col("family").str.contains(OPERATOR.pattern)
          & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("operator"))
     # the kernel names launched inside the loops that cover the work (a few; the operators
-    # too: a reader sees why they hold the work, one or two names)
+    # too: a reader sees why they hold the work, one or two names): a loop's instances are
+    # one stretch of the sorted ranges
     judged = out.filter(pl.col("loop") & (pl.col("gpu_share") >= COVER_FLOOR))
     loops = judged.select(fam_key).rows()
-    shares = gpu.name_shares([r.filter((pl.col("fam") == f) & pl.col("dom").eq_missing(d))
-                              for f, d in loops])
+    fam_first = np.flatnonzero(np.append(True, (fam[1:] != fam[:-1]) | (dom[1:] != dom[:-1])))
+    fam_end = np.append(fam_first[1:], n)
+
+    def instances_of(f: int | None, d: int | None) -> pl.DataFrame:
+        fc, dc = -1 if f is None else f, -1 if d is None else d
+        i = np.flatnonzero((fam[fam_first] == fc) & (dom[fam_first] == dc))
+        lo, hi = (int(fam_first[i[0]]), int(fam_end[i[0]])) if i.size else (0, 0)
+        return pl.DataFrame({"task_index": task[lo:hi], "start": start[lo:hi],
+                             "dur": dur[lo:hi]})
+
+    shares = gpu.name_shares([instances_of(f, d) for f, d in loops])
     names = pl.DataFrame([(f, d, x) for (f, d), x in zip(loops, shares)],
                          schema={"fam": pl.UInt32, "dom": pl.UInt32, "name_share": pl.Float64},
                          orient="row")
@@ -222,16 +271,20 @@ class LaunchedWork:
                             .to_numpy().astype(np.int64), -1)
             yield task[keep], launch[keep], dur[keep], full[keep]
 
-    def before(self, task: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, dict[int, int],
-                                                                int]:
-        """(GPU time launched on `task` strictly before `t`, each pair; the GPU time of each
-        process; the number of activities), on one pass."""
-        task = np.asarray(task, np.int64)
-        t = np.asarray(t, np.int64)
-        keys = RankKeys([t])
-        q = keys(task, t)
+    def within(self, task: np.ndarray, start: np.ndarray, end: np.ndarray
+               ) -> tuple[np.ndarray, dict[int, int], int]:
+        """(GPU time launched on `task` in [start, end), each instance; the GPU time of each
+        process; the number of activities), on one pass: the instances' starts and ends as
+        one sorted set of queries, an activity counted at the first query of its process
+        after it (the sums of a process begin and end within its queries: a difference of
+        two running totals is the time between them)."""
+        m = np.size(task)
+        keys = RankKeys([start, end])
+        q = np.concatenate([keys(task, start), keys(task, end)])
         order = np.argsort(q, kind="stable")
-        qs, qtask = q[order], task[order]
+        qs = q[order]
+        del q
+        qtask = np.asarray(task)[order % m] if m else np.zeros(0, np.int64)
         acc = np.zeros(qs.size + 1, dtype=np.int64)
         totals: dict[int, int] = {}
         n = 0
@@ -250,13 +303,14 @@ class LaunchedWork:
             np.add.at(sums, inv, dur)
             for x, v in zip(u.tolist(), sums.tolist()):
                 totals[x] = totals.get(x, 0) + v
-        prefix = np.concatenate([[0], np.cumsum(acc[:-1])])
-        out = np.zeros(q.size, dtype=np.int64)
-        if qs.size:  # per process: the sums start at its first query
-            first = np.flatnonzero(np.append(True, qtask[1:] != qtask[:-1]))
-            seg = np.repeat(first, np.diff(np.append(first, qs.size)))
-            out[order] = prefix[1:] - prefix[seg]
-        return out, totals, n
+        del qs, qtask
+        running = np.empty(acc.size - 1, dtype=np.int64)
+        np.cumsum(acc[:-1], out=running)
+        del acc
+        at_query = np.empty_like(running)
+        at_query[order] = running
+        del running, order
+        return at_query[m:] - at_query[:m], totals, n
 
     def name_shares(self, families: list[pl.DataFrame]) -> list[float | None]:
         """For each loop (its instances: task_index, start, dur): of the kernel names its
