@@ -1,5 +1,10 @@
-"""Run the pass on a trace once; at the steps' pick, measure candidates and the layers'
-projection (peak RSS above entry, sampled every 2 ms, labelled by sub-step), VARIANTS times."""
+"""Run the pass on a trace once; at the steps' pick, measure the candidates (the version
+before, `nsys2prv/analysis/_old_steps.py` = `git show 7379342:nsys2prv/analysis/steps.py`,
+not committed, and the current one, each twice) and the layers (twice): peak RSS above the
+level before the call, sampled every 2 ms, labelled by sub-step (round 20).
+
+    python benchmarks/raw/round20/candidates_layers_harness.py TRACE.prv
+"""
 import sys, time, threading, importlib
 from nsys2prv import _alloc
 _alloc.for_analysis()

@@ -1,4 +1,9 @@
-"""glibc heap stats along the first pass (fragmentation?)."""
+"""glibc's heap (`mallinfo2`) and the resident set along the analysis' first pass, every
+25 windows (round 20); a second argument K gives the heap back (`malloc_trim`) every K
+windows.
+
+    python benchmarks/raw/round20/heap_stats.py EXPORT_OR_TRACE [K]
+"""
 import sys, ctypes, time
 from nsys2prv import _alloc
 _alloc.for_analysis()

@@ -1,39 +1,42 @@
-"""analyze_memory phases with the translation's kinds, tiling and merge named too."""
-import dataclasses, sys
-sys.path.insert(0, "/work/main/benchmarks")
-import analyze_memory as am
+"""`analyze_memory.py phases` with each kind of the translation, the tiling and the merge
+named too (round 20):
+
+    python benchmarks/raw/round20/phases_kinds.py phases OUT.json EXPORT
+"""
+import dataclasses
+import sys
+import types
 from pathlib import Path
-extra = (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+import analyze_memory as am  # noqa: E402
+
+am.PHASES = am.PHASES + (
     ("nsys2prv.pipeline.prepare", "tile"),
     ("nsys2prv.pipeline.merge", "stream"),
     ("nsys2prv.analysis.model", "analyze_path"),
-    ("nsys2prv.analysis.idle", "explain"),
 )
-am.PHASES = am.PHASES + extra
-from nsys2prv.paraver import kinds
-import nsys2prv.analysis.idle, nsys2prv.pipeline.prepare  # noqa
-# each kind's translate as a phase: replace the registry's entries with wrapped copies
-def install(stack_wrap):
-    pass
-orig_phases = am.phases
+_phases = am.phases
+
+
 def phases(out, source, options):
-    # wrap kinds via a fake module attribute so am.wrap applies
-    import types
-    holder = types.SimpleNamespace()
+    """The kinds' translate functions as attributes of a module `analyze_memory` wraps, and
+    the preparation's registry calling through them."""
+    import nsys2prv.pipeline.prepare as prep
+    from nsys2prv.paraver import kinds
+
     mod = types.ModuleType("kindsphase")
     sys.modules["kindsphase"] = mod
-    am.PHASES = am.PHASES + tuple(("kindsphase", n) for n in kinds.TRANSLATORS)
-    # after am wraps mod's attributes, the registry calls through them
-    class Late(dict):
-        pass
-    res = None
-    import nsys2prv.pipeline.prepare as prep
     wrapped = {}
     for name in kinds.TRANSLATORS:
         t = kinds.TRANSLATORS[name]
         setattr(mod, name, t.translate)
-        wrapped[name] = dataclasses.replace(t, translate=(lambda n: (lambda r, c: getattr(mod, n)(r, c)))(name))
+        wrapped[name] = dataclasses.replace(
+            t, translate=(lambda n: (lambda r, c: getattr(mod, n)(r, c)))(name))
     prep.TRANSLATORS = wrapped
-    return orig_phases(out, source, options)
+    am.PHASES = am.PHASES + tuple(("kindsphase", n) for n in kinds.TRANSLATORS)
+    return _phases(out, source, options)
+
+
 am.phases = phases
 sys.exit(am.main())
