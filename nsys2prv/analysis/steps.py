@@ -160,9 +160,14 @@ def candidates(acts: Activities) -> pl.DataFrame:
     depth = np.clip(r["level"].to_numpy()[order] - 1, 0, None)
     del order
     n = fam.size
-    new = np.ones(n, bool)
-    new[1:] = (fam[1:] != fam[:-1]) | (dom[1:] != dom[:-1]) | (task[1:] != task[:-1])
-    heads = np.flatnonzero(new)
+    # where a family (with its domain) begins in the sorted ranges, and where a family's
+    # instances on one process begin
+    family_change = np.ones(n, bool)
+    family_change[1:] = (fam[1:] != fam[:-1]) | (dom[1:] != dom[:-1])
+    fam_first = np.flatnonzero(family_change)
+    family_change[1:] |= task[1:] != task[:-1]
+    heads = np.flatnonzero(family_change)
+    del family_change
     end = start + dur
     # an instance that starts before the one before it ends: before the end of every earlier
     # one, where none overlapped before it (durations are not negative)
@@ -217,7 +222,6 @@ def candidates(acts: Activities) -> pl.DataFrame:
     # one stretch of the sorted ranges
     judged = out.filter(pl.col("loop") & (pl.col("gpu_share") >= COVER_FLOOR))
     loops = judged.select(fam_key).rows()
-    fam_first = np.flatnonzero(np.append(True, (fam[1:] != fam[:-1]) | (dom[1:] != dom[:-1])))
     fam_end = np.append(fam_first[1:], n)
 
     def instances_of(f: int | None, d: int | None) -> pl.DataFrame:
