@@ -29,16 +29,43 @@ def corpus_cases(files: list[Path]) -> dict:
             "ids": [f"{p.parent.name}/{p.name}" for p in files] or ["no-corpus"]}
 
 
-def translate_case(request, tmp_path_factory, missing: str) -> tuple[Path, object, Path]:
-    """Translate the corpus file of a `corpus_cases` fixture: (database, result, .prv);
-    skips with `missing` when there is no such file."""
-    if request.param is None:
-        pytest.skip(missing)
+def translated_once(db: Path, tmp_path_factory) -> tuple[object, Path]:
+    """`nsys2prv.translate(db)` with its defaults, once in a test run (its xdist workers
+    included): (result, .prv), kept under the run's temporary folder for the modules that
+    ask for it next. Read-only for callers: the corpus' exports were translated again and
+    again by module after module (the 41 MB trace ~6 s each time)."""
+    import fcntl
+    import pickle
+    import shutil
+
     import nsys2prv
 
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "translated"
+    cache.mkdir(exist_ok=True)
+    key = f"{db.parent.name}-{db.name}"
+    done = cache / key
+    with open(cache / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker translates, the others wait for it
+        if not done.exists():
+            work = cache / f"{key}.work"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            result = nsys2prv.translate(db, work / (db.name.split(".")[0] + ".prv"))
+            result.output = done / result.output.name
+            (work / "result.pickle").write_bytes(pickle.dumps(result))
+            work.rename(done)
+    result = pickle.loads((done / "result.pickle").read_bytes())
+    return result, result.output
+
+
+def translate_case(request, tmp_path_factory, missing: str) -> tuple[Path, object, Path]:
+    """The corpus file of a `corpus_cases` fixture translated (`translated_once`):
+    (database, result, .prv); skips with `missing` when there is no such file."""
+    if request.param is None:
+        pytest.skip(missing)
     db: Path = request.param
-    out = tmp_path_factory.mktemp("corpus") / (db.name.split(".")[0] + ".prv")
-    return db, nsys2prv.translate(db, out), out
+    return (db, *translated_once(db, tmp_path_factory))
 
 
 def need_corpus() -> None:

@@ -1,12 +1,20 @@
 """Run every user-facing command on one export, as `nsys2prv ...` would (tests/test_commands.py).
 
     python tests/corpus_commands.py EXPORT WORKDIR
+    python tests/corpus_commands.py --serve BASE JOBS LIMIT EXPORT...
 
-Each command goes through `nsys2prv.cli.main(argv)` in this one process (one interpreter
-start for all of them); stdout is captured per command. Prints one JSON object: per command
-its exit code, the last line it wrote on stderr and its wall time, and a few checks that need
+Each command goes through `nsys2prv.cli.main(argv)` in one process (one interpreter start
+for all of them); stdout is captured per command. Prints one JSON object: per command its
+exit code, the last line it wrote on stderr and its wall time, and a few checks that need
 the outputs (the --json output parses, the merged trace has the bytes of the translated one,
 the POP copy validates).
+
+`--serve` runs many exports, JOBS at a time, each in a child forked from this process once
+it has imported what the commands need (an interpreter start and those imports cost ~1.5 s
+an export), under LIMIT bytes of address space: the child writes that JSON object to
+BASE/NNN/driver.out, its stderr to driver.err; this process prints one line per export as
+its child ends: {"export", "code" (exit code), "peak" (the child's peak resident set, bytes)}.
+Polars' thread pool starts at a query's first use, so none runs here when the children fork.
 """
 
 from __future__ import annotations
@@ -14,7 +22,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import resource
+import signal
 import sys
 import time
 from pathlib import Path
@@ -154,5 +165,74 @@ def main(export: str, work: str) -> dict:
     return {"commands": results, "checks": checks}
 
 
+def _child(export: str, work: Path, limit: int, parent: int) -> None:
+    """In a forked child: the commands on `export` under `limit`, their JSON in
+    work/driver.out, then exit (never returns)."""
+    code = 1
+    try:
+        from nsys2prv.lifeline import die_with_parent
+
+        die_with_parent(signal.SIGKILL, parent)  # a test run stopped stops its drivers
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        os.chdir(work)
+        for fd, name in ((1, "driver.stdout"), (2, "driver.err")):  # not the server's lines
+            f = os.open(work / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(f, fd)
+            os.close(f)
+        report = main(export, str(work))
+        (work / "driver.out").write_text(json.dumps(report))
+        code = 0
+    except BaseException:  # noqa: BLE001 - the test reads driver.err
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(base: str, jobs: int, limit: int, exports: list[str], timeout: float = 900) -> None:
+    """`exports` in forked children, `jobs` at a time; a line per export as it ends (a child
+    over `timeout` seconds is killed: code -9)."""
+    import importlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # what the commands import on their first use (analyze --plot: pyplot)
+    for name in ("matplotlib.pyplot", "nsys2prv.analysis.plot", "nsys2prv.cli",
+                 "nsys2prv.paraver.kinds", "nsys2prv.run"):
+        importlib.import_module(name)
+
+    server = os.getpid()
+    pending = list(enumerate(exports))
+    running: dict[int, tuple[str, float]] = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            i, export = pending.pop(0)
+            work = Path(base) / f"{i:03d}"
+            work.mkdir(parents=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(os.path.abspath(export), work, limit, server)
+            running[pid] = (export, time.monotonic())
+        pid, status, usage = os.wait4(-1, os.WNOHANG)
+        if pid == 0:
+            now = time.monotonic()
+            for p, (_, started) in running.items():
+                if now - started > timeout:
+                    os.kill(p, 9)
+            time.sleep(0.05)
+            continue
+        export, _ = running.pop(pid)
+        print(json.dumps({"export": export, "code": os.waitstatus_to_exitcode(status),
+                          "peak": usage.ru_maxrss * 1024}), flush=True)  # kB on Linux
+
+
 if __name__ == "__main__":
-    json.dump(main(sys.argv[1], sys.argv[2]), sys.stdout)
+    if sys.argv[1] == "--serve":
+        serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:])
+    else:
+        json.dump(main(sys.argv[1], sys.argv[2]), sys.stdout)

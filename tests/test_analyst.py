@@ -11,11 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import nsys2prv
 from nsys2prv.analysis import diff as D
 from nsys2prv.analysis.labels import distinct_labels, fit_labels
 
-from conftest import CORPUS, need_exports
+from conftest import CORPUS, need_exports, translated_once
 
 AIPROF = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
 BEFORE = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
@@ -37,8 +36,7 @@ def aiprof(tmp_path_factory):
     need_exports(AIPROF)
     from nsys2prv.cli.analyze import analyze
 
-    out = tmp_path_factory.mktemp("aiprof") / "a.prv"
-    nsys2prv.translate(AIPROF, out)
+    _, out = translated_once(AIPROF, tmp_path_factory)
     result, _, extras = analyze([str(out)], iterations="", modality=True, what_if=[])
     return out, result, extras
 

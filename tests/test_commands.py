@@ -1,8 +1,9 @@
 """Every user-facing command on every export of ../shared/corpus, under a memory limit.
 
 Small synthetic tests once hid a join that grew with the product of two interval sets
-(issue 21): `analyze` died on 1 real export in 6. Here each export gets its own process,
-limited to ADDRESS_SPACE of address space, running translate, check, analyze (text with
+(issue 21): `analyze` died on 1 real export in 6. Here each export gets its own process
+(forked from one that imported the package once), limited to ADDRESS_SPACE of address
+space, running translate, check, analyze (text with
 --plot and --html, --json (and --folded where the trace has CPU samples), --pop-trace,
 --scaling (and its page), --views: the views of the findings must load in
 wxparaver without a question; the six rules), translate and analyze of a window (the middle
@@ -16,11 +17,10 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+import threading
+from concurrent.futures import Future
 
 import pytest
 from conftest import ROOT, corpus_cases, corpus_files
@@ -31,35 +31,47 @@ DRIVER = ROOT / "tests" / "corpus_commands.py"
 FILES = corpus_files()
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
 _CASES = corpus_cases(FILES)
-
-
-def _drive(export: Path, work: Path) -> tuple[int, str, str, int]:
-    """The driver on one export in its own limited process: (exit code, stdout, stderr,
-    peak RSS in bytes of that process)."""
-    work.mkdir(parents=True)
-    out_file, err_file = work / "driver.out", work / "driver.err"
-    with open(out_file, "wb") as out, open(err_file, "wb") as err:
-        proc = subprocess.Popen([sys.executable, str(DRIVER), str(export), str(work)],
-                                cwd=work, stdout=out, stderr=err, preexec_fn=_limit,
-                                env={**os.environ, "RUST_BACKTRACE": "0"})
-        _, status, usage = os.wait4(proc.pid, 0)  # the driver's own peak RSS
-    return (os.waitstatus_to_exitcode(status), out_file.read_text(), err_file.read_text(),
-            usage.ru_maxrss * 1024)  # kB on Linux
 
 
 @pytest.fixture(scope="module")
 def driven(tmp_path_factory) -> dict:
-    """Every export's driver started at once, as many at a time as there are cores."""
+    """Every export's driver, as many at a time as there are cores, each in its own limited
+    process forked from one that imported the package once (`corpus_commands.serve`):
+    export -> future of (exit code, driver's stdout, its stderr, its peak RSS in bytes)."""
     base = tmp_path_factory.mktemp("commands")
-    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
-    futures = {f: pool.submit(_drive, f, base / f"{i:03d}") for i, f in enumerate(FILES)}
+    futures = {f: Future() for f in FILES}
+    if not FILES:
+        yield futures
+        return
+    jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    server = subprocess.Popen(
+        [sys.executable, str(DRIVER), "--serve", str(base), str(jobs), str(ADDRESS_SPACE),
+         *map(str, FILES)], stdout=subprocess.PIPE, stderr=open(base / "server.err", "wb"),
+        text=True, env={**os.environ, "RUST_BACKTRACE": "0"})
+    by_name = {str(f): f for f in FILES}
+
+    def read() -> None:
+        for line in server.stdout:
+            done = json.loads(line)
+            work = base / f"{FILES.index(by_name[done['export']]):03d}"
+            out, err = work / "driver.out", work / "driver.err"
+            futures[by_name[done["export"]]].set_result(
+                (done["code"], out.read_text() if out.exists() else "",
+                 err.read_text() if err.exists() else "", done["peak"]))
+        server.wait()
+        why = (f"the drivers' server ended ({server.returncode}): "
+               f"{(base / 'server.err').read_text()[-2000:]}")
+        for f in futures.values():
+            if not f.done():
+                f.set_exception(RuntimeError(why))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    server.kill()
+    reader.join()
 
 
 @pytest.mark.parametrize("export", _CASES["params"], ids=_CASES["ids"])

@@ -144,12 +144,13 @@ def test_row_time_keys_switched_midway_give_the_same_numbers(run, capsys, monkey
     (row, time) as one integer; a trace whose times could overflow it switches to a
     struct key where such a time comes (`timeline.RowTimeKey`). Forced to switch in the
     middle of the run (1 KiB windows: lines and starts held across it), the report is the
-    one of the packed keys."""
+    one of the packed keys (read in one window: the windows change nothing, as
+    `test_many_windows_give_the_numbers_of_one` shows)."""
     from nsys2prv.analysis import timeline
 
     _, trace = run
-    monkeypatch.setattr(read, "BLOCK", 1024)
     packed = _json(capsys, trace, "--iterations")
+    monkeypatch.setattr(read, "BLOCK", 1024)
     made = []
     init = timeline.RowTimeKey.__init__
 

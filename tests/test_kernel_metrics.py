@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import CORPUS
+from conftest import CORPUS, translated_once
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prvtools import sql, validate
@@ -612,8 +612,7 @@ AIPROF = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
 def aiprof(tmp_path_factory):
     if not AIPROF.exists():
         pytest.skip(f"{AIPROF} not in the corpus (set NSYS2PRV_CORPUS)")
-    out = tmp_path_factory.mktemp("aiprof") / "a.prv"
-    nsys2prv.translate(AIPROF, out)
+    _, out = translated_once(AIPROF, tmp_path_factory)
     return out, read_kernel_metrics(out)
 
 

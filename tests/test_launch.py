@@ -185,7 +185,7 @@ def test_rate_bounds_weight_each_configuration_by_its_time():
 import polars as pl  # noqa: E402
 
 import nsys2prv  # noqa: E402
-from conftest import CORPUS, need_exports  # noqa: E402
+from conftest import CORPUS, need_exports, translated_once  # noqa: E402
 from prvtools import sql, validate  # noqa: E402
 
 from nsys2prv.analysis.launch import read_launches  # noqa: E402
@@ -222,9 +222,7 @@ def _launches_by_sql(db) -> pl.DataFrame:
 @pytest.fixture(scope="module")
 def aiprof(tmp_path_factory):
     need_exports(AIPROF)
-    out = tmp_path_factory.mktemp("launch") / "a.prv"
-    nsys2prv.translate(AIPROF, out)
-    return out
+    return translated_once(AIPROF, tmp_path_factory)[1]
 
 
 def test_launch_statistics_equal_the_export(aiprof):
