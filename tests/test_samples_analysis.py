@@ -147,6 +147,29 @@ def test_flame_rectangles_tile_their_parent():
             assert inside.height == 1
 
 
+def test_flame_picture_draws_each_frame_once_where_it_is():
+    """The picture's frames (one collection of rectangles) are `flame`'s rectangles: one
+    each, at its depth, from its start over its width; the wide ones named."""
+    pytest.importorskip("matplotlib")
+    from nsys2prv.analysis.plot import headless, plot_flame
+
+    headless()
+    s = collect()
+    fig = plot_flame(s.folded, None)
+    # the samples without a stack are left out of the picture (said in its title)
+    rects = S.flame(s.folded.filter(~pl.col("stack").str.contains(S.LEAF_ONLY, literal=True)))
+    (coll,) = fig.axes[0].collections
+    boxes = sorted((v[:, 0].min(), (v[:, 1].min() + v[:, 1].max()) / 2, np.ptp(v[:, 0]))
+                   for v in (p.vertices for p in coll.get_paths()))
+    want = sorted((float(r["start"]), float(r["depth"]), float(r["width"]))
+                  for r in rects.iter_rows(named=True))
+    assert boxes == want and len(want) > 3
+    total = rects.filter(pl.col("depth") == 0)["width"].sum()
+    named = {t.get_text() for t in fig.axes[0].texts}
+    assert named == {r["name"] for r in rects.iter_rows(named=True)
+                     if r["width"] >= total * 0.02 and len(r["name"]) <= 160 * r["width"] / total}
+
+
 def test_carried_values_are_no_samples():
     w = window(sample_events([(0, 5, [1])] + [(0, 10, [4, 1])]), carried=1)
     c = S.SampleCollector()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ..errors import Nsys2PrvError
@@ -311,16 +312,26 @@ def plot_flame(folded, path: str | Path | None, title: str = "CPU samples"):
     depth = int(rects["depth"].max()) + 1 if rects.height else 1
     fig, ax = plt.subplots(figsize=(15, 0.28 * depth + 1.5), constrained_layout=True)
     if rects.height:
+        from matplotlib.collections import PolyCollection
+
         cmap = plt.get_cmap("YlOrRd")
-        for r in rects.iter_rows(named=True):  # frames drawn: bounded by min_share
-            shade = cmap(0.25 + 0.5 * (zlib.crc32(r["name"].encode()) % 97) / 97)
-            ax.barh(r["depth"], r["width"], left=r["start"], height=0.95, color=shade,
-                    edgecolor="white", linewidth=0.3)
-            if r["width"] >= total * 0.02:
-                chars = max(int(160 * r["width"] / total), 1)
-                text = r["name"] if len(r["name"]) <= chars else r["name"][:max(chars - 2, 1)] + ".."
-                ax.text(r["start"] + r["width"] / 2, r["depth"], text, ha="center",
-                        va="center", fontsize=7, clip_on=True)
+        names = rects["name"].to_list()
+        x0 = rects["start"].to_numpy().astype(float)
+        x1 = x0 + rects["width"].to_numpy()
+        y = rects["depth"].to_numpy().astype(float)
+        # the frames as one artist: a bar each (one patch per frame) took 9 s of the 3,700
+        # frames of one real export's flame graph
+        corners = np.stack([np.column_stack(c) for c in
+                            ((x0, y - 0.475), (x0, y + 0.475), (x1, y + 0.475),
+                             (x1, y - 0.475))], axis=1)
+        shades = [cmap(0.25 + 0.5 * (zlib.crc32(n.encode()) % 97) / 97) for n in names]
+        ax.add_collection(PolyCollection(corners, facecolors=shades, edgecolors="white",
+                                         linewidths=0.3))
+        for r in rects.filter(pl.col("width") >= total * 0.02).iter_rows(named=True):
+            chars = max(int(160 * r["width"] / total), 1)
+            text = r["name"] if len(r["name"]) <= chars else r["name"][:max(chars - 2, 1)] + ".."
+            ax.text(r["start"] + r["width"] / 2, r["depth"], text, ha="center",
+                    va="center", fontsize=7, clip_on=True)
     ax.set_xlim(0, max(total, 1))
     ax.set_ylim(-0.5, depth - 0.5)
     ax.set_yticks([])
