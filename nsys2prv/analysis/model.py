@@ -264,8 +264,8 @@ class ModelSums:
 
     def __init__(self, processes: bool = True) -> None:
         self.processes = processes  # False: the per-process groups are not summed
-        # of the first window, its path and rows only: the window itself (its events, ~40
-        # MB for a 32 MiB block of text) would be held to the end of the analysis
+        # of the first window, its path and rows only: the window itself (its events, ~20
+        # MB for a 16 MiB block of text) would be held to the end of the analysis
         self.path: str | None = None
         self.rows: pl.DataFrame | None = None
         self._main: pl.DataFrame | None = None

@@ -122,7 +122,10 @@ def _rows(tasks: list[tuple[int, int, int, int]], labels: list[str],
                            ).drop("_prefix", strict=False)
 
 
-BLOCK = 32 << 20  # bytes of trace text scanned at a time (one window of `windows`)
+# bytes of trace text scanned at a time (one window of `windows`): a window's frames, the
+# next one read ahead and the one being scanned are held at once; at 32 MiB the 30M
+# benchmark's pass rose ~100 MB above its floor (benchmarks/RESULTS.md, round 21)
+BLOCK = 16 << 20
 # A stream's records go into the scanner without text, so its windows are counted in merged
 # records: as many as BLOCK bytes of text hold at 60 bytes a record (the 10M benchmark's 60.5;
 # the corpus' 15-52, 39 on average), which gives that trace the windows its text gave and
