@@ -403,9 +403,22 @@ class Segments:
         sk = self.keys(row, start)
         ek = self.keys(row, end)
         self.bounds = np.unique(np.concatenate([sk, ek]))
-        self.a = np.searchsorted(self.bounds, sk)
-        self.c = np.searchsorted(self.bounds, ek)
         self.n = 2 * self.bounds.size + 1
+        # the segments at each range's start and end boundary (2 a + 1, 2 c + 1), made in
+        # place and handed over once (`take_ends`): 16 bytes a range not held twice
+        self._ends = []
+        for k in (sk, ek):
+            at = np.searchsorted(self.bounds, k)
+            at *= 2
+            at += 1
+            self._ends.append(at)
+
+    def take_ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each range's segment at its start boundary and at its end boundary (2 a + 1,
+        2 c + 1), to their one holder: this object lets go of them."""
+        lo, hi = self._ends
+        self._ends = []
+        return lo, hi
 
     def of(self, row: np.ndarray, t: np.ndarray) -> np.ndarray:
         """The segment of calls (row, start time)."""
@@ -430,10 +443,9 @@ class RangeSums:
 
     def __init__(self, segments: Segments, start: np.ndarray, end: np.ndarray,
                  kinds: int) -> None:
-        n = segments.a.size
         self.segments = segments
-        self.lo = 2 * segments.a + 1
-        self.hi = 2 * segments.c + 1
+        self.lo, self.hi = segments.take_ends()
+        n = self.lo.size
         self.start = np.asarray(start, np.int64)
         self.end = np.asarray(end, np.int64)
         self.by_start = np.argsort(self.start, kind="stable")
