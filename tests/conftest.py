@@ -88,6 +88,11 @@ def pytest_xdist_auto_num_workers(config) -> int:
     env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
     if env:
         return int(env)
+    return usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's count."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
 

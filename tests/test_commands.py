@@ -23,7 +23,7 @@ import threading
 from concurrent.futures import Future
 
 import pytest
-from conftest import ROOT, corpus_cases, corpus_files
+from conftest import ROOT, corpus_cases, corpus_files, usable_cores
 
 ADDRESS_SPACE = 3 << 30
 PEAK_RSS = 1 << 30
@@ -44,12 +44,11 @@ def driven(tmp_path_factory) -> dict:
     if not FILES:
         yield futures
         return
-    jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-    server = subprocess.Popen(
-        [sys.executable, str(DRIVER), "--serve", str(base), str(jobs), str(ADDRESS_SPACE),
-         *map(str, FILES)], stdout=subprocess.PIPE, stderr=open(base / "server.err", "wb"),
-        text=True, env={**os.environ, "RUST_BACKTRACE": "0"})
+    with open(base / "server.err", "wb") as server_err:
+        server = subprocess.Popen(
+            [sys.executable, str(DRIVER), "--serve", str(base), str(usable_cores()),
+             str(ADDRESS_SPACE), *map(str, FILES)], stdout=subprocess.PIPE,
+            stderr=server_err, text=True, env={**os.environ, "RUST_BACKTRACE": "0"})
     by_name = {str(f): f for f in FILES}
 
     def read() -> None:

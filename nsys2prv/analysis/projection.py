@@ -406,7 +406,7 @@ class Segments:
         self.n = 2 * self.bounds.size + 1
         # the segments at each range's start and end boundary (2 a + 1, 2 c + 1), made in
         # place and handed over once (`take_ends`): 16 bytes a range not held twice
-        self._ends = []
+        self._ends: list[np.ndarray] = []
         for k in (sk, ek):
             at = np.searchsorted(self.bounds, k)
             at *= 2
