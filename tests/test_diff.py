@@ -375,3 +375,48 @@ def test_two_processes_give_the_same_comparison(real_pair, tmp_path):
     mixed = D.compare(str(trace), str(AFTER), workdir=work, parallel=True)
     assert mixed.before.rules is None and mixed.after.rules
     assert mixed.kernels.equals(real_pair.kernels)
+
+
+
+@pytest.mark.parametrize("pair, block", [("corpus", 1 << 16), ("sample", 997)])
+def test_the_sides_gpu_activities_are_read_a_bucket_at_a_time(tmp_path, monkeypatch, pair,
+                                                             block):
+    """Each side keeps its kernels and memory operations on disk (as `analyze` does) and
+    the comparison reads them a bucket at a time (`kernel_memop_chunks`: never all at
+    once), summing over the buckets what it summed over all: every table equals that of
+    the same sides with their activities held in memory. The traces are read in small
+    windows, so that each side has many buckets; the sample's loop gives the per-step
+    tables."""
+    import dataclasses
+
+    import nsys2prv
+    from nsys2prv.analysis.activities import Activities, StoredActivities
+    from nsys2prv.paraver import read
+
+    sources = (BEFORE, AFTER) if pair == "corpus" else (SAMPLE, SAMPLE)
+    need_exports(*sources)
+    traces = []
+    for i, src in enumerate(sources):
+        traces.append(tmp_path / f"{i}-{src.stem}.prv")
+        nsys2prv.translate([str(src)], str(traces[-1]))
+    monkeypatch.setattr(read, "BLOCK", block)
+    work = tmp_path / "work"
+    work.mkdir()
+    sides = [D.read_side([str(t)], label, work) for t, label in zip(traces, ("before", "after"))]
+    for s in sides:
+        assert isinstance(s.acts, StoredActivities)
+        assert len(s.acts.store.bucket_ids("gpu")) > 3
+        assert s.acts.store.dir.parent == work  # removed with the comparison's folder
+    stored = D.compare_sides(*sides)
+    assert all(s.acts._whole is None for s in sides)
+    if pair == "sample":
+        assert stored.iterations is not None and stored.iterations.kernels.height
+    fields = ("path", "end", "rows", "kernels", "memops", "ranges", "sync", "kernel_names",
+              "memop_names", "range_names", "domains", "memory_kinds", "calls")
+    held = [dataclasses.replace(s, acts=Activities(*(getattr(s.acts, f) for f in fields)))
+            for s in sides]
+    assert held[0].acts.kernels.height >= 16
+    assert D.compare_sides(*held).to_dict() == stored.to_dict()
+    for s in sides:
+        s.acts.close()
+    assert list(work.iterdir()) == []

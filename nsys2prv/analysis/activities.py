@@ -113,6 +113,13 @@ class _ActivityViews:
                 .select("row", "start", "dur", pl.col("short").alias("name"),
                         pl.col("full_name").fill_null(pl.col("short")).alias("full"), "nccl"))
 
+    def kernel_memop_chunks(self) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+        """The kernels and memory operations as `kernels` and `memops` have them (columns,
+        order), a chunk at a time in start order: held activities in one, stored ones a
+        bucket at a time. What sums, counts and distinct values over them read without
+        holding them all (the comparison of two runs)."""
+        raise NotImplementedError
+
     def gpu_items(self, columns=None, by: str = "start") -> Iterator[pl.DataFrame]:
         """Every kernel and memory operation as `GPU_ITEM` rows, in chunks: held
         activities in one, stored ones bucket by bucket in time order (`by`: "start", or
@@ -164,6 +171,9 @@ class Activities(_ActivityViews):
         """Kernels and memory operations."""
         return self.kernels.height + self.memops.height
 
+    def kernel_memop_chunks(self) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+        yield self.kernels, self.memops
+
     def kernel_pairs(self) -> pl.DataFrame:
         """(name, full): the distinct pairs of short and full name ids of the kernels."""
         return self.kernels.select("name", "full").unique()
@@ -189,8 +199,8 @@ class StoredActivities(_ActivityViews):
     `WindowStore`): the ranges, names and per-row sums held (bounded by the ranges and the
     names), the GPU activities on disk, read back bucket by bucket (`gpu_items`: memory of
     one window). `kernels` and `memops` read them all into memory (what the analyses that
-    are not streamed yet take: the comparison, the kernels' modality). `close` removes the
-    store."""
+    are not streamed yet take: the kernels' modality); `kernel_memop_chunks` a bucket at a
+    time (the comparison). `close` removes the store."""
 
     def __init__(self, held: Activities, store: WindowStore) -> None:
         for name in ("path", "end", "rows", "ranges", "sync", "kernel_names", "memop_names",
@@ -218,19 +228,20 @@ class StoredActivities(_ActivityViews):
                 part = part.filter((pl.col("start") >= lo) & (pl.col("start") < hi))
             parts.append(part)
         items = pl.concat(parts) if parts else pl.DataFrame(schema=GPU_ITEM)
-        c = pl.col
-        kernels = (items.filter(c("kernel"))
-                   .select("row", "start", (c("end") - c("start")).alias("dur"), "name",
-                           "full", "nccl", "launch", "launch_row")
-                   .cast(_KERNEL_PARTS).sort("start", "row"))
-        memops = (items.filter(~c("kernel"))
-                  .select("row", "start", (c("end") - c("start")).alias("dur"),
-                          c("op").cast(pl.Int64), "launch", "launch_row", "src_kind",
-                          "dst_kind")
-                  .cast(_MEMOP_PARTS).sort("start", "row"))
+        kernels, memops = _split_items(items)
         if lo is None:
             self._whole = (kernels, memops)
         return kernels, memops
+
+    def kernel_memop_chunks(self) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+        if self._whole is not None:
+            yield self._whole
+            return
+        ids = self.store.bucket_ids("gpu")
+        for b in ids:
+            yield _split_items(self.store.bucket("gpu", b, ["start", "row"]))
+        if not ids:  # no GPU activity: one empty chunk
+            yield _split_items(pl.DataFrame(schema=GPU_ITEM))
 
     def gpu_count(self) -> int:
         return self.store.rows("gpu")
@@ -267,6 +278,22 @@ class StoredActivities(_ActivityViews):
         self.store.close()
 
 
+def _split_items(items: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """GPU items (`GPU_ITEM`) as the kernels and memory operations of `Activities`, each
+    sorted by (start, row)."""
+    c = pl.col
+    kernels = (items.filter(c("kernel"))
+               .select("row", "start", (c("end") - c("start")).alias("dur"), "name",
+                       "full", "nccl", "launch", "launch_row")
+               .cast(_KERNEL_PARTS).sort("start", "row"))
+    memops = (items.filter(~c("kernel"))
+              .select("row", "start", (c("end") - c("start")).alias("dur"),
+                      c("op").cast(pl.Int64), "launch", "launch_row", "src_kind",
+                      "dst_kind")
+              .cast(_MEMOP_PARTS).sort("start", "row"))
+    return kernels, memops
+
+
 def _table(names: dict[int, str]) -> pl.DataFrame:
     return pl.DataFrame({"id": list(names), "name": list(names.values())},
                         schema={"id": pl.Int64, "name": pl.Utf8})
@@ -295,7 +322,8 @@ class ActivityCollector:
     their start; memory operations; NVTX start/end lanes), a push and its pop (NVTX
     push/pop), what is still open handed from window to window."""
 
-    def __init__(self, path: Source | TraceInfo, spill: bool = False) -> None:
+    def __init__(self, path: Source | TraceInfo, spill: bool = False,
+                 spill_dir: str | Path | None = None) -> None:
         info = open_trace(path)
         self.path = info.path
         self.names = info.names
@@ -314,7 +342,7 @@ class ActivityCollector:
                             self.layout.rows.height)
         # the GPU activities of each window, with their launch and memory kinds: kept here,
         # or with `spill` written to a store (read back by `stored`)
-        self.store = WindowStore("nsys2prv-acts-") if spill else None
+        self.store = WindowStore("nsys2prv-acts-", spill_dir) if spill else None
         self._kernels: list[pl.DataFrame] = []
         self._memops: list[pl.DataFrame] = []
         self._flat: list[pl.DataFrame] = []  # NVTX start/end ranges
@@ -589,6 +617,24 @@ def read_activities(path: Source | TraceInfo, window: tuple[int, int] | None = N
     for w in windows(info, collector.types, state_rows="cpu", comms=True):
         collector.add(w)
     return collector.result(window)
+
+
+def stored_activities(path: Source | TraceInfo, spill_dir: str | Path | None = None
+                      ) -> StoredActivities:
+    """`read_activities` with the GPU activities kept on disk (`StoredActivities`: a
+    window at a time in memory, in a folder made in `spill_dir`); the caller closes it."""
+    from ..lifeline import signals_held
+
+    info = open_trace(path)
+    with signals_held():  # made and held at once: a Ctrl-C finds it to remove
+        collector = ActivityCollector(info, spill=True, spill_dir=spill_dir)
+    try:
+        for w in windows(info, collector.types, state_rows="cpu", comms=True):
+            collector.add(w)
+        return collector.stored()
+    except BaseException:
+        collector.close()
+        raise
 
 
 def range_instances(acts: Activities) -> pl.DataFrame:

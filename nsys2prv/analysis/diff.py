@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from ..report.inputs import is_trace
-from .activities import Activities, read_activities
+from .activities import Activities, StoredActivities, stored_activities
 from .labels import label_frame
 from .layers import comparison_rows
 from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
@@ -45,7 +45,9 @@ class Side:
 
     label: str
     source: str
-    acts: Activities
+    # held, or read back a bucket at a time from the side's store (`StoredActivities`, in
+    # the comparison's folder: gone once `compare` returns; `elapsed` stays)
+    acts: Activities | StoredActivities
     analysis: object | None = None  # analysis.model.Analysis
     rules: dict[str, int] | None = None  # rule -> rows found (exports only)
     exports: list[str] = field(default_factory=list)
@@ -227,7 +229,7 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
     """Per kernel: stats of each side, delta, ratio, how it was matched. Kernels are
     grouped by their value ids first (the long names are looked at once per name)."""
     def names_of(acts: Activities) -> pl.DataFrame:
-        ids = acts.kernels.group_by("full").agg(pl.col("name").min(), pl.col("nccl").first())
+        ids = _gpu_sums(acts).kernel_ids
         return (ids.join(acts.kernel_names.rename({"id": "full", "name": "text"}),
                          on="full", how="left")
                 .join(acts.kernel_names.rename({"id": "name", "name": "short"}), on="name",
@@ -245,7 +247,8 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
     def per(acts: Activities, names: pl.DataFrame) -> pl.DataFrame:
         ids = names.join(keys, on="text").with_columns(
             pl.col("kernel").rank("dense").cast(pl.Int64).alias("key"))
-        s = summary(acts.kernels.join(ids.select("full", "key"), on="full"), ["key"])
+        s = summary(_kernel_durations(acts).join(ids.select("full", "key"), on="full"),
+                    ["key"])
         return s.join(ids.group_by("key").agg(pl.col("kernel").first()), on="key") \
             .drop("key")
 
@@ -269,6 +272,55 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
     return out.select("kernel", "label", *[c for c in cols if c not in ("kernel", "label")])
 
 
+@dataclass
+class GpuSums:
+    """What the comparison sums of one side's GPU activities, in one read of them (a chunk
+    at a time: `kernel_memop_chunks`): per full kernel name its short name and whether it
+    is NCCL (`kernel_ids`: full, name, nccl), count and time of the kernels per (row, nccl)
+    (`kernel_rows`) and of the memory operations per (row, op[, src_kind, dst_kind])
+    (`memop_rows`)."""
+
+    kernel_ids: pl.DataFrame
+    kernel_rows: pl.DataFrame
+    memop_rows: pl.DataFrame
+
+
+def _gpu_sums(acts: Activities) -> GpuSums:
+    """The side's `GpuSums`, read once and kept on `acts`."""
+    kept = getattr(acts, "_gpu_sums", None)
+    if kept is not None:
+        return kept
+    kinds = _KIND_COLUMNS(acts)
+    ids, krows, mrows = [], [], []
+    for k, m in acts.kernel_memop_chunks():
+        ids.append(k.group_by("full").agg(pl.col("name").min(), pl.col("nccl").first()))
+        krows.append(k.group_by("row", "nccl").agg(pl.len().cast(pl.Int64).alias("count"),
+                                                   pl.col("dur").sum()))
+        mrows.append(m.group_by("row", *kinds).agg(pl.len().cast(pl.Int64).alias("count"),
+                                                   pl.col("dur").sum()))
+
+    def merged(parts: list[pl.DataFrame], by: list[str]) -> pl.DataFrame:
+        return parts[0] if len(parts) == 1 else pl.concat(parts).group_by(*by).agg(
+            pl.col("count").sum(), pl.col("dur").sum())
+
+    acts._gpu_sums = kept = GpuSums(
+        ids[0] if len(ids) == 1 else pl.concat(ids).group_by("full", maintain_order=True)
+        .agg(pl.col("name").min(), pl.col("nccl").first()),
+        merged(krows, ["row", "nccl"]), merged(mrows, ["row", *kinds]))
+    return kept
+
+
+def _kernel_durations(acts: Activities) -> pl.DataFrame:
+    """Each kernel's full name and duration in `kernels`' order (12 bytes a kernel: what
+    the medians per name need), read a few columns and a chunk at a time."""
+    parts = [items.filter(pl.col("kernel")).select(
+        "full", (pl.col("end") - pl.col("start")).alias("dur"))
+        for items in acts.gpu_items(["kernel", "full", "start", "end"])]
+    if not parts:  # stored activities without GPU work
+        return pl.DataFrame(schema={"full": pl.Int32, "dur": pl.Int64})
+    return parts[0] if len(parts) == 1 else pl.concat(parts)
+
+
 def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
     """Per NVTX range (name with digit runs folded to '#', domain): stats of both sides."""
     def per(acts: Activities) -> pl.DataFrame:
@@ -285,14 +337,13 @@ def _category_frame(acts: Activities, analysis) -> pl.DataFrame:
     """category, detail, task_index, device -> count, dur (ns) of one side: activities are
     summed per row first (a few lines a row, whatever their number)."""
     rows = acts.rows.select("row", "task_index", "device")
-    k = (acts.kernels.group_by("row", "nccl")
-         .agg(pl.len().alias("count"), pl.col("dur").sum())
+    sums = _gpu_sums(acts)
+    k = (sums.kernel_rows
          .join(rows, on="row")
          .with_columns(pl.when(pl.col("nccl")).then(pl.lit("NCCL kernels"))
                        .otherwise(pl.lit("compute kernels")).alias("category"),
                        pl.lit("").alias("detail")))
-    m = (acts.memops.group_by("row", *_KIND_COLUMNS(acts))
-         .agg(pl.len().alias("count"), pl.col("dur").sum())
+    m = (sums.memop_rows
          .join(rows, on="row").join(copy_details(acts), on=_KIND_COLUMNS(acts), how="left",
                                     nulls_equal=True)
          .with_columns(pl.col("category").fill_null("memcpy"), pl.col("detail").fill_null("")))
@@ -322,6 +373,8 @@ MEMORY_KIND_WORDS = {"Pageable": "pageable", "Pinned": "pinned", "Device": "devi
 
 
 def _KIND_COLUMNS(acts: Activities) -> list[str]:  # noqa: N802 - a list of names
+    if not isinstance(acts, Activities):  # stored activities always have both
+        return ["op", "src_kind", "dst_kind"]
     return ["op"] + [c for c in ("src_kind", "dst_kind") if c in acts.memops.columns]
 
 
@@ -345,7 +398,7 @@ def copy_details(acts: Activities) -> pl.DataFrame:
     """(op[, src_kind, dst_kind]) -> category ('memcpy', 'memset'), detail ('Host-to-Device
     pageable'): one row per combination the run has (a few), named once each."""
     cols = _KIND_COLUMNS(acts)
-    combos = acts.memops.select(cols).unique()
+    combos = _gpu_sums(acts).memop_rows.select(cols).unique()
     ops = dict(acts.memop_names.select("id", "name").iter_rows())
     kinds = dict(acts.memory_kinds.select("id", "name").iter_rows())
     out = []
@@ -514,13 +567,24 @@ def step_kernel_table(b: Activities, a: Activities, kernels: pl.DataFrame,
     def per_step(acts: Activities, steps: pl.DataFrame) -> pl.DataFrame:
         keys = (acts.kernel_names.rename({"id": "full", "name": "text"})
                 .join(names, on="text").select(pl.col("full").cast(pl.Int32), "kernel"))
-        k = (acts.kernels.select("start", "dur", pl.col("full").cast(pl.Int32))
-             .join(keys, on="full").sort("start"))
-        tagged = (k.join_asof(steps.select("start", "end", "instance").sort("start"),
-                              on="start", strategy="backward")
-                  .filter(pl.col("start") < pl.col("end")))
-        sums = tagged.group_by("instance", "kernel").agg(pl.col("dur").sum().alias("time"),
-                                                         pl.len().cast(pl.Int64).alias("n"))
+        bounds = steps.select("start", "end", "instance").sort("start")
+        parts = []
+        # each kernel in the step it starts in, a chunk and a few columns at a time
+        for items in acts.gpu_items(["kernel", "full", "start", "end"]):
+            k = (items.filter(pl.col("kernel"))
+                 .select("start", (pl.col("end") - pl.col("start")).alias("dur"),
+                         pl.col("full").cast(pl.Int32))
+                 .join(keys, on="full").sort("start"))
+            tagged = (k.join_asof(bounds, on="start", strategy="backward")
+                      .filter(pl.col("start") < pl.col("end")))
+            parts.append(tagged.group_by("instance", "kernel").agg(
+                pl.col("dur").sum().alias("time"), pl.len().cast(pl.Int64).alias("n")))
+        if not parts:  # stored activities without GPU work
+            parts = [pl.DataFrame(schema={"instance": steps.schema["instance"],
+                                          "kernel": pl.Utf8, "time": pl.Int64,
+                                          "n": pl.Int64})]
+        sums = pl.concat(parts).group_by("instance", "kernel").agg(
+            pl.col("time").sum(), pl.col("n").sum()) if len(parts) > 1 else parts[0]
         grid = steps.select("instance").join(kernels.select("kernel"), how="cross")
         return (grid.join(sums, on=["instance", "kernel"], how="left")
                 .with_columns(pl.col("time").fill_null(0), pl.col("n").fill_null(0))
@@ -709,7 +773,7 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     b, a = before.acts, after.acts
     warnings: list[str] = []
     kernels = kernel_table(b, a)
-    if b.kernels.height and a.kernels.height and \
+    if kernels["count_before"].sum() and kernels["count_after"].sum() and \
             not kernels.filter(pl.col("matched_by") == "exact").height:
         warnings.append("the two runs have no kernel name in common: the comparison is weak.")
     devices = device_table(b, a, before.analysis, after.analysis)
@@ -727,7 +791,7 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
         if picked:
             cb = before.candidates if before.candidates is not None else candidates(b)
             ca = after.candidates if after.candidates is not None else candidates(a)
-            found = choose(cb, ca, gpu=b.kernels.height + b.memops.height > 0)
+            found = choose(cb, ca, gpu=b.gpu_count() > 0)
             spec = None if found is None or found.name is None else (found.name, found.domain)
         if spec is not None:
             # with each side's idle causes per step where it summed them for this range
@@ -869,7 +933,11 @@ def trace_window(path: Path, window) -> tuple[int, int | None]:
         return window.start or 0, window.end
     from .activities import range_instances
 
-    ranges = range_instances(read_activities(path))
+    acts = stored_activities(path)
+    try:
+        ranges = range_instances(acts)
+    finally:
+        acts.close()
     hit = nvtx_instance(ranges, window)
     if hit is None:
         near = nearest_ranges([ranges], window.name)
@@ -887,7 +955,9 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     """One side: its trace (the reports' translation read as it is merged, never written:
     `api.translate_stream` into `workdir`; or the trace given, cut to `window`), its
     activities, its models and, for exports, the rows nsys' rules find. Errors name the
-    side. `isolate` prepares the reports in a process of its own, so that the peak of the
+    side. The GPU activities are kept on disk in a store made in `workdir` (a window at a
+    time in memory, as `analyze` keeps them); the comparison reads them back a bucket at a
+    time. `isolate` prepares the reports in a process of its own, so that the peak of the
     preparation and that of the analysis do not add up in one process. `attributes` keeps
     the activities' attributes in the partials (what a trace merged from them needs).
     With the idle causes, they are also summed per instance of the side's step (the range
@@ -896,6 +966,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     from ..errors import InputError, UsageError
     from ..report.inputs import run_inputs
 
+    collector = acts = None
     try:
         paths, traces = run_inputs(inputs)
         out = workdir / f"{label}.prv"
@@ -931,7 +1002,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                                        on_report=on_report, attributes=attributes)
             exports = paths
             partials, facts = out.partials, out.facts
-        collector = samples = shares = None
+        samples = shares = None
         analysis = step = idle_steps = None
         if models:  # one pass for the model, the activities, the idle causes, the samples
             from .activities import ActivityCollector
@@ -943,10 +1014,17 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             from ..paraver.read import open_trace
             from . import samples as code
 
+            from ..lifeline import signals_held
+
             info = open_trace(out)  # read once, for every collector and the model
-            collector = ActivityCollector(info)
-            samples = SampleCollector(info)
-            launches = LaunchCollector(info, per_kernel=bool(samples.types))
+            # the GPU activities kept on disk, a window at a time in memory (as `analyze`
+            # keeps them), in the comparison's folder: the parent reads them from there
+            # and removes them with it, whatever becomes of this process
+            with signals_held():  # made and held at once: a Ctrl-C finds it to remove
+                collector = ActivityCollector(info, spill=True, spill_dir=workdir)
+            samples = SampleCollector(info, store=collector.store)
+            launches = LaunchCollector(info, per_kernel=bool(samples.types),
+                                       store=collector.store)
             observers = [collector, launches] + ([samples] if samples.types else [])
             state: dict = {}
             labels = code.read_labels(info)[0]
@@ -961,11 +1039,11 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             def steps() -> pl.DataFrame | None:
                 # the side's own step (the range named, else the one this side alone
                 # gives): its idle causes summed per instance on the causes' pass
-                state["acts"] = acts = collector.result()
+                state["acts"] = acts = collector.stored()
                 state["candidates"] = cand = candidates(acts)
                 spec = iterations
                 if spec is None:
-                    found = choose(cand, gpu=acts.kernels.height + acts.memops.height > 0)
+                    found = choose(cand, gpu=acts.gpu_count() > 0)
                     spec = None if found is None or found.name is None else \
                         (found.name, found.domain)
                 state["step"] = spec
@@ -983,7 +1061,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
                 if step is not None and analysis.idle is not None:
                     idle_steps = analysis.idle.instances
         else:
-            acts = read_activities(out)
+            acts = stored_activities(out, workdir)
         removed = None
         if partials and not attributes:  # read for the last time: removed meanwhile
             import threading
@@ -994,7 +1072,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
         km = None
         if collector is not None:
             if "acts" not in state:
-                acts = collector.result()
+                acts = collector.stored()
             from .kernel_metrics import kernel_metrics
 
             km = kernel_metrics(acts, samples if samples.types else None,
@@ -1007,8 +1085,14 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             found = _rules(exports)
         if removed is not None:
             removed.join()
-    except (InputError, UsageError) as e:
-        raise type(e)(f"{label} side: {e}") from None
+    except BaseException as e:
+        if collector is not None:  # the side's store goes with it
+            collector.close()
+        elif isinstance(acts, StoredActivities):
+            acts.close()
+        if isinstance(e, (InputError, UsageError)):
+            raise type(e)(f"{label} side: {e}") from None
+        raise
     return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
                 step, idle_steps, cand, comparison_rows(acts), shares)
 

@@ -31,7 +31,9 @@ class WindowStore:
     that come in a later window than their time's, an activity that ends windows after it
     starts, are filed under the earlier bucket: a few per window)."""
 
-    def __init__(self, prefix: str = "nsys2prv-store-") -> None:
+    def __init__(self, prefix: str = "nsys2prv-store-", dir: str | Path | None = None
+                 ) -> None:
+        """`dir`: where its directory is made (default: the system's temporary folder)."""
         import tempfile
 
         from ..lifeline import signals_held
@@ -40,7 +42,7 @@ class WindowStore:
         self.dir = None
         try:
             with signals_held():  # made and registered in one step (a Ctrl-C waits)
-                self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+                self.dir = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
                 register_temp(self.dir)
         except BaseException:  # interrupted as it was made: nobody else can remove it
             if self.dir is not None:
