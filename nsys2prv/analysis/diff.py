@@ -1073,11 +1073,15 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
         if collector is not None:
             if "acts" not in state:
                 acts = collector.stored()
-            from .kernel_metrics import kernel_metrics
+            from .kernel_metrics import KernelMetrics, kernel_metrics
 
             km = kernel_metrics(acts, samples if samples.types else None,
                                 launches=launches.result(),
                                 classes=launches.kernel_classes(), info=info)
+            # what the comparison reads of them (the rates, the launches): the rest holds a
+            # few numbers a launch (75 MB of a 10M side), sent for nothing to the comparing
+            # process
+            km = KernelMetrics(rates=km.rates, launch=km.launch, note=km.note)
         cand = state.get("candidates") if collector is not None else None
         if cand is None:
             cand = candidates(acts)
