@@ -20,6 +20,7 @@ Paraver shows on the same files. From each side's activities (`activities.py`):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -310,12 +311,19 @@ def _gpu_sums(acts: Activities) -> GpuSums:
     return kept
 
 
+def _kernel_chunks(acts: Activities) -> Iterator[pl.DataFrame]:
+    """The kernels' start, full name and duration in `kernels`' order, a chunk and a few
+    columns at a time."""
+    for items in acts.gpu_items(["kernel", "full", "start", "end"]):
+        yield items.filter(pl.col("kernel")).select(
+            "start", pl.col("full").cast(pl.Int32),
+            (pl.col("end") - pl.col("start")).alias("dur"))
+
+
 def _kernel_durations(acts: Activities) -> pl.DataFrame:
     """Each kernel's full name and duration in `kernels`' order (12 bytes a kernel: what
-    the medians per name need), read a few columns and a chunk at a time."""
-    parts = [items.filter(pl.col("kernel")).select(
-        "full", (pl.col("end") - pl.col("start")).alias("dur"))
-        for items in acts.gpu_items(["kernel", "full", "start", "end"])]
+    the medians per name need)."""
+    parts = [k.select("full", "dur") for k in _kernel_chunks(acts)]
     if not parts:  # stored activities without GPU work
         return pl.DataFrame(schema={"full": pl.Int32, "dur": pl.Int64})
     return parts[0] if len(parts) == 1 else pl.concat(parts)
@@ -569,12 +577,8 @@ def step_kernel_table(b: Activities, a: Activities, kernels: pl.DataFrame,
                 .join(names, on="text").select(pl.col("full").cast(pl.Int32), "kernel"))
         bounds = steps.select("start", "end", "instance").sort("start")
         parts = []
-        # each kernel in the step it starts in, a chunk and a few columns at a time
-        for items in acts.gpu_items(["kernel", "full", "start", "end"]):
-            k = (items.filter(pl.col("kernel"))
-                 .select("start", (pl.col("end") - pl.col("start")).alias("dur"),
-                         pl.col("full").cast(pl.Int32))
-                 .join(keys, on="full").sort("start"))
+        for chunk in _kernel_chunks(acts):  # each kernel in the step it starts in
+            k = chunk.join(keys, on="full").sort("start")
             tagged = (k.join_asof(bounds, on="start", strategy="backward")
                       .filter(pl.col("start") < pl.col("end")))
             parts.append(tagged.group_by("instance", "kernel").agg(
