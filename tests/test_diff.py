@@ -386,10 +386,12 @@ def test_the_sides_gpu_activities_are_read_a_bucket_at_a_time(tmp_path, monkeypa
     once), summing over the buckets what it summed over all: every table equals that of
     the same sides with their activities held in memory. The traces are read in small
     windows, so that each side has many buckets; the sample's loop gives the per-step
-    tables."""
+    tables. The kernels' medians are summed a few names at a time (batches of 5 kernels
+    here), from files in the side's store."""
     import dataclasses
 
     import nsys2prv
+    from nsys2prv.analysis import stats
     from nsys2prv.analysis.activities import Activities, StoredActivities
     from nsys2prv.paraver import read
 
@@ -407,8 +409,17 @@ def test_the_sides_gpu_activities_are_read_a_bucket_at_a_time(tmp_path, monkeypa
         assert isinstance(s.acts, StoredActivities)
         assert len(s.acts.store.bucket_ids("gpu")) > 3
         assert s.acts.store.dir.parent == work  # removed with the comparison's folder
+    summed = []
+    monkeypatch.setattr(D, "MEDIAN_BATCH", 5)
+    monkeypatch.setattr(D, "summary", lambda df, by: (by == ["key"] and summed.append(
+        (df.height, df["key"].n_unique()))) or stats.summary(df, by))
     stored = D.compare_sides(*sides)
     assert all(s.acts._whole is None for s in sides)
+    batches = summed[:]
+    # two batches a side at least, each of 5 kernels at most or of one name
+    assert len(batches) >= 4 and all(n <= 5 or keys == 1 for n, keys in batches)
+    assert sum(n for n, _ in batches) == sum(D._gpu_sums(s.acts).kernel_ids["count"].sum()
+                                             for s in sides)
     if pair == "sample":
         assert stored.iterations is not None and stored.iterations.kernels.height
     fields = ("path", "end", "rows", "kernels", "memops", "ranges", "sync", "kernel_names",
@@ -419,4 +430,38 @@ def test_the_sides_gpu_activities_are_read_a_bucket_at_a_time(tmp_path, monkeypa
     assert D.compare_sides(*held).to_dict() == stored.to_dict()
     for s in sides:
         s.acts.close()
+    assert list(work.iterdir()) == []
+
+
+def test_a_side_hands_its_ranges_over_through_files(tmp_path):
+    """A side's process hands its NVTX ranges and projected ranges to the comparing
+    process through files in its store's folder (pickled, a frame is copied in the
+    sender's memory two or three times): the pickle does not hold them, and what is
+    unpickled equals what was read."""
+    import pickle
+
+    import nsys2prv
+
+    need_exports(SAMPLE)
+    trace = tmp_path / "sample.prv"
+    nsys2prv.translate([str(SAMPLE)], str(trace))
+    work = tmp_path / "work"
+    work.mkdir()
+    side = D.read_side([str(trace)], "before", work)
+    try:
+        ranges, starts = side.acts.ranges, side.layer_ranges.starts
+        assert ranges.height > 10 and starts.height > 10
+        blob = pickle.dumps(side)
+        folder = side.acts.store.dir
+        assert {"handed-ranges.arrow", "handed-starts.arrow"} <= {p.name for p in
+                                                                 folder.iterdir()}
+        back = pickle.loads(blob)
+        assert back.acts.ranges.equals(ranges) and back.layer_ranges.starts.equals(starts)
+        assert back.layer_ranges.sums.equals(side.layer_ranges.sums)
+        for name in ("handed-ranges.arrow", "handed-starts.arrow"):  # not in the pickle
+            (folder / name).unlink()
+        with pytest.raises(FileNotFoundError):
+            pickle.loads(blob)
+    finally:
+        side.acts.close()
     assert list(work.iterdir()) == []

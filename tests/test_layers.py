@@ -443,6 +443,72 @@ def test_corpus_aiprof_operators_are_the_layers(tmp_path_factory):
               'autograd::engine::evaluate_function: ConvolutionBackward0'""").fetchone()[0]
 
 
+def _reference_layer_sums(acts) -> pl.DataFrame:
+    """Per (range, domain) of the comparison: instances, GPU time, span and the parent
+    range most often around them, from the projected instances' own strings (the keys as
+    `layers.comparison_ranges` documents them)."""
+    from nsys2prv.analysis.steps import CONTAINER_NAMES, OPERATOR, STEP_NAMES, family
+
+    inst = project_ranges(acts).instances.with_columns(family("name").alias("family"))
+    cand = inst.filter(~pl.col("name").fill_null("").str.contains(OPERATOR.pattern)
+                       & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+                       & ~pl.col("family").str.contains(STEP_NAMES.pattern))
+    keep = layers._numbered(cand)["family"].to_list()
+    keyed = inst.with_columns(
+        pl.when(pl.col("family").is_in(keep)).then(pl.col("name").fill_null(""))
+        .otherwise(pl.col("family")).alias("range"), pl.col("domain").fill_null(""),
+        pl.sum_horizontal(*layers.CATEGORIES).alias("gpu"))
+    keyed = keyed.join(keyed.select(pl.col("id").alias("parent"),
+                                    pl.col("range").alias("parent_range")),
+                       on="parent", how="left")
+    return keyed.group_by("range", "domain").agg(
+        pl.len().cast(pl.Int64).alias("count"), pl.col("gpu").sum(),
+        pl.col("dur").sum().alias("span"),
+        pl.col("parent_range").drop_nulls().mode().sort().first().alias("parent")
+    ).sort("range", "domain")
+
+
+def _layer_runs(tmp_path):
+    truth = layers_run(tmp_path / "run", steps=6, layers=5)
+    nsys2prv.translate([str(truth.path)], str(tmp_path / "run.prv"))
+    yield "numbered layers", read_activities(tmp_path / "run.prv")
+    export = CORPUS / "exported2023" / "aiprof_opt2.nsys2023.4.sqlite"
+    if export.exists():  # PyTorch's operators, nested
+        out = tmp_path / "aiprof.prv"
+        nsys2prv.translate([str(export)], str(out))
+        yield "aiprof operators", read_activities(out)
+
+
+def test_a_comparison_reads_each_projected_range_as_numbers(tmp_path):
+    """What a side of `diff` hands over of its projected ranges: numbers per range (a key,
+    the CPU start, the GPU time), strings per distinct name; the comparison's table of them
+    sums per range as the instances do (with their strings: count, GPU time, span, the
+    parent most often around them), and per key as much GPU time as the instances."""
+    from nsys2prv.analysis.diff import layer_table
+    from nsys2prv.analysis.layers import comparison_ranges
+
+    runs = 0
+    for label, acts in _layer_runs(tmp_path):
+        runs += 1
+        ranges = comparison_ranges(acts)
+        assert all(t.is_numeric() for t in ranges.starts.schema.values()), label
+        assert ranges.starts.height == project_ranges(acts).projected
+        assert ranges.starts["cpu_start"].is_sorted()
+        ref = _reference_layer_sums(acts)
+        assert ref.height > 3, label
+        table = layer_table(ranges, None).select(
+            "range", "domain", pl.col("count_before").alias("count"),
+            pl.col("gpu_before").alias("gpu"), pl.col("span_before").alias("span"),
+            "parent").sort("range", "domain")
+        assert table.to_dicts() == ref.to_dicts(), label
+        per_key = (ranges.starts.group_by("key").agg(pl.col("gpu").sum())
+                   .join(ranges.keys, on="key").group_by("range").agg(pl.col("gpu").sum()))
+        assert dict(per_key.iter_rows()) == dict(
+            ref.group_by("range").agg(pl.col("gpu").sum()).iter_rows()), label
+    if runs < 2:
+        pytest.skip("corpus export aiprof_opt2 not found: the synthetic run only")
+
+
 def test_diff_names_the_layer_whose_gpu_time_moved(tmp_path):
     """One numbered layer made 2x slower on the GPU in every step: the comparison's table
     keeps each layer's number, its per-step verdict says slower, and the paragraph names

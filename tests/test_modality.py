@@ -148,3 +148,46 @@ def test_corpus_gemm_has_two_modes(tmp_path):
     assert gemm["verdict"] == "two modes" and gemm["count"] == n
     assert gemm["slow_share"] == slow / n
     assert gemm["by_process"].startswith("alike on all 2 processes")
+
+
+def test_stored_kernels_are_read_a_batch_of_names_at_a_time(tmp_path, monkeypatch):
+    """A run's kernels kept on disk (`analyze`'s store) are read a few whole names at a
+    time (`KernelBatches`; batches of 2,000 kernels here, a name with more alone): the
+    table equals that of the kernels held in memory, value for value, each batch holds
+    whole names, and nothing is left in the store's folder."""
+    if not BEFORE.exists():
+        pytest.skip(f"corpus export {BEFORE} not found")
+    import nsys2prv
+    from nsys2prv.analysis import activities as A
+    from nsys2prv.analysis import modality
+    from nsys2prv.paraver import read
+
+    trace = tmp_path / "before.prv"
+    nsys2prv.translate(BEFORE, trace)
+    held = kernel_modality(A.read_activities(trace))
+    monkeypatch.setattr(read, "BLOCK", 1 << 16)
+    stored = A.stored_activities(trace, tmp_path)
+    seen = []
+
+    class Counted(A.KernelBatches):
+        def __iter__(self):
+            for b in super().__iter__():
+                seen.append((b.height, b["full"].n_unique(), tuple(b["full"].unique())))
+                yield b
+
+    monkeypatch.setattr(modality, "MODALITY_BATCH", 2000)
+    monkeypatch.setattr(modality, "KernelBatches", Counted)
+    try:
+        assert stored.gpu_count() > 2000
+        batched = kernel_modality(stored)
+        assert list(stored.store.dir.iterdir()) and not any(
+            p.name.startswith("kernels-") for p in stored.store.dir.iterdir())
+    finally:
+        stored.close()
+    assert batched.to_dicts() == held.to_dicts()
+    assert held.filter(pl.col("verdict") == "two modes").height >= 1
+    first_pass = seen[: len(seen) // 2]
+    assert len(first_pass) >= 3 and seen[len(seen) // 2:] == first_pass  # read twice
+    assert all(n <= 2000 or names == 1 for n, names, _ in first_pass)
+    fulls = [f for *_, fs in first_pass for f in fs]
+    assert len(fulls) == len(set(fulls))  # each name in one batch

@@ -23,7 +23,7 @@ from ..engine import NUL
 from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import cuda
 from ..paraver.registry import nvtx as nvtx_reg
-from .store import WindowStore
+from .store import WindowStore, handed_over, taken_over
 from .timeline import RowTimeKey, Spans
 
 KERNEL = cuda.CUDA_KERNEL
@@ -198,9 +198,10 @@ class StoredActivities(_ActivityViews):
     """A trace's activities as the analysis' pass kept them (`ActivityCollector` with a
     `WindowStore`): the ranges, names and per-row sums held (bounded by the ranges and the
     names), the GPU activities on disk, read back bucket by bucket (`gpu_items`: memory of
-    one window). `kernels` and `memops` read them all into memory (what the analyses that
-    are not streamed yet take: the kernels' modality); `kernel_memop_chunks` a bucket at a
-    time (the comparison). `close` removes the store."""
+    one window). `kernels` and `memops` read them all into memory (for a library user; no
+    section reads them so); `kernel_memop_chunks` a bucket at a time (the comparison's
+    sums); `KernelBatches` a batch of whole names at a time (the statistics per name).
+    `close` removes the store."""
 
     def __init__(self, held: Activities, store: WindowStore) -> None:
         for name in ("path", "end", "rows", "ranges", "sync", "kernel_names", "memop_names",
@@ -276,6 +277,105 @@ class StoredActivities(_ActivityViews):
     def close(self) -> None:
         self._whole = None
         self.store.close()
+
+    def __getstate__(self) -> dict:
+        """Pickled (a `diff` side handing its activities over): the ranges go through a
+        file in the store's folder (`store.handed_over`), the activities read whole stay."""
+        state = dict(self.__dict__, _whole=None)
+        state["ranges"] = handed_over(self.ranges, self.store.dir / "handed-ranges.arrow")
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, ranges=taken_over(state["ranges"]))
+
+
+class KernelBatches:
+    """A trace's kernels (`columns` of `kernels`, in its order) in batches that each hold
+    every kernel of some groups of names (`groups`: full, group; kernels of a name it does
+    not list are left out; None: each full name a group of its own), at most `limit`
+    kernels a batch but for a group with more, alone: what statistics per name that need
+    all of a name's values (medians, quantiles, mixtures) read in bounded memory. Held
+    activities, or stored ones of `limit` GPU activities at most, are one batch; stored
+    ones are filed per batch in the store's folder on one read of it (after a read to
+    count the kernels per name, unless `counts`: full, count) and read back a batch at a
+    time, as often as they are iterated. `close` (or the `with` block) removes the
+    files."""
+
+    def __init__(self, acts: "Activities | StoredActivities", columns: list[str],
+                 groups: pl.DataFrame | None = None, limit: int = 1_000_000,
+                 counts: pl.DataFrame | None = None) -> None:
+        self.columns = list(dict.fromkeys(["full", *columns]))
+        self.groups = None if groups is None else groups.select(
+            pl.col("full").cast(pl.Int32), pl.col("group").cast(pl.Int64))
+        self.folder: Path | None = None
+        self.batches = 1
+        self._acts = acts
+        store = getattr(acts, "store", None)
+        if store is None or getattr(acts, "_whole", None) is not None or \
+                acts.gpu_count() <= limit:
+            return
+        import tempfile
+
+        if counts is None:  # one read to count them
+            parts = [k.group_by("full").len() for k, _ in acts.kernel_memop_chunks()]
+            counts = pl.concat(parts).group_by("full").agg(pl.col("len").sum().alias("count"))
+        counts = self._grouped(counts.select(pl.col("full").cast(pl.Int32), "count"))
+        per = counts.group_by("group").agg(pl.col("count").sum()).sort("group")
+        batch, filled, n = [], 0, 0
+        for c in per["count"].to_list():  # greedy, in group order
+            if filled and filled + c > limit:
+                n, filled = n + 1, 0
+            batch.append(n)
+            filled += c
+        self.batches = n + 1
+        if self.batches == 1:
+            return
+        of = counts.join(per.select("group", pl.Series("batch", batch, dtype=pl.Int32)),
+                         on="group").select("full", "batch")
+        self.folder = Path(tempfile.mkdtemp(prefix="kernels-", dir=store.dir))
+        try:
+            for i, (k, _) in enumerate(acts.kernel_memop_chunks()):
+                k = self._grouped(k.select(self.columns)).join(
+                    of, on="full", how="left", maintain_order="left")
+                for (b,), rows in k.partition_by("batch", as_dict=True).items():
+                    rows.drop("batch").write_ipc(self.folder / f"{b}-{i}.arrow")
+        except BaseException:
+            self.close()
+            raise
+
+    def _grouped(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """`frame` with each kernel's group (those of no group left out)."""
+        if self.groups is None:
+            return frame.with_columns(pl.col("full").cast(pl.Int64).alias("group"))
+        return frame.join(self.groups, on="full", how="inner", maintain_order="left")
+
+    def __iter__(self) -> Iterator[pl.DataFrame]:
+        """Each batch: `columns` and its kernels' group, in `kernels`' order."""
+        if self.batches == 1:
+            parts = [self._grouped(k.select(self.columns))
+                     for k, _ in self._acts.kernel_memop_chunks()]
+            yield pl.concat(parts) if len(parts) > 1 else parts[0]
+            return
+        if self.folder is None:
+            raise ValueError("the kernel batches were closed")
+        for b in range(self.batches):
+            files = sorted(self.folder.glob(f"{b}-*.arrow"),
+                           key=lambda f: int(f.stem.split("-")[1]))
+            if files:
+                yield pl.concat([pl.read_ipc(f) for f in files])
+
+    def close(self) -> None:
+        if self.folder is not None:
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def __enter__(self) -> "KernelBatches":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _split_items(items: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -28,9 +28,9 @@ import numpy as np
 import polars as pl
 
 from ..report.inputs import is_trace
-from .activities import Activities, StoredActivities, stored_activities
+from .activities import Activities, KernelBatches, StoredActivities, stored_activities
 from .labels import label_frame
-from .layers import comparison_rows
+from .layers import ComparedRanges, comparison_ranges
 from .stats import STAT_COLUMNS, Shift, compare_samples, holm, summary
 from .story import explain, explain_changes  # noqa: F401 - API (iterations' paragraph)
 from .steps import (StepPick, candidates, choose, instance_windows,  # noqa: F401 - API
@@ -65,8 +65,8 @@ class Side:
     # read: the pair's step is chosen from both tables (`steps.choose`)
     candidates: pl.DataFrame | None = None
     # its NVTX ranges projected onto the GPU, as the comparison reads them
-    # (`layers.comparison_rows`), computed where its activities were read
-    layer_rows: pl.DataFrame | None = None
+    # (`layers.comparison_ranges`), computed where its activities were read
+    layer_ranges: ComparedRanges | None = None
     # its CPU samples by leaf function, in the run and inside the GPU's gaps
     # (`samples.Shares`; None: no sample)
     samples: object | None = None
@@ -248,8 +248,7 @@ def kernel_table(b: Activities, a: Activities) -> pl.DataFrame:
     def per(acts: Activities, names: pl.DataFrame) -> pl.DataFrame:
         ids = names.join(keys, on="text").with_columns(
             pl.col("kernel").rank("dense").cast(pl.Int64).alias("key"))
-        s = summary(_kernel_durations(acts).join(ids.select("full", "key"), on="full"),
-                    ["key"])
+        s = _kernel_summary(acts, ids.select(pl.col("full").cast(pl.Int32), "key"))
         return s.join(ids.group_by("key").agg(pl.col("kernel").first()), on="key") \
             .drop("key")
 
@@ -294,7 +293,8 @@ def _gpu_sums(acts: Activities) -> GpuSums:
     kinds = _KIND_COLUMNS(acts)
     ids, krows, mrows = [], [], []
     for k, m in acts.kernel_memop_chunks():
-        ids.append(k.group_by("full").agg(pl.col("name").min(), pl.col("nccl").first()))
+        ids.append(k.group_by("full").agg(pl.col("name").min(), pl.col("nccl").first(),
+                                          pl.len().cast(pl.Int64).alias("count")))
         krows.append(k.group_by("row", "nccl").agg(pl.len().cast(pl.Int64).alias("count"),
                                                    pl.col("dur").sum()))
         mrows.append(m.group_by("row", *kinds).agg(pl.len().cast(pl.Int64).alias("count"),
@@ -306,7 +306,7 @@ def _gpu_sums(acts: Activities) -> GpuSums:
 
     acts._gpu_sums = kept = GpuSums(
         ids[0] if len(ids) == 1 else pl.concat(ids).group_by("full", maintain_order=True)
-        .agg(pl.col("name").min(), pl.col("nccl").first()),
+        .agg(pl.col("name").min(), pl.col("nccl").first(), pl.col("count").sum()),
         merged(krows, ["row", "nccl"]), merged(mrows, ["row", *kinds]))
     return kept
 
@@ -320,13 +320,19 @@ def _kernel_chunks(acts: Activities) -> Iterator[pl.DataFrame]:
             (pl.col("end") - pl.col("start")).alias("dur"))
 
 
-def _kernel_durations(acts: Activities) -> pl.DataFrame:
-    """Each kernel's full name and duration in `kernels`' order (12 bytes a kernel: what
-    the medians per name need)."""
-    parts = [k.select("full", "dur") for k in _kernel_chunks(acts)]
-    if not parts:  # stored activities without GPU work
-        return pl.DataFrame(schema={"full": pl.Int32, "dur": pl.Int64})
-    return parts[0] if len(parts) == 1 else pl.concat(parts)
+MEDIAN_BATCH = 4_000_000  # kernels whose durations are held at once for the medians
+
+
+def _kernel_summary(acts: Activities, ids: pl.DataFrame) -> pl.DataFrame:
+    """`stats.summary` of the kernels' durations per key (`ids`: full, key). The medians
+    need every duration of a key: they are read in batches of keys (`KernelBatches`, at
+    most MEDIAN_BATCH kernels each: 12 bytes a kernel of a batch held)."""
+    counts = _gpu_sums(acts).kernel_ids.select("full", "count")
+    with KernelBatches(acts, ["dur"], ids.rename({"key": "group"}), MEDIAN_BATCH,
+                       counts) as batches:
+        parts = [summary(b.select(pl.col("group").alias("key"), "dur"), ["key"])
+                 for b in batches]
+    return pl.concat(parts)
 
 
 def nvtx_table(b: Activities, a: Activities) -> pl.DataFrame:
@@ -638,23 +644,32 @@ def _step_verdicts(sb: pl.DataFrame | None, sa: pl.DataFrame | None, label: dict
     return pl.DataFrame(rows, schema=schema)
 
 
-def layer_table(pb: pl.DataFrame | None, pa: pl.DataFrame | None) -> pl.DataFrame:
-    """Per NVTX range (name with digit runs folded to '#', but numbered layers': `layers.range_keys`; domain), what its projection
-    onto the GPU holds on each side (`layers.comparison_rows`): instances (count), gpu (the
-    GPU time of the work its calls launched), span (projected durations summed), delta and ratio of gpu, the whole names folded into it (`names`) and the range
-    it is most often directly inside (`parent`)."""
+def layer_table(pb: ComparedRanges | None, pa: ComparedRanges | None) -> pl.DataFrame:
+    """Per NVTX range (name with digit runs folded to '#', but numbered layers':
+    `layers.comparison_ranges`; domain), what its projection onto the GPU holds on each
+    side: instances (count), gpu (the GPU time of the work its calls launched), span
+    (projected durations summed), delta and ratio of gpu, the whole names folded into it
+    (`names`) and the range it is most often directly inside (`parent`; of a tie, the
+    first by name)."""
     schema = {"range": pl.Utf8, "domain": pl.Utf8, "count": pl.Int64, "gpu": pl.Int64,
               "span": pl.Int64, "names": pl.List(pl.Utf8),
               "parents": pl.List(pl.Utf8)}
 
-    def per(rows: pl.DataFrame | None) -> pl.DataFrame:
-        if rows is None or rows.height == 0:
+    def per(ranges: ComparedRanges | None) -> pl.DataFrame:
+        if ranges is None or ranges.sums.height == 0:
             return pl.DataFrame(schema=schema)
-        return rows.group_by("range", "domain").agg(
-            pl.len().cast(pl.Int64).alias("count"), pl.col("gpu").sum(),
-            pl.col("dur").sum().alias("span"),
-            pl.col("name").unique().sort().alias("names"),
-            pl.col("parent_range").drop_nulls().mode().sort().alias("parents")).cast(schema)
+        sums = ranges.sums
+        parents = (sums.filter(pl.col("parent_range").is_not_null())
+                   .group_by("range", "domain", "parent_range").agg(pl.col("count").sum())
+                   .filter(pl.col("count") == pl.col("count").max().over("range", "domain"))
+                   .group_by("range", "domain")
+                   .agg(pl.col("parent_range").sort().alias("parents")))
+        return (sums.group_by("range", "domain")
+                .agg(pl.col("count").sum(), pl.col("gpu").sum(), pl.col("span").sum(),
+                     pl.col("name").unique().sort().alias("names"))
+                .join(parents, on=["range", "domain"], how="left")
+                .with_columns(pl.col("parents").fill_null([]))
+                .select(*schema).cast(schema))
 
     b, a = per(pb), per(pa)
     cols = ("count", "gpu", "span")
@@ -678,21 +693,22 @@ def layer_table(pb: pl.DataFrame | None, pa: pl.DataFrame | None) -> pl.DataFram
                   descending=[True, False, False]))
 
 
-def step_layer_table(pb: pl.DataFrame | None, pa: pl.DataFrame | None, ib: pl.DataFrame,
-                     ia: pl.DataFrame) -> pl.DataFrame:
+def step_layer_table(pb: ComparedRanges | None, pa: ComparedRanges | None,
+                     ib: pl.DataFrame, ia: pl.DataFrame) -> pl.DataFrame:
     """Per NVTX range family, its projected GPU time per step on each side (the ranges
     whose CPU start lies in each step), for the STEP_KERNELS families whose median moved
     most, each with its verdict (as `step_kernel_table`; column `range`)."""
 
-    def per_step(rows: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame | None:
-        if rows is None or rows.height == 0:
+    def per_step(ranges: ComparedRanges | None, steps: pl.DataFrame) -> pl.DataFrame | None:
+        if ranges is None or ranges.starts.height == 0:
             return None
-        inst = rows.select("range", pl.col("cpu_start").alias("start"), "gpu").sort("start")
+        inst = ranges.starts.select("key", pl.col("cpu_start").alias("start"), "gpu")
         tagged = (inst.join_asof(steps.select("start", "end", "instance").sort("start"),
                                  on="start", strategy="backward")
                   .filter(pl.col("start") < pl.col("end")))
-        sums = tagged.group_by("instance", "range").agg(pl.col("gpu").sum().alias("time"),
-                                                        pl.len().cast(pl.Int64).alias("n"))
+        sums = (tagged.group_by("instance", "key")
+                .agg(pl.col("gpu").sum().alias("time"), pl.len().cast(pl.Int64).alias("n"))
+                .join(ranges.keys, on="key").drop("key"))
         grid = steps.select("instance").join(sums.select("range").unique(), how="cross")
         return (grid.join(sums, on=["instance", "range"], how="left")
                 .with_columns(pl.col("time").fill_null(0), pl.col("n").fill_null(0)))
@@ -786,8 +802,8 @@ def compare_sides(before: Side, after: Side, iterations: str | None = None,
     if nb != na:
         warnings.append(f"the runs have different GPU counts ({nb} and {na}): no per-device "
                         f"comparison.")
-    pb = before.layer_rows if before.layer_rows is not None else comparison_rows(b)
-    pa = after.layer_rows if after.layer_rows is not None else comparison_rows(a)
+    pb = before.layer_ranges if before.layer_ranges is not None else comparison_ranges(b)
+    pa = after.layer_ranges if after.layer_ranges is not None else comparison_ranges(a)
     its = found = None
     if iterations is not None or auto_iterations:
         picked = iterations is None
@@ -967,6 +983,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
     With the idle causes, they are also summed per instance of the side's step (the range
     `iterations` names, else the one `steps.pick` finds on this side: the comparison's
     step whenever both sides find the same), on a second pass over what the first kept."""
+    from .. import _alloc
     from ..errors import InputError, UsageError
     from ..report.inputs import run_inputs
 
@@ -1042,7 +1059,10 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
 
             def steps() -> pl.DataFrame | None:
                 # the side's own step (the range named, else the one this side alone
-                # gives): its idle causes summed per instance on the causes' pass
+                # gives): its idle causes summed per instance on the causes' pass. The
+                # pass's per-window arrays freed in glibc's heap go back first (as
+                # `analyze` does between its passes)
+                _alloc.trim()
                 state["acts"] = acts = collector.stored()
                 state["candidates"] = cand = candidates(acts)
                 spec = iterations
@@ -1093,6 +1113,10 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             found = _rules(exports)
         if removed is not None:
             removed.join()
+        _alloc.trim()  # what the kernel metrics freed, before the ranges' projection
+        ranges = comparison_ranges(acts)
+        if ranges is not None and isinstance(acts, StoredActivities):
+            ranges.folder = acts.store.dir  # handed over through a file, as the ranges
     except BaseException as e:
         if collector is not None:  # the side's store goes with it
             collector.close()
@@ -1102,7 +1126,7 @@ def read_side(inputs: list[str], label: str, workdir: Path, window=None,
             raise type(e)(f"{label} side: {e}") from None
         raise
     return Side(label, " ".join(inputs), acts, analysis, found, exports, partials, facts, km,
-                step, idle_steps, cand, comparison_rows(acts), shares)
+                step, idle_steps, cand, ranges, shares)
 
 
 PARALLEL_BYTES = 32 << 20

@@ -32,12 +32,14 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from . import projection as P
 from .activities import Activities
+from .store import handed_over, taken_over
 from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, OPERATOR, STEP_NAMES, StepPick, family, \
     fold, instance_windows
 
@@ -542,12 +544,21 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
 
 def _numbered(inst: pl.DataFrame) -> pl.DataFrame:
     """(family, per_parent): the families of `inst` (with family, parent, name) that number
-    layers: one number in the name, several numbers under one parent range (the median
-    parent 2 at least), and each name repeated (a layer runs in every step) or the numbers
-    of a parent counting from 0 or 1 (layers of one pass) — not ids that never repeat
-    ('seq = 960')."""
-    one = inst.filter(_one_number).with_columns(
-        pl.col("name").str.extract(r"(\d+)\D*$", 1).cast(pl.Int64, strict=False).alias("n"))
+    layers (`_numbered_families`)."""
+    return _numbered_families(inst.filter(_one_number).with_columns(_number("name")))
+
+
+def _number(name: str) -> pl.Expr:
+    """The number in a name of one number (column `n`)."""
+    return pl.col(name).str.extract(r"(\d+)\D*$", 1).cast(pl.Int64, strict=False).alias("n")
+
+
+def _numbered_families(one: pl.DataFrame) -> pl.DataFrame:
+    """(family, per_parent): the families of `one` (ranges of one number in their name:
+    family, parent, name, n its number; family and name strings or their codes) that
+    number layers: several numbers under one parent range (the median parent 2 at least),
+    and each name repeated (a layer runs in every step) or the numbers of a parent counting
+    from 0 or 1 (layers of one pass) — not ids that never repeat ('seq = 960')."""
     per_parent = (one.group_by("family", "parent")
                   .agg(pl.col("name").n_unique().alias("k"), pl.col("n").min().alias("first"))
                   .group_by("family").agg(pl.col("k").median().alias("per_parent"),
@@ -560,37 +571,111 @@ def _numbered(inst: pl.DataFrame) -> pl.DataFrame:
             .select("family", "per_parent").sort("family"))
 
 
-def range_keys(proj: Projected) -> pl.DataFrame:
-    """(id, range): what a comparison calls each projected range: its name with digit runs
-    folded to '#' ('Batch 12' is 'Batch #'), but the members of numbered layer families,
-    which keep their number ('layer_4': each number a layer; `_numbered`, not operators,
-    steps or epochs)."""
-    inst = proj.columns("id", "parent", "name").with_columns(
-        family("name").alias("family"))
-    layers = inst.filter(~pl.col("name").fill_null("").str.contains(OPERATOR.pattern)
-                         & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
-                         & ~pl.col("family").str.contains(STEP_NAMES.pattern))
-    keep = set(_numbered(layers)["family"].to_list())
-    return inst.select("id", pl.when(pl.col("family").is_in(list(keep)))
-                       .then(pl.col("name").fill_null("")).otherwise(pl.col("family"))
-                       .alias("range"))
+@dataclass
+class ComparedRanges:
+    """What a comparison reads of a run's projected ranges (`comparison_ranges`): numbers
+    per range, strings per distinct name (a side's process hands it over).
+
+    sums: per (range, domain, name, parent_range): count (instances), gpu (the GPU time of
+        their work), span (projected durations summed);
+    starts: per projected range, by CPU start: key (of `keys`), cpu_start, gpu;
+    keys: key -> range."""
+
+    sums: pl.DataFrame
+    starts: pl.DataFrame
+    keys: pl.DataFrame
+    # where `starts` goes when pickled (`store.handed_over`: a side's process hands it
+    # over through a file); None: pickled with the rest
+    folder: Path | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.folder is not None:
+            state["starts"] = handed_over(self.starts, self.folder / "handed-starts.arrow")
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, starts=taken_over(state["starts"]))
 
 
-def comparison_rows(acts: Activities) -> pl.DataFrame | None:
-    """What a comparison reads of a run's projected ranges, one row each (a few numbers a
-    range: what a side's process hands over): range (`range_keys`), domain, name,
-    parent_range, cpu_start, dur (projected), gpu (the GPU time of its work); None without
-    NVTX ranges."""
-    if acts.ranges.height == 0:
+def comparison_ranges(acts: Activities) -> ComparedRanges | None:
+    """A run's projected ranges as a comparison reads them (`ComparedRanges`; None without
+    NVTX ranges). A range is called by its name with digit runs folded to '#' ('Batch 12'
+    is 'Batch #'), but the members of numbered layer families keep their number
+    ('layer_4': each number a layer; `_numbered_families`, not operators, steps or epochs);
+    its parent_range is that of nsys' parent range, where it launched GPU work too. The
+    ranges are handled as codes of their names (a run can have millions, of a few dozen
+    names): 20 bytes a range are kept."""
+    r = acts.ranges
+    if r.height == 0:
         return None
     proj = project_ranges(acts)
-    keys = range_keys(proj)
-    return (proj.columns("id", "domain", "name", "parent", "cpu_start", "dur", *CATEGORIES)
-            .join(keys, on="id")
-            .join(keys.rename({"id": "parent", "range": "parent_range"}), on="parent",
-                  how="left")
-            .select("range", pl.col("domain").fill_null(""), "name", "parent_range",
-                    "cpu_start", "dur", pl.sum_horizontal(*CATEGORIES).alias("gpu")))
+    proj.segments = proj.slices = proj.source = None  # only its columns are read here
+    inst = proj.columns("id", "parent", "cpu_start", "dur")
+    gpu = proj.columns(CATEGORIES[0])[CATEGORIES[0]]
+    for c in CATEGORIES[1:]:
+        gpu = gpu + proj.columns(c)[c]
+    del proj
+    # the names: one code per distinct text, its family, number and whether it can be a
+    # numbered layer (not an operator, a container or a step)
+    names = acts.range_names.select("id", pl.col("name").cast(pl.Utf8))
+    texts = (names.select("name").unique().sort("name").with_row_index("code")
+             .with_columns(family("name").alias("family"), _number("name")))
+    texts = texts.with_columns(
+        (_one_number & ~pl.col("name").str.contains(OPERATOR.pattern)
+         & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+         & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("layer"))
+    code_of = names.join(texts.select("name", "code"), on="name")
+
+    def codes(ids: pl.Series) -> pl.Series:
+        return ids.replace_strict(code_of["id"], code_of["code"], default=None,
+                                  return_dtype=pl.UInt32)
+
+    ids = inst["id"]
+    code = codes(r["name"].gather(ids))
+    parent = inst["parent"]
+    # 1. the numbered layer families, from the ranges' codes and nsys' parents
+    fam = texts.select("family").unique().sort("family").with_row_index("fam")
+    cand = texts.filter("layer").join(fam, on="family").select(
+        pl.col("code").alias("name"), pl.col("fam").alias("family"), "n")
+    one = pl.DataFrame({"name": code, "parent": parent}).join(cand, on="name")
+    kept = fam.filter(pl.col("fam").is_in(_numbered_families(one)["family"].implode()))[
+        "family"]
+    del one
+    # 2. each name's key: the name in a numbered family, else its family; a range whose
+    # name the trace lacks: '' (its family)
+    key_text = texts.select("code", pl.when(pl.col("family").is_in(kept.implode()))
+                            .then(pl.col("name")).otherwise(pl.col("family")).alias("range"))
+    keys = (pl.concat([key_text.select("range"), pl.DataFrame({"range": [""]})])
+            .unique().sort("range").with_row_index("key"))
+    key_of = key_text.join(keys, on="range")
+    empty = keys.filter(pl.col("range") == "")["key"][0]
+    key = code.replace_strict(key_of["code"], key_of["key"], default=empty).fill_null(empty)
+    # 3. the parent's key, where the parent was projected too
+    projected = np.zeros(r.height, dtype=bool)
+    projected[ids.to_numpy()] = True
+    pidx = parent.fill_null(0).to_numpy()
+    has = parent.is_not_null().to_numpy() & projected[pidx]
+    pkey = codes(r["name"].gather(pl.Series(pidx))).replace_strict(
+        key_of["code"], key_of["key"], default=empty).fill_null(empty)
+    pkey = pkey.set(pl.Series(~has), None) if has.size else pkey
+    rows = pl.DataFrame({"key": key, "type": r["type"].gather(ids), "name": code,
+                         "parent_key": pkey, "cpu_start": inst["cpu_start"],
+                         "dur": inst["dur"], "gpu": gpu})
+    del inst, key, code, pkey, gpu, parent
+    sums = (rows.group_by("key", "type", "name", "parent_key")
+            .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("gpu").sum(),
+                 pl.col("dur").sum().alias("span"))
+            .join(keys, on="key", how="left")
+            .join(keys.rename({"key": "parent_key", "range": "parent_range"}),
+                  on="parent_key", how="left")
+            .join(acts.domains, on="type", how="left")
+            .join(texts.select(pl.col("code").alias("name"), pl.col("name").alias("text")),
+                  on="name", how="left")
+            .select("range", pl.col("domain").fill_null(""), pl.col("text").alias("name"),
+                    "parent_range", "count", "gpu", "span"))
+    starts = rows.select("key", "cpu_start", "gpu").sort("cpu_start", "key", "gpu")
+    return ComparedRanges(sums, starts, keys)
 
 
 class LayersNotFound(ValueError):

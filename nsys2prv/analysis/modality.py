@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .activities import Activities
+from .activities import Activities, KernelBatches
 from .labels import kernel_label_ids
 
 MIN_LAUNCHES = 50
@@ -162,36 +162,98 @@ def _valley(w1: np.ndarray, mu1: np.ndarray, v1: np.ndarray, mu2: np.ndarray,
     return np.where(peaks > 0, d.min(axis=1) / np.where(peaks > 0, peaks, 1), 1.0)
 
 
+MODALITY_BATCH = 1_000_000  # kernels held at once (`KernelBatches`: whole names)
+
+
+def _prepared(k: pl.DataFrame, tasks: pl.DataFrame, min_launches: int) -> pl.DataFrame:
+    """A batch's kernels of `min_launches` launches or more, with their process and
+    log-duration `x`, sorted by (full, x, start)."""
+    k = (k.drop("group").join(tasks, on="row", how="left")
+         .with_columns(pl.len().over("full").alias("n")))
+    return (k.filter(pl.col("n") >= min_launches)
+            .with_columns(pl.col("dur").clip(1, None).cast(pl.Float64).log().alias("x"))
+            .sort("full", "x", "start"))
+
+
 def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.DataFrame:
     """Per kernel name with `min_launches` launches or more: count, median, the verdict
     ('two modes', 'heavy tail' or ''), the modes (fast/slow median, slow share of launches
     and of time, Ashman's D) or the tail (share beyond the fence), and where the slow
-    launches are (`by_process`, `in_run`), sorted by the slow launches' time."""
+    launches are (`by_process`, `in_run`), sorted by the slow launches' time. The kernels
+    are read a batch of whole names at a time (`KernelBatches`, twice: the names' samples
+    for one fit of them all, then each launch against its name's fit)."""
     names = acts.kernel_names
-    k = (acts.kernels.join(acts.rows.select("row", pl.col("task_index").cast(pl.Int64)),
-                           on="row", how="left")
-         .with_columns(pl.len().over("full").alias("n")))
-    k = (k.filter(pl.col("n") >= min_launches)
-         .with_columns(pl.col("dur").clip(1, None).cast(pl.Float64).log().alias("x"))
-         .sort("full", "x", "start"))
-    if k.height == 0:
-        return _empty()
-    keys, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
-    starts, sizes = _segments(seg)
-    idx, sseg = _sample(sizes, starts, SAMPLE)
-    x = k["x"].to_numpy()
-    fit = fit_two_modes(x[idx], sseg, keys.size)
-    minor = np.minimum(fit["w1"], fit["w2"])
-    d = np.sqrt(2) * (fit["mu2"] - fit["mu1"]) / np.sqrt(fit["var1"] + fit["var2"])
-    two = ((fit["bic2"] < fit["bic1"]) & (d > SEPARATION) & (minor >= MIN_MODE_SHARE)
-           & (np.rint(minor * sizes) >= MIN_MODE_LAUNCHES) & (fit["valley"] <= VALLEY))
-    # every launch to its component (two modes), or beyond the far-out fence (the others)
-    g = seg
-    a = np.log(fit["w1"][g]) + _log_normal(x, fit["mu1"][g], fit["var1"][g])
-    b = np.log(np.maximum(fit["w2"][g], 1e-300)) + _log_normal(x, fit["mu2"][g],
-                                                              fit["var2"][g])
-    per = pl.DataFrame({"full": keys, "two": two, "d": d})
-    k = k.with_columns(pl.Series("slow_mode", b > a))
+    tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
+    with KernelBatches(acts, ["row", "start", "dur", "name", "nccl"],
+                       limit=MODALITY_BATCH) as batches:
+        # 1. each name's sample (values at evenly spaced ranks): one fit of every name,
+        # the batches' names in order (each batch holds names above the last one's)
+        keys, sizes, xs, segs = [], [], [], []
+        for k in batches:
+            k = _prepared(k, tasks, min_launches)
+            if k.height == 0:
+                continue
+            kb, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
+            starts, sz = _segments(seg)
+            idx, sseg = _sample(sz, starts, SAMPLE)
+            xs.append(k["x"].to_numpy()[idx])
+            segs.append(sseg + sum(x.size for x in keys))
+            keys.append(kb)
+            sizes.append(sz)
+        if not keys:
+            return _empty()
+        sizes_all = np.concatenate(sizes)
+        nkeys = sizes_all.size
+        fit = fit_two_modes(np.concatenate(xs), np.concatenate(segs), nkeys)
+        del xs, segs
+        minor = np.minimum(fit["w1"], fit["w2"])
+        d = np.sqrt(2) * (fit["mu2"] - fit["mu1"]) / np.sqrt(fit["var1"] + fit["var2"])
+        two = ((fit["bic2"] < fit["bic1"]) & (d > SEPARATION) & (minor >= MIN_MODE_SHARE)
+               & (np.rint(minor * sizes_all) >= MIN_MODE_LAUNCHES)
+               & (fit["valley"] <= VALLEY))
+        # 2. every launch to its component (two modes), or beyond the far-out fence (the
+        # others), a batch of names at a time
+        summaries, wheres, offset = [], [], 0
+        for k in batches:
+            k = _prepared(k, tasks, min_launches)
+            if k.height == 0:
+                continue
+            kb, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
+            g = seg + offset
+            x = k["x"].to_numpy()
+            a = np.log(fit["w1"][g]) + _log_normal(x, fit["mu1"][g], fit["var1"][g])
+            b = np.log(np.maximum(fit["w2"][g], 1e-300)) + _log_normal(x, fit["mu2"][g],
+                                                                      fit["var2"][g])
+            per = pl.DataFrame({"full": kb, "two": two[offset:offset + kb.size],
+                                "d": d[offset:offset + kb.size]})
+            offset += kb.size
+            summary, where = _classified(k.with_columns(pl.Series("slow_mode", b > a)), per,
+                                         acts)
+            summaries.append(summary)
+            wheres.append(where)
+            del k, a, b, x, g
+    summary, where = pl.concat(summaries), pl.concat(wheres)
+    text = names.rename({"id": "full", "name": "kernel"})
+    short = names.rename({"id": "name", "name": "short"})
+    labels = kernel_label_ids(acts).with_columns(pl.col("full").cast(pl.Int32))
+    return (summary.join(where, on="full", how="left")
+            .join(text.with_columns(pl.col("full").cast(pl.Int32)), on="full", how="left")
+            .join(short.with_columns(pl.col("name").cast(pl.Int32)), on="name", how="left")
+            .join(labels, on="full", how="left")
+            .with_columns(pl.col("kernel").fill_null(pl.col("short")),
+                          pl.when(pl.col("two")).then(pl.col("d")).otherwise(None)
+                          .alias("separation"))
+            .with_columns(pl.col("label").fill_null(pl.col("short")))
+            .sort(pl.col("verdict") == "", -pl.col("slow_time"), "kernel")
+            .select("kernel", "label", "short", "nccl", "count", "median", "verdict",
+                    "fast_median", "slow_median", "slow_share", "slow_time_share",
+                    "separation", "by_process", "in_run"))
+
+
+def _classified(k: pl.DataFrame, per: pl.DataFrame, acts: Activities
+                ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Of a batch's launches (with `slow_mode`) and its names' fits (`per`: full, two, d):
+    the summary per name with its verdict, and where its slow launches are (`_where`)."""
     q = k.group_by("full").agg(
         pl.col("dur").median().alias("median"),
         pl.col("dur").quantile(0.25, "linear").alias("q1"),
@@ -221,21 +283,7 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         .when(tail).then(pl.lit("heavy tail")).otherwise(pl.lit("")).alias("verdict"))
     where = _where(k.join(summary.select("full", "verdict"), on="full")
                    .filter(pl.col("verdict") != "").with_columns(tenth.alias("tenth")), acts)
-    text = names.rename({"id": "full", "name": "kernel"})
-    short = names.rename({"id": "name", "name": "short"})
-    labels = kernel_label_ids(acts).with_columns(pl.col("full").cast(pl.Int32))
-    return (summary.join(where, on="full", how="left")
-            .join(text.with_columns(pl.col("full").cast(pl.Int32)), on="full", how="left")
-            .join(short.with_columns(pl.col("name").cast(pl.Int32)), on="name", how="left")
-            .join(labels, on="full", how="left")
-            .with_columns(pl.col("kernel").fill_null(pl.col("short")),
-                          pl.when(pl.col("two")).then(pl.col("d")).otherwise(None)
-                          .alias("separation"))
-            .with_columns(pl.col("label").fill_null(pl.col("short")))
-            .sort(pl.col("verdict") == "", -pl.col("slow_time"), "kernel")
-            .select("kernel", "label", "short", "nccl", "count", "median", "verdict",
-                    "fast_median", "slow_median", "slow_share", "slow_time_share",
-                    "separation", "by_process", "in_run"))
+    return summary, where
 
 
 def _where(slow: pl.DataFrame, acts: Activities) -> pl.DataFrame:

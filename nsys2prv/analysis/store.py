@@ -148,3 +148,18 @@ class WindowStore:
         """Remove the files (the store cannot be read after)."""
         shutil.rmtree(self.dir, ignore_errors=True)
         self._parts.clear()
+
+
+def handed_over(frame: pl.DataFrame, path: Path) -> Path:
+    """`frame` written to `path` for another process to read (`taken_over`): what a
+    process hands over of its results goes through a file, not its pipe (pickled, a frame
+    is copied two or three times in the sender's memory: the peak of a `diff` side at its
+    end)."""
+    frame.write_ipc(path)
+    return path
+
+
+def taken_over(value: pl.DataFrame | Path) -> pl.DataFrame:
+    """A frame `handed_over` (read from its file), or one given as it is."""
+    return pl.read_ipc(value) if isinstance(value, Path) else value
+
