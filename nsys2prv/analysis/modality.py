@@ -165,12 +165,13 @@ def _valley(w1: np.ndarray, mu1: np.ndarray, v1: np.ndarray, mu2: np.ndarray,
 MODALITY_BATCH = 1_000_000  # kernels held at once (`KernelBatches`: whole names)
 
 
-def _prepared(k: pl.DataFrame, tasks: pl.DataFrame, min_launches: int) -> pl.DataFrame:
-    """A batch's kernels of `min_launches` launches or more, with their process and
-    log-duration `x`, sorted by (full, x, start)."""
-    k = (k.drop("group").join(tasks, on="row", how="left")
-         .with_columns(pl.len().over("full").alias("n")))
-    return (k.filter(pl.col("n") >= min_launches)
+def _prepared(k: pl.DataFrame, min_launches: int) -> pl.DataFrame:
+    """A batch's kernels of `min_launches` launches or more, with their log-duration `x`,
+    sorted by (full, x, start); the columns the test reads only (a batch can be one name's
+    millions of launches)."""
+    k = k.select("full", "row", "start", "dur", "name", "nccl").with_columns(
+        pl.len().over("full").alias("n"))
+    return (k.filter(pl.col("n") >= min_launches).drop("n")
             .with_columns(pl.col("dur").clip(1, None).cast(pl.Float64).log().alias("x"))
             .sort("full", "x", "start"))
 
@@ -189,8 +190,10 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         # 1. each name's sample (values at evenly spaced ranks): one fit of every name,
         # the batches' names in order (each batch holds names above the last one's)
         keys, sizes, xs, segs = [], [], [], []
+        kept = None  # one batch: prepared once
         for k in batches:
-            k = _prepared(k, tasks, min_launches)
+            k = _prepared(k, min_launches)
+            kept = k if batches.batches == 1 else None
             if k.height == 0:
                 continue
             kb, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
@@ -214,8 +217,10 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         # 2. every launch to its component (two modes), or beyond the far-out fence (the
         # others), a batch of names at a time
         summaries, wheres, offset = [], [], 0
-        for k in batches:
-            k = _prepared(k, tasks, min_launches)
+        again = [kept] if kept is not None else \
+            (_prepared(k, min_launches) for k in batches)
+        kept = None
+        for k in again:
             if k.height == 0:
                 continue
             kb, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
@@ -227,8 +232,7 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
             per = pl.DataFrame({"full": kb, "two": two[offset:offset + kb.size],
                                 "d": d[offset:offset + kb.size]})
             offset += kb.size
-            summary, where = _classified(k.with_columns(pl.Series("slow_mode", b > a)), per,
-                                         acts)
+            summary, where = _classified(k, b > a, seg, per, tasks, acts)
             summaries.append(summary)
             wheres.append(where)
             del k, a, b, x, g
@@ -250,28 +254,32 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
                     "separation", "by_process", "in_run"))
 
 
-def _classified(k: pl.DataFrame, per: pl.DataFrame, acts: Activities
-                ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Of a batch's launches (with `slow_mode`) and its names' fits (`per`: full, two, d):
-    the summary per name with its verdict, and where its slow launches are (`_where`)."""
+def _classified(k: pl.DataFrame, slow_mode: np.ndarray, seg: np.ndarray, per: pl.DataFrame,
+                tasks: pl.DataFrame, acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Of a batch's launches (`_prepared`; `slow_mode`: in the slower of its name's two
+    modes; `seg`: its name's row of `per`) and its names' fits (`per`: full, two, d, by
+    full): the summary per name with its verdict, and where its slow launches are
+    (`_where`). Per launch only a column is added (the batch is not joined: copied)."""
     q = k.group_by("full").agg(
         pl.col("dur").median().alias("median"),
         pl.col("dur").quantile(0.25, "linear").alias("q1"),
         pl.col("dur").quantile(0.75, "linear").alias("q3"))
     fence = (pl.col("q3") + 3 * pl.max_horizontal(pl.col("q3") - pl.col("q1"),
                                                   0.01 * pl.col("median")))
-    k = (k.join(q.join(per, on="full").with_columns(fence.alias("fence")), on="full")
-         .with_columns(pl.when(pl.col("two")).then(pl.col("slow_mode"))
-                       .otherwise(pl.col("dur") > pl.col("fence")).alias("slow")))
+    fits = per.join(q.with_columns(fence.alias("fence")), on="full", how="left",
+                    maintain_order="left")
+    two = fits["two"].to_numpy()[seg]
+    beyond = k["dur"].to_numpy() > fits["fence"].to_numpy()[seg]
+    k = k.with_columns(pl.Series("slow", np.where(two, slow_mode, beyond)))
     tenth = (pl.col("start") * TENTHS // max(acts.end, 1)).clip(0, TENTHS - 1)
     summary = k.group_by("full").agg(
-        pl.len().alias("count"), pl.col("median").first(), pl.col("two").first(),
-        pl.col("d").first(), pl.col("nccl").first(), pl.col("name").first(),
+        pl.len().alias("count"), pl.col("nccl").first(), pl.col("name").first(),
         pl.col("slow").sum().alias("slow_count"),
         pl.col("dur").filter(pl.col("slow")).sum().alias("slow_time"),
         pl.col("dur").sum().alias("time"),
         pl.col("dur").filter(~pl.col("slow")).median().alias("fast_median"),
-        pl.col("dur").filter(pl.col("slow")).median().alias("slow_median"))
+        pl.col("dur").filter(pl.col("slow")).median().alias("slow_median")).join(
+        fits.select("full", "median", "two", "d"), on="full")
     summary = summary.with_columns(
         (pl.col("slow_count") / pl.col("count")).alias("slow_share"),
         (pl.col("slow_time") / pl.col("time")).alias("slow_time_share"),
@@ -281,8 +289,11 @@ def _classified(k: pl.DataFrame, per: pl.DataFrame, acts: Activities
     summary = summary.with_columns(
         pl.when(pl.col("two")).then(pl.lit("two modes"))
         .when(tail).then(pl.lit("heavy tail")).otherwise(pl.lit("")).alias("verdict"))
-    where = _where(k.join(summary.select("full", "verdict"), on="full")
-                   .filter(pl.col("verdict") != "").with_columns(tenth.alias("tenth")), acts)
+    flagged = summary.filter(pl.col("verdict") != "")["full"]
+    where = _where(k.filter(pl.col("full").is_in(flagged.implode()))
+                   .select("full", "row", "start", "slow")
+                   .join(tasks, on="row", how="left").with_columns(tenth.alias("tenth")),
+                   acts)
     return summary, where
 
 
