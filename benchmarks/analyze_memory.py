@@ -51,8 +51,9 @@ PHASES = (
 )
 
 
-def _tree(root: int) -> tuple[int, int]:
-    """Summed VmRSS and Pss (kB) of `root` and its descendants. RSS counts the pages a
+def _tree(root: int, each: dict | None = None) -> tuple[int, int]:
+    """Summed VmRSS and Pss (kB) of `root` and its descendants (`each`: pid -> its VmRSS,
+    filled where given). RSS counts the pages a
     process shares with another (the libraries' code, what a forked child has not written)
     in each of them; Pss divides them between the sharers: their sum is what the tree takes
     from the machine (as a cgroup's memory limit counts it)."""
@@ -75,6 +76,8 @@ def _tree(root: int) -> tuple[int, int]:
                 for line in f:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1])
+                        if each is not None:
+                            each[pid] = int(line.split()[1])
                         break
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
@@ -91,8 +94,15 @@ def cli(out: Path, args: list[str], exe: str) -> dict:
     t0 = time.monotonic()
     p = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     series = []
+    procs: dict[int, dict] = {}  # pid -> its peak and when it was seen
     while p.poll() is None:
-        series.append((round(time.monotonic() - t0, 2), *_tree(p.pid)))
+        t, each = round(time.monotonic() - t0, 2), {}
+        series.append((t, *_tree(p.pid, each)))
+        for pid, kb in each.items():
+            seen = procs.setdefault(pid, {"pid": pid, "first_s": t, "peak_mb": 0.0})
+            seen["last_s"] = t
+            if kb / 1024 > seen["peak_mb"]:
+                seen["peak_mb"], seen["peak_s"] = round(kb / 1024, 1), t
         time.sleep(INTERVAL)
     _, status, ru = os.wait4(p.pid, 0) if p.returncode is None else (0, 0, None)
     wall = time.monotonic() - t0
@@ -105,6 +115,8 @@ def cli(out: Path, args: list[str], exe: str) -> dict:
            "tree_pss_peak_mb": round(max((q for _, _, q in series), default=0) / 1024, 1),
            "exit": p.returncode, "stderr_tail": err[-400:],
            "loadavg": round(os.getloadavg()[0], 2),
+           # each process of the tree: its peak RSS (polled) and when it lived and peaked
+           "processes": sorted(procs.values(), key=lambda x: -x["peak_mb"]),
            "series": [(t, round(r / 1024, 1), round(q / 1024, 1)) for t, r, q in series]}
     out.write_text(json.dumps(res))
     return res
