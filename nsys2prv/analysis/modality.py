@@ -176,6 +176,18 @@ def _prepared(k: pl.DataFrame, min_launches: int) -> pl.DataFrame:
             .sort("full", "x", "start"))
 
 
+SLICE = 1 << 20  # launches whose likelihoods are computed at once
+
+
+def _names(k: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Of a batch sorted by full name: its names, each launch's name index (int32), and
+    each name's first row and count (no sort: the rows are in name order)."""
+    full = k["full"].to_numpy()
+    starts, sizes = _segments(full)
+    return full[starts], np.repeat(np.arange(starts.size, dtype=np.int32), sizes), starts, \
+        sizes
+
+
 def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.DataFrame:
     """Per kernel name with `min_launches` launches or more: count, median, the verdict
     ('two modes', 'heavy tail' or ''), the modes (fast/slow median, slow share of launches
@@ -196,8 +208,7 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
             kept = k if batches.batches == 1 else None
             if k.height == 0:
                 continue
-            kb, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
-            starts, sz = _segments(seg)
+            kb, seg, starts, sz = _names(k)
             idx, sseg = _sample(sz, starts, SAMPLE)
             xs.append(k["x"].to_numpy()[idx])
             segs.append(sseg + sum(x.size for x in keys))
@@ -223,19 +234,22 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         for k in again:
             if k.height == 0:
                 continue
-            kb, seg = np.unique(k["full"].to_numpy(), return_inverse=True)
-            g = seg + offset
+            kb, seg, _, _ = _names(k)
             x = k["x"].to_numpy()
-            a = np.log(fit["w1"][g]) + _log_normal(x, fit["mu1"][g], fit["var1"][g])
-            b = np.log(np.maximum(fit["w2"][g], 1e-300)) + _log_normal(x, fit["mu2"][g],
-                                                                      fit["var2"][g])
+            slow_mode = np.empty(x.size, dtype=bool)
+            for lo in range(0, x.size, SLICE):  # the likelihoods' temporaries bounded
+                g, xs = seg[lo:lo + SLICE] + offset, x[lo:lo + SLICE]
+                a = np.log(fit["w1"][g]) + _log_normal(xs, fit["mu1"][g], fit["var1"][g])
+                b = np.log(np.maximum(fit["w2"][g], 1e-300)) + _log_normal(
+                    xs, fit["mu2"][g], fit["var2"][g])
+                slow_mode[lo:lo + SLICE] = b > a
             per = pl.DataFrame({"full": kb, "two": two[offset:offset + kb.size],
                                 "d": d[offset:offset + kb.size]})
             offset += kb.size
-            summary, where = _classified(k, b > a, seg, per, tasks, acts)
+            summary, where = _classified(k, slow_mode, seg, per, tasks, acts)
             summaries.append(summary)
             wheres.append(where)
-            del k, a, b, x, g
+            del k, x, slow_mode
     summary, where = pl.concat(summaries), pl.concat(wheres)
     text = names.rename({"id": "full", "name": "kernel"})
     short = names.rename({"id": "name", "name": "short"})
