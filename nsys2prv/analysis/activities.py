@@ -280,7 +280,8 @@ class StoredActivities(_ActivityViews):
 
     def __getstate__(self) -> dict:
         """Pickled (a `diff` side handing its activities over): the ranges go through a
-        file in the store's folder (`store.handed_over`), the activities read whole stay."""
+        file in the store's folder (`store.handed_over`); activities read whole are not sent
+        (the other process reads the store)."""
         state = dict(self.__dict__, _whole=None)
         state["ranges"] = handed_over(self.ranges, self.store.dir / "handed-ranges.arrow")
         return state
