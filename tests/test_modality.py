@@ -152,9 +152,11 @@ def test_corpus_gemm_has_two_modes(tmp_path):
 
 def test_stored_kernels_are_read_a_batch_of_names_at_a_time(tmp_path, monkeypatch):
     """A run's kernels kept on disk (`analyze`'s store) are read a few whole names at a
-    time (`KernelBatches`; batches of 2,000 kernels here, a name with more alone): the
-    table equals that of the kernels held in memory, value for value, each batch holds
-    whole names, and nothing is left in the store's folder."""
+    time (`KernelBatches`; batches of 250 kernels here), and a name of more launches
+    alone, a file at a time with only its durations held (`_Alone`): the table equals that
+    of the kernels held in memory, value for value (lone names among the flagged ones),
+    each batch holds whole names, a lone name is never read whole, and nothing is left in
+    the store's folder."""
     if not BEFORE.exists():
         pytest.skip(f"corpus export {BEFORE} not found")
     import nsys2prv
@@ -167,18 +169,29 @@ def test_stored_kernels_are_read_a_batch_of_names_at_a_time(tmp_path, monkeypatc
     held = kernel_modality(A.read_activities(trace))
     monkeypatch.setattr(read, "BLOCK", 1 << 16)
     stored = A.stored_activities(trace, tmp_path)
-    seen = []
+    whole, alone, counted = [], {}, set()
 
     class Counted(A.KernelBatches):
-        def __iter__(self):
-            for b in super().__iter__():
-                seen.append((b.height, b["full"].n_unique(), tuple(b["full"].unique())))
-                yield b
+        def batch(self, b):
+            frame = super().batch(b)
+            assert b not in self.alone
+            if frame is not None:
+                whole.append((frame.height, frame["full"].n_unique(),
+                              tuple(frame["full"].unique())))
+            return frame
 
-    monkeypatch.setattr(modality, "MODALITY_BATCH", 2000)
+        def pieces(self, b, columns=None):
+            for piece in super().pieces(b, columns):
+                if b in self.alone and "dur" in piece.columns:
+                    alone.setdefault(b, []).append(piece.height)
+                    if "row" in piece.columns:  # where its slow launches are
+                        counted.add(int(piece["full"][0]))
+                yield piece
+
+    monkeypatch.setattr(modality, "MODALITY_BATCH", 250)
     monkeypatch.setattr(modality, "KernelBatches", Counted)
     try:
-        assert stored.gpu_count() > 2000
+        assert stored.gpu_count() > 250
         batched = kernel_modality(stored)
         assert list(stored.store.dir.iterdir()) and not any(
             p.name.startswith("kernels-") for p in stored.store.dir.iterdir())
@@ -186,8 +199,15 @@ def test_stored_kernels_are_read_a_batch_of_names_at_a_time(tmp_path, monkeypatc
         stored.close()
     assert batched.to_dicts() == held.to_dicts()
     assert held.filter(pl.col("verdict") == "two modes").height >= 1
-    first_pass = seen[: len(seen) // 2]
-    assert len(first_pass) >= 3 and seen[len(seen) // 2:] == first_pass  # read twice
-    assert all(n <= 2000 or names == 1 for n, names, _ in first_pass)
+    first_pass = whole[: len(whole) // 2]
+    assert len(first_pass) >= 3 and whole[len(whole) // 2:] == first_pass  # read twice
+    assert all(n <= 250 for n, _, _ in first_pass)
     fulls = [f for *_, fs in first_pass for f in fs]
     assert len(fulls) == len(set(fulls))  # each name in one batch
+    # the lone names: each more than a batch, read in files of fewer launches (twice, and
+    # once more for where the slow launches of a flagged one are)
+    launches = A.read_activities(trace).kernels.group_by("full").len()
+    big = set(launches.filter(pl.col("len") > 250)["full"])
+    assert len(alone) == len(big) >= 2
+    assert all(sum(sizes) >= 2 * 251 and max(sizes) < 250 for sizes in alone.values())
+    assert counted and counted <= big and not set(fulls) & big

@@ -299,8 +299,9 @@ class KernelBatches:
     activities, or stored ones of `limit` GPU activities at most, are one batch; stored
     ones are filed per batch in the store's folder on one read of it (after a read to
     count the kernels per name, unless `counts`: full, count) and read back a batch at a
-    time, as often as they are iterated. `close` (or the `with` block) removes the
-    files."""
+    time, as often as they are iterated. `alone`: the batches of one group of more than
+    `limit` kernels, which a reader can take a file at a time (`pieces`) rather than
+    whole (`batch`). `close` (or the `with` block) removes the files."""
 
     def __init__(self, acts: "Activities | StoredActivities", columns: list[str],
                  groups: pl.DataFrame | None = None, limit: int = 1_000_000,
@@ -310,6 +311,7 @@ class KernelBatches:
             pl.col("full").cast(pl.Int32), pl.col("group").cast(pl.Int64))
         self.folder: Path | None = None
         self.batches = 1
+        self.alone: set[int] = set()
         self._acts = acts
         store = getattr(acts, "store", None)
         if store is None or getattr(acts, "_whole", None) is not None or \
@@ -328,6 +330,8 @@ class KernelBatches:
                 n, filled = n + 1, 0
             batch.append(n)
             filled += c
+            if c > limit:
+                self.alone.add(n)
         self.batches = n + 1
         if self.batches == 1:
             return
@@ -352,18 +356,30 @@ class KernelBatches:
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
         """Each batch: `columns` and its kernels' group, in `kernels`' order."""
+        for b in range(self.batches):
+            frame = self.batch(b)
+            if frame is not None:
+                yield frame
+
+    def batch(self, b: int) -> pl.DataFrame | None:
+        """Batch `b` whole (None: it has no kernel)."""
+        parts = list(self.pieces(b))
+        return None if not parts else pl.concat(parts) if len(parts) > 1 else parts[0]
+
+    def pieces(self, b: int, columns: list[str] | None = None) -> Iterator[pl.DataFrame]:
+        """Batch `b` a file at a time (`columns` of it only, where given): the kernels of
+        one window of the run each."""
         if self.batches == 1:
-            parts = [self._grouped(k.select(self.columns))
-                     for k, _ in self._acts.kernel_memop_chunks()]
-            yield pl.concat(parts) if len(parts) > 1 else parts[0]
+            for k, _ in self._acts.kernel_memop_chunks():
+                k = self._grouped(k.select(self.columns))
+                yield k.select(columns) if columns else k
             return
         if self.folder is None:
             raise ValueError("the kernel batches were closed")
-        for b in range(self.batches):
-            files = sorted(self.folder.glob(f"{b}-*.arrow"),
-                           key=lambda f: int(f.stem.split("-")[1]))
-            if files:
-                yield pl.concat([pl.read_ipc(f) for f in files])
+        files = sorted(self.folder.glob(f"{b}-*.arrow"),
+                       key=lambda f: int(f.stem.split("-")[1]))
+        for f in files:
+            yield pl.read_ipc(f, columns=columns)
 
     def close(self) -> None:
         if self.folder is not None:

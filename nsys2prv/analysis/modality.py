@@ -163,6 +163,7 @@ def _valley(w1: np.ndarray, mu1: np.ndarray, v1: np.ndarray, mu2: np.ndarray,
 
 
 MODALITY_BATCH = 1_000_000  # kernels held at once (`KernelBatches`: whole names)
+LOG_DURATION = pl.col("dur").clip(1, None).cast(pl.Float64).log()  # x, of every path
 
 
 def _prepared(k: pl.DataFrame, min_launches: int) -> pl.DataFrame:
@@ -172,7 +173,7 @@ def _prepared(k: pl.DataFrame, min_launches: int) -> pl.DataFrame:
     k = k.select("full", "row", "start", "dur", "name", "nccl").with_columns(
         pl.len().over("full").alias("n"))
     return (k.filter(pl.col("n") >= min_launches).drop("n")
-            .with_columns(pl.col("dur").clip(1, None).cast(pl.Float64).log().alias("x"))
+            .with_columns(LOG_DURATION.alias("x"))
             .sort("full", "x", "start"))
 
 
@@ -188,13 +189,32 @@ def _names(k: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         sizes
 
 
+def _log_durations(dur: np.ndarray) -> np.ndarray:
+    return pl.DataFrame({"dur": dur}).select(LOG_DURATION)["dur"].to_numpy()
+
+
+def _in_slow_mode(x: np.ndarray, fit_of: np.ndarray, fit: dict[str, np.ndarray]
+                  ) -> np.ndarray:
+    """Whether each launch (log-duration `x`, its name's fit `fit_of`) is likelier in its
+    name's slower component; SLICE launches at a time (the temporaries bounded)."""
+    slow = np.empty(x.size, dtype=bool)
+    for lo in range(0, x.size, SLICE):
+        g, xs = fit_of[lo:lo + SLICE], x[lo:lo + SLICE]
+        a = np.log(fit["w1"][g]) + _log_normal(xs, fit["mu1"][g], fit["var1"][g])
+        b = np.log(np.maximum(fit["w2"][g], 1e-300)) + _log_normal(
+            xs, fit["mu2"][g], fit["var2"][g])
+        slow[lo:lo + SLICE] = b > a
+    return slow
+
+
 def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.DataFrame:
     """Per kernel name with `min_launches` launches or more: count, median, the verdict
     ('two modes', 'heavy tail' or ''), the modes (fast/slow median, slow share of launches
     and of time, Ashman's D) or the tail (share beyond the fence), and where the slow
     launches are (`by_process`, `in_run`), sorted by the slow launches' time. The kernels
     are read a batch of whole names at a time (`KernelBatches`, twice: the names' samples
-    for one fit of them all, then each launch against its name's fit)."""
+    for one fit of them all, then each launch against its name's fit); a name of more
+    than MODALITY_BATCH launches alone, its durations only held (`_Alone`)."""
     names = acts.kernel_names
     tasks = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
     with KernelBatches(acts, ["row", "start", "dur", "name", "nccl"],
@@ -203,15 +223,27 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         # the batches' names in order (each batch holds names above the last one's)
         keys, sizes, xs, segs = [], [], [], []
         kept = None  # one batch: prepared once
-        for k in batches:
-            k = _prepared(k, min_launches)
-            kept = k if batches.batches == 1 else None
-            if k.height == 0:
-                continue
-            kb, seg, starts, sz = _names(k)
-            idx, sseg = _sample(sz, starts, SAMPLE)
-            xs.append(k["x"].to_numpy()[idx])
-            segs.append(sseg + sum(x.size for x in keys))
+        for b in range(batches.batches):
+            if b in batches.alone:
+                alone = _Alone(batches, b)
+                if alone.count < min_launches:
+                    continue
+                x = alone.sample()
+                kb, seg, sz = np.array([alone.full]), np.zeros(x.size, np.int64), \
+                    np.array([alone.count])
+            else:
+                k = batches.batch(b)
+                if k is None:
+                    continue
+                k = _prepared(k, min_launches)
+                kept = k if batches.batches == 1 else None
+                if k.height == 0:
+                    continue
+                kb, _, starts, sz = _names(k)
+                idx, seg = _sample(sz, starts, SAMPLE)
+                x = k["x"].to_numpy()[idx]
+            xs.append(x)
+            segs.append(seg + sum(names_of.size for names_of in keys))
             keys.append(kb)
             sizes.append(sz)
         if not keys:
@@ -228,29 +260,32 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         # 2. every launch to its component (two modes), or beyond the far-out fence (the
         # others), a batch of names at a time
         summaries, wheres, offset = [], [], 0
-        again = [kept] if kept is not None else \
-            (_prepared(k, min_launches) for k in batches)
-        kept = None
-        for k in again:
-            if k.height == 0:
-                continue
-            kb, seg, _, _ = _names(k)
-            x = k["x"].to_numpy()
-            slow_mode = np.empty(x.size, dtype=bool)
-            for lo in range(0, x.size, SLICE):  # the likelihoods' temporaries bounded
-                g, xs = seg[lo:lo + SLICE] + offset, x[lo:lo + SLICE]
-                a = np.log(fit["w1"][g]) + _log_normal(xs, fit["mu1"][g], fit["var1"][g])
-                b = np.log(np.maximum(fit["w2"][g], 1e-300)) + _log_normal(
-                    xs, fit["mu2"][g], fit["var2"][g])
-                slow_mode[lo:lo + SLICE] = b > a
-            per = pl.DataFrame({"full": kb, "two": two[offset:offset + kb.size],
-                                "d": d[offset:offset + kb.size]})
-            offset += kb.size
-            summary, where = _classified(k, slow_mode, seg, per, tasks, acts)
+        for b in range(batches.batches):
+            if b in batches.alone:
+                alone = _Alone(batches, b)
+                if alone.count < min_launches:
+                    continue
+                summary, where = alone.classified(offset, fit, two, d, tasks, acts.end)
+                offset += 1
+            else:
+                k = kept if kept is not None else batches.batch(b)
+                if k is None:
+                    continue
+                k = k if kept is not None else _prepared(k, min_launches)
+                if k.height == 0:
+                    continue
+                kb, seg, _, _ = _names(k)
+                slow_mode = _in_slow_mode(k["x"].to_numpy(), seg + offset, fit)
+                per = pl.DataFrame({"full": kb, "two": two[offset:offset + kb.size],
+                                    "d": d[offset:offset + kb.size]})
+                offset += kb.size
+                summary, where = _classified(k, slow_mode, seg, per, tasks, acts.end)
+                del k, slow_mode
             summaries.append(summary)
-            wheres.append(where)
-            del k, x, slow_mode
-    summary, where = pl.concat(summaries), pl.concat(wheres)
+            wheres.extend(where)
+        kept = None
+    summary = pl.concat(summaries)
+    where = _where(summary, wheres, acts)
     text = names.rename({"id": "full", "name": "kernel"})
     short = names.rename({"id": "name", "name": "short"})
     labels = kernel_label_ids(acts).with_columns(pl.col("full").cast(pl.Int32))
@@ -268,63 +303,137 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
                     "separation", "by_process", "in_run"))
 
 
-def _classified(k: pl.DataFrame, slow_mode: np.ndarray, seg: np.ndarray, per: pl.DataFrame,
-                tasks: pl.DataFrame, acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Of a batch's launches (`_prepared`; `slow_mode`: in the slower of its name's two
-    modes; `seg`: its name's row of `per`) and its names' fits (`per`: full, two, d, by
-    full): the summary per name with its verdict, and where its slow launches are
-    (`_where`). Per launch only a column is added (the batch is not joined: copied)."""
-    q = k.group_by("full").agg(
-        pl.col("dur").median().alias("median"),
-        pl.col("dur").quantile(0.25, "linear").alias("q1"),
-        pl.col("dur").quantile(0.75, "linear").alias("q3"))
-    fence = (pl.col("q3") + 3 * pl.max_horizontal(pl.col("q3") - pl.col("q1"),
-                                                  0.01 * pl.col("median")))
-    fits = per.join(q.with_columns(fence.alias("fence")), on="full", how="left",
-                    maintain_order="left")
-    two = fits["two"].to_numpy()[seg]
-    beyond = k["dur"].to_numpy() > fits["fence"].to_numpy()[seg]
-    k = k.with_columns(pl.Series("slow", np.where(two, slow_mode, beyond)))
-    tenth = (pl.col("start") * TENTHS // max(acts.end, 1)).clip(0, TENTHS - 1)
-    summary = k.group_by("full").agg(
-        pl.len().alias("count"), pl.col("nccl").first(), pl.col("name").first(),
-        pl.col("slow").sum().alias("slow_count"),
+QUARTILES = (pl.col("dur").median().alias("median"),
+             pl.col("dur").quantile(0.25, "linear").alias("q1"),
+             pl.col("dur").quantile(0.75, "linear").alias("q3"))
+FENCE = (pl.col("q3") + 3 * pl.max_horizontal(pl.col("q3") - pl.col("q1"),
+                                               0.01 * pl.col("median"))).alias("fence")
+SUMS = (pl.len().alias("count"), pl.col("slow").sum().alias("slow_count"),
         pl.col("dur").filter(pl.col("slow")).sum().alias("slow_time"),
         pl.col("dur").sum().alias("time"),
         pl.col("dur").filter(~pl.col("slow")).median().alias("fast_median"),
-        pl.col("dur").filter(pl.col("slow")).median().alias("slow_median")).join(
-        fits.select("full", "median", "two", "d"), on="full")
+        pl.col("dur").filter(pl.col("slow")).median().alias("slow_median"))
+
+
+def _classified(k: pl.DataFrame, slow_mode: np.ndarray, seg: np.ndarray, per: pl.DataFrame,
+                tasks: pl.DataFrame, end: int) -> tuple[pl.DataFrame, list[tuple]]:
+    """Of a batch's launches (`_prepared`; `slow_mode`: in the slower of its name's two
+    modes; `seg`: its name's row of `per`) and its names' fits (`per`: full, two, d, by
+    full): the summary per name with its verdict (`_verdicts`), and the counts of where its
+    flagged names' slow launches are (`_where_counts`). Per launch only a column is added
+    (the batch is not joined: copied)."""
+    fits = per.join(k.group_by("full").agg(*QUARTILES).with_columns(FENCE), on="full",
+                    how="left", maintain_order="left")
+    two = fits["two"].to_numpy()[seg]
+    beyond = k["dur"].to_numpy() > fits["fence"].to_numpy()[seg]
+    k = k.with_columns(pl.Series("slow", np.where(two, slow_mode, beyond)))
+    summary = _verdicts(k.group_by("full").agg(
+        *SUMS, pl.col("nccl").first(), pl.col("name").first()), fits)
+    flagged = summary.filter(pl.col("verdict") != "")["full"]
+    return summary, [_where_counts(k.filter(pl.col("full").is_in(flagged.implode())), tasks,
+                                   end)]
+
+
+def _verdicts(sums: pl.DataFrame, fits: pl.DataFrame) -> pl.DataFrame:
+    """Per name, its sums (`SUMS`, nccl, name) and fit (full, median, two, d): the shares
+    of slow launches and time, and the verdict."""
+    summary = sums.join(fits.select("full", "median", "two", "d"), on="full")
     summary = summary.with_columns(
         (pl.col("slow_count") / pl.col("count")).alias("slow_share"),
         (pl.col("slow_time") / pl.col("time")).alias("slow_time_share"),
         pl.col("two") & (pl.col("slow_median") >= MIN_RATIO * pl.col("fast_median")))
     tail = ((~pl.col("two")) & (pl.col("slow_share") >= TAIL_SHARE)
             & (pl.col("slow_time_share") >= TAIL_TIME))
-    summary = summary.with_columns(
+    return summary.with_columns(
         pl.when(pl.col("two")).then(pl.lit("two modes"))
         .when(tail).then(pl.lit("heavy tail")).otherwise(pl.lit("")).alias("verdict"))
-    flagged = summary.filter(pl.col("verdict") != "")["full"]
-    where = _where(k.filter(pl.col("full").is_in(flagged.implode()))
-                   .select("full", "row", "start", "slow")
-                   .join(tasks, on="row", how="left").with_columns(tenth.alias("tenth")),
-                   acts)
-    return summary, where
 
 
-def _where(slow: pl.DataFrame, acts: Activities) -> pl.DataFrame:
-    """full -> by_process, in_run: where the slow launches of the flagged kernels are."""
+def _where_counts(k: pl.DataFrame, tasks: pl.DataFrame, end: int
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Of launches (full, row, start, slow): per (full, task_index) and per (full, tenth of
+    the run), how many and how many slow; sums of these over parts of a name's launches are
+    the counts of them all."""
+    tenth = (pl.col("start") * TENTHS // max(end, 1)).clip(0, TENTHS - 1)
+    k = k.select("full", "row", "start", "slow").join(tasks, on="row", how="left")
+    return (k.group_by("full", "task_index").agg(pl.col("slow").sum(), pl.len().alias("n")),
+            k.group_by("full", tenth.alias("tenth")).agg(pl.col("slow").sum().alias("s"),
+                                                         pl.len().alias("n")))
+
+
+class _Alone:
+    """A name of more launches than a batch holds, read a file at a time: only its
+    durations are held (sorted: its quantiles, sample and modes' medians need them all);
+    where its slow launches are is counted file by file."""
+
+    def __init__(self, batches: KernelBatches, b: int) -> None:
+        self.batches, self.b = batches, b
+        first = next(batches.pieces(b, ["full", "name", "nccl"])).row(0, named=True)
+        self.full, self.name, self.nccl = first["full"], first["name"], first["nccl"]
+        self.count = sum(p.height for p in batches.pieces(b, ["full"]))
+
+    def durations(self) -> np.ndarray:
+        """Every launch's duration, sorted."""
+        parts = [p["dur"].to_numpy() for p in self.batches.pieces(self.b, ["dur"])]
+        dur = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        dur.sort()
+        return dur
+
+    def sample(self) -> np.ndarray:
+        """The log-durations at SAMPLE evenly spaced ranks (`_sample`)."""
+        dur = self.durations()
+        idx, _ = _sample(np.array([dur.size]), np.array([0]), SAMPLE)
+        return _log_durations(dur[idx])
+
+    def classified(self, index: int, fit: dict[str, np.ndarray], two: np.ndarray,
+                   d: np.ndarray, tasks: pl.DataFrame, end: int
+                   ) -> tuple[pl.DataFrame, list[tuple]]:
+        """`_classified` of this name (`index`: its fit): the same sums from its sorted
+        durations, the where counts from its files."""
+        dur = self.durations()
+        whole = pl.DataFrame({"dur": dur}).select(*QUARTILES).with_columns(FENCE)
+        fence = whole["fence"][0]
+        fits = pl.DataFrame({"full": [self.full], "two": [bool(two[index])],
+                             "d": [float(d[index])]}, schema={
+            "full": pl.Int32, "two": pl.Boolean, "d": pl.Float64}).hstack(whole)
+
+        def slow(durations: np.ndarray) -> np.ndarray:
+            if not two[index]:
+                return durations > fence
+            x = _log_durations(durations)
+            return _in_slow_mode(x, np.full(x.size, index, dtype=np.int32), fit)
+
+        sums = pl.DataFrame({"dur": dur, "slow": slow(dur)}).select(*SUMS)
+        del dur
+        summary = _verdicts(sums.with_columns(
+            pl.lit(self.full, pl.Int32).alias("full"), pl.lit(self.nccl).alias("nccl"),
+            pl.lit(self.name, pl.Int32).alias("name")).select("full", *sums.columns,
+                                                             "nccl", "name"), fits)
+        if summary["verdict"][0] == "":
+            return summary, []
+        return summary, [_where_counts(p.with_columns(pl.Series(
+            "slow", slow(p["dur"].to_numpy()))), tasks, end)
+            for p in self.batches.pieces(self.b, ["full", "row", "start", "dur"])]
+
+
+def _where(summary: pl.DataFrame, counts: list[tuple[pl.DataFrame, pl.DataFrame]],
+           acts: Activities) -> pl.DataFrame:
+    """full -> by_process, in_run: where the slow launches of the flagged kernels are
+    (`counts`: `_where_counts` of their launches, in parts)."""
     schema = {"full": pl.Int32, "by_process": pl.Utf8, "in_run": pl.Utf8}
-    if slow.height == 0:
+    flagged = summary.filter(pl.col("verdict") != "")["full"]
+    if flagged.len() == 0 or not counts:
         return pl.DataFrame(schema=schema)
     labels = (acts.rows.select(pl.col("task_index").cast(pl.Int64), "task_label").unique()
               .sort("task_index"))
-    procs = (slow.group_by("full", "task_index")
-             .agg(pl.col("slow").mean().alias("share"), pl.len().alias("n"))
-             .join(labels, on="task_index", how="left"))
+    procs = (pl.concat([p for p, _ in counts]).group_by("full", "task_index").agg(
+        pl.col("slow").sum(), pl.col("n").sum())
+        .with_columns((pl.col("slow") / pl.col("n")).alias("share"))
+        .join(labels, on="task_index", how="left"))
     out = []
-    times = slow.group_by("full", "tenth").agg(pl.col("slow").sum().alias("s"),
-                                               pl.len().alias("n"))
-    overall = slow.group_by("full").agg(pl.col("slow").sum().alias("total"))
+    times = pl.concat([t for _, t in counts]).group_by("full", "tenth").agg(
+        pl.col("s").sum(), pl.col("n").sum())
+    overall = times.group_by("full").agg(pl.col("s").sum().alias("total"))
     for full, p in procs.sort("full", "task_index").group_by("full", maintain_order=True):
         full = full[0]
         lo, hi = float(p["share"].min()), float(p["share"].max())
