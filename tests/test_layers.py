@@ -173,7 +173,17 @@ def test_a_job_of_two_reports_sums_as_nsys_all_stats(tmp_path):
             pytest.skip(f"corpus export {s.name} not found under {CORPUS}")
     out = tmp_path / "both.prv"
     nsys2prv.translate([str(s) for s in sources], str(out))
-    names = project_ranges(read_activities(out)).names().filter(pl.col("rank").is_null())
+    projected = project_ranges(read_activities(out))
+    every = projected.names()
+    names = every.filter(pl.col("rank").is_null())
+    # per rank: each (name, rank) its own group (`names` groups on one integer key of both)
+    per_rank = every.filter(pl.col("rank").is_not_null()).sort("name", "rank")
+    from nsys2prv.analysis.layers import name_stats
+    direct = name_stats(projected.columns("name", "rank", "dur"), ["name", "rank"])
+    assert per_rank["rank"].n_unique() >= 2
+    assert per_rank.equals(direct.select(per_rank.columns).sort("name", "rank"))
+    assert per_rank.group_by("name").agg(pl.col("count").sum()).sort("name").equals(
+        names.select("name", "count").sort("name"))
     ref = _read_csv(REFS / "multi_nsysai_mfu2gpu" / "all_stats.csv.gz")
     joined = names.join(ref, left_on="name", right_on="Text", how="inner")
     assert joined.height == ref.height == names.height

@@ -215,12 +215,24 @@ class Projected:
 
     def names(self) -> pl.DataFrame:
         """Per range name, per rank and for the job (rank null): the statistics of
-        `name_stats`."""
-        inst = self.columns("name", "rank", "dur")
-        per = name_stats(inst, ["name", "rank"])
-        job = name_stats(inst, ["name"]).with_columns(
+        `name_stats`. Grouped by one key at a time, an integer per (name, rank): a group_by
+        on two columns encodes every row (~50 bytes a range: 43 MB at 0.9M ranges, at the
+        end of a run's analysis), one of integers or categories does not."""
+        name = self.columns("name")["name"].cast(pl.Categorical)
+        code = pl.col("name").to_physical().cast(pl.Int64)
+        inst = (self.columns("rank", "dur").with_columns(name).filter(pl.col("dur") > 0)
+                .select("name", "dur", (code * (1 << 32) + pl.col("rank")).alias("key")))
+        del name
+        of_code = inst.select("name").unique().select("name", code.alias("code"))
+        per = (name_stats(inst.select("key", "dur"), ["key"])
+               .with_columns((pl.col("key") // (1 << 32)).alias("code"),
+                             (pl.col("key") % (1 << 32)).alias("rank"))
+               .join(of_code, on="code")
+               .select("name", "rank", pl.exclude("name", "rank", "key", "code")))
+        job = name_stats(inst.select("name", "dur"), ["name"]).with_columns(
             pl.lit(None, pl.Int64).alias("rank"))
-        return pl.concat([job.select(per.columns), per]).sort(
+        return pl.concat([job.select(per.columns), per]).with_columns(
+            pl.col("name").cast(pl.Utf8)).sort(
             "rank", "sum", "name", descending=[False, True, False], nulls_last=False)
 
     def to_dict(self) -> dict:
