@@ -211,3 +211,29 @@ def test_stored_kernels_are_read_a_batch_of_names_at_a_time(tmp_path, monkeypatc
     assert len(alone) == len(big) >= 2
     assert all(sum(sizes) >= 2 * 251 and max(sizes) < 250 for sizes in alone.values())
     assert counted and counted <= big and not set(fulls) & big
+
+
+def test_a_lone_name_is_read_from_the_windows_that_hold_it():
+    """A lone name (`_Alone`: more launches than a batch) whose first windows hold none of
+    its launches (a run that starts with copies): its name from the first window that has
+    it, its count and sorted durations from all of them."""
+    from nsys2prv.analysis.modality import _Alone
+
+    schema = {"full": pl.Int32, "name": pl.Int32, "nccl": pl.Boolean, "row": pl.Int32,
+              "start": pl.Int64, "dur": pl.Int64}
+    windows = [pl.DataFrame(schema=schema),
+               pl.DataFrame({"full": [7, 7], "name": [3, 3], "nccl": [False, False],
+                             "row": [1, 1], "start": [10, 20], "dur": [50, 40]},
+                            schema=schema),
+               pl.DataFrame(schema=schema),
+               pl.DataFrame({"full": [7], "name": [3], "nccl": [False], "row": [2],
+                             "start": [30], "dur": [45]}, schema=schema)]
+
+    class Batches:
+        def pieces(self, b, columns=None):
+            for w in windows:
+                yield w.select(columns) if columns else w
+
+    lone = _Alone(Batches(), 0)
+    assert (lone.full, lone.name, lone.nccl, lone.count) == (7, 3, False, 3)
+    assert lone.durations().tolist() == [40, 45, 50]

@@ -368,7 +368,8 @@ class _Alone:
 
     def __init__(self, batches: KernelBatches, b: int) -> None:
         self.batches, self.b = batches, b
-        first = next(batches.pieces(b, ["full", "name", "nccl"])).row(0, named=True)
+        first = next(p for p in batches.pieces(b, ["full", "name", "nccl"])
+                     if p.height).row(0, named=True)  # a window can hold none of it
         self.full, self.name, self.nccl = first["full"], first["name"], first["nccl"]
         self.count = sum(p.height for p in batches.pieces(b, ["full"]))
 
