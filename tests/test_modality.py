@@ -230,6 +230,8 @@ def test_a_lone_name_is_read_from_the_windows_that_hold_it():
                              "start": [30], "dur": [45]}, schema=schema)]
 
     class Batches:
+        alone = {0: 3}  # batch -> its name's launches, as `KernelBatches` counted them
+
         def pieces(self, b, columns=None):
             for w in windows:
                 yield w.select(columns) if columns else w

@@ -300,8 +300,8 @@ class KernelBatches:
     ones are filed per batch in the store's folder on one read of it (after a read to
     count the kernels per name, unless `counts`: full, count) and read back a batch at a
     time, as often as they are iterated. `alone`: the batches of one group of more than
-    `limit` kernels, which a reader can take a file at a time (`pieces`) rather than
-    whole (`batch`). `close` (or the `with` block) removes the files."""
+    `limit` kernels, with that count, which a reader can take a file at a time (`pieces`)
+    rather than whole (`batch`). `close` (or the `with` block) removes the files."""
 
     def __init__(self, acts: "Activities | StoredActivities", columns: list[str],
                  groups: pl.DataFrame | None = None, limit: int = 1_000_000,
@@ -311,7 +311,7 @@ class KernelBatches:
             pl.col("full").cast(pl.Int32), pl.col("group").cast(pl.Int64))
         self.folder: Path | None = None
         self.batches = 1
-        self.alone: set[int] = set()
+        self.alone: dict[int, int] = {}  # batch -> its one group's kernels
         self._acts = acts
         store = getattr(acts, "store", None)
         if store is None or getattr(acts, "_whole", None) is not None or \
@@ -331,7 +331,7 @@ class KernelBatches:
             batch.append(n)
             filled += c
             if c > limit:
-                self.alone.add(n)
+                self.alone[n] = c
         self.batches = n + 1
         if self.batches == 1:
             return

@@ -223,11 +223,12 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         # the batches' names in order (each batch holds names above the last one's)
         keys, sizes, xs, segs = [], [], [], []
         kept = None  # one batch: prepared once
+        lone = {b: _Alone(batches, b) for b, n in batches.alone.items() if n >= min_launches}
         for b in range(batches.batches):
             if b in batches.alone:
-                alone = _Alone(batches, b)
-                if alone.count < min_launches:
+                if b not in lone:
                     continue
+                alone = lone[b]
                 x = alone.sample()
                 kb, seg, sz = np.array([alone.full]), np.zeros(x.size, np.int64), \
                     np.array([alone.count])
@@ -262,16 +263,17 @@ def kernel_modality(acts: Activities, min_launches: int = MIN_LAUNCHES) -> pl.Da
         summaries, wheres, offset = [], [], 0
         for b in range(batches.batches):
             if b in batches.alone:
-                alone = _Alone(batches, b)
-                if alone.count < min_launches:
+                if b not in lone:
                     continue
-                summary, where = alone.classified(offset, fit, two, d, tasks, acts.end)
+                summary, where = lone[b].classified(offset, fit, two, d, tasks, acts.end)
                 offset += 1
             else:
-                k = kept if kept is not None else batches.batch(b)
+                k = kept
                 if k is None:
-                    continue
-                k = k if kept is not None else _prepared(k, min_launches)
+                    k = batches.batch(b)
+                    if k is None:
+                        continue
+                    k = _prepared(k, min_launches)
                 if k.height == 0:
                     continue
                 kb, seg, _, _ = _names(k)
@@ -371,7 +373,7 @@ class _Alone:
         first = next(p for p in batches.pieces(b, ["full", "name", "nccl"])
                      if p.height).row(0, named=True)  # a window can hold none of it
         self.full, self.name, self.nccl = first["full"], first["name"], first["nccl"]
-        self.count = sum(p.height for p in batches.pieces(b, ["full"]))
+        self.count = batches.alone[b]  # counted as the batches were made
 
     def durations(self) -> np.ndarray:
         """Every launch's duration, sorted."""
