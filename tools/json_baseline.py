@@ -1,6 +1,8 @@
 """The analyses' numbers before and after a change: `nsys2prv analyze --json` (default
-sections, `--iterations`, `--modality`) on every corpus export, on the cori_omp ranks
-merged, on a few translated traces, `--scaling --json` and `diff --json` on a few pairs.
+sections, `--iterations`, `--modality`, the critical path with its what-ifs and steps) on
+every corpus export, on the cori_omp ranks merged, on a few translated traces (there also
+the critical path's trace, `--path-trace`, compared byte for byte), `--scaling --json` and
+`diff --json` on a few pairs.
 
     python tools/json_baseline.py record ../json-baseline    # the code as it is
     python tools/json_baseline.py compare ../json-baseline   # again, and compare
@@ -30,7 +32,12 @@ CORPUS = Path(os.environ.get("NSYS2PRV_CORPUS", ROOT.parent / "shared" / "corpus
 # the comparison drops them wherever they are)
 TIMING = frozenset({"wall_s", "cpu_s", "seconds", "elapsed_s", "took_s"})
 # (after the inputs: --iterations takes an optional RANGE)
-VARIANTS = {"default": [], "iterations": ["--iterations"], "modality": ["--modality"]}
+VARIANTS = {"default": [], "iterations": ["--iterations"], "modality": ["--modality"],
+            "critical": ["--critical-path", "--what-if", "kernel:*=0.5", "--what-if",
+                         "gaps=0", "--what-if", "nccl=0,rank:0=0.5", "--iterations"]}
+# the files a case writes beside its output, compared byte for byte ({out}: the case's
+# directory, {name}: its name)
+WRITTEN = (".path.prv", ".path.pcf", ".path.row")
 # (name, before, after): diff pairs of the corpus (a real before/after, two ranks of one
 # run, two nsys versions of one program)
 DIFF_PAIRS = (
@@ -78,6 +85,9 @@ def cases(traces: Path) -> list[tuple[str, list[str]]]:
             for variant, extra in VARIANTS.items():
                 out.append((f"trace__{db.name.split('.')[0]}__{variant}",
                             ["analyze", "--json", str(prv), *extra]))
+            out.append((f"trace__{db.name.split('.')[0]}__critical_trace",
+                        ["analyze", "--json", str(prv), *VARIANTS["critical"],
+                         "--path-trace", "{out}/{name}.path.prv"]))
     for name, a, b in DIFF_PAIRS:
         if (CORPUS / a).exists() and (CORPUS / b).exists():
             out.append((f"diff__{name}", ["diff", "--json", str(CORPUS / a), str(CORPUS / b)]))
@@ -99,6 +109,7 @@ def _prepare(traces: Path, exe: str) -> None:
 
 def _run(exe: str, out: Path, case: tuple[str, list[str]]) -> str:
     name, args = case
+    args = [a.format(out=out, name=name) if "{out}" in a else a for a in args]
     p = subprocess.run([exe, *args], capture_output=True, text=True,
                        env={**os.environ, "NO_COLOR": "1"})
     (out / f"{name}.json").write_text(p.stdout)
@@ -151,6 +162,10 @@ def compare(old: Path, new: Path, names: list[str], ignore: frozenset[str]) -> l
     """What differs between the outputs of `names` in `old` and `new` (one line each)."""
     bad = []
     for name in names:
+        for ext in WRITTEN:
+            a, b = old / f"{name}{ext}", new / f"{name}{ext}"
+            if a.exists() != b.exists() or (a.exists() and a.read_bytes() != b.read_bytes()):
+                bad.append(f"{name}{ext}: differs")
         for ext in (".json", ".err"):
             a = (old / f"{name}{ext}").read_text() if (old / f"{name}{ext}").exists() \
                 else None
