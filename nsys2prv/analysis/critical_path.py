@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ..engine import NUL, graph_float, graph_path, graph_replay
+from ..engine import NUL
 from ..errors import UsageError
 from ..paraver.read import Source, Trace, TraceInfo, open_trace, windows
 from ..paraver.registry import STATE_NOT_CREATED, cuda, deps, graphs
@@ -257,13 +257,16 @@ class Graph:
     # int32: a kernel node's demangled name (FULL_NAME value; 0: none, or not a kernel)
     full: np.ndarray | None = None
     _kernel_labels: dict[int, str] | None = None
+    # the id of the first node (a slab of a larger graph, `graph_slabs`: its edges' and its
+    # rows' previous nodes are ids of the whole graph)
+    offset: int = 0
 
     def kernel_labels(self) -> dict[int, str]:
         """Demangled-name value -> its label (`labels.distinct_labels` over every kernel
         of the graph: the path's kernels of one short name told apart, alike in every
         list of this trace)."""
         if self._kernel_labels is None:
-            self._kernel_labels = {}
+            found: dict[int, str] = {}  # (assigned once whole: never seen half made)
             if self.full is not None and self.full.size:
                 k = np.flatnonzero(np.isin(self.kind, (N_KERNEL, N_NCCL, N_NCCL_ARRIVE))
                                    & (self.full > 0))
@@ -276,7 +279,8 @@ class Graph:
                 sv, fv = (pair >> 32).tolist(), (pair & 0xFFFFFFFF).tolist()
                 texts = [fulls.get(f, shorts.get(v, str(v))) for v, f in zip(sv, fv)]
                 labels = distinct_labels(texts, [shorts.get(v, "") for v in sv])
-                self._kernel_labels = {f: labels[t] for f, t in zip(fv, texts)}
+                found = {f: labels[t] for f, t in zip(fv, texts)}
+            self._kernel_labels = found
         return self._kernel_labels
 
     @property
@@ -755,16 +759,11 @@ class Evaluation:
 
 def evaluate(g: Graph, w: WhatIf | None = None) -> Evaluation:
     """The graph's times with the durations of `w` (None: as measured)."""
-    w = w or WhatIf()
-    on = np.ones(256, dtype=np.uint8)
-    if not w.gaps:
-        on[E_LAUNCH] = 0
-    new_start = np.empty(g.n, dtype=np.int64)
-    new_end = np.empty(g.n, dtype=np.int64)
-    binding = np.empty(g.n, dtype=np.int64)
-    graph_replay(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind,
-                 on, scales(g, w), new_start, new_end, binding, g.row_prev)
-    return Evaluation(new_start, new_end, binding)
+    from .graph_slabs import MEASURED, Slabs, sweep
+
+    slabs = Slabs(g)
+    sweep(slabs, w)
+    return slabs.result(MEASURED, 0)
 
 
 def connected(g: Graph) -> np.ndarray:
@@ -805,14 +804,16 @@ def path_nodes(g: Graph, ev: Evaluation, last: int | None = None,
     """The nodes of the critical path, earliest first: back from `last` (default: the
     job's work that ends last, `last_node`) through the binding edges, while they end
     after `stop`."""
+    from .graph_slabs import Slabs, walk
+
     if last is None:
         last = last_node(g, ev)
     if last is None:
         return np.zeros(0, dtype=np.int64)
-    out = np.empty(g.n, dtype=np.int64)
-    k = graph_path(ev.binding, g.pred_node, ev.end, last,
-                   -(2**62) if stop is None else stop, out, g.row_prev)
-    return out[:k][::-1].copy()
+    slabs = Slabs(g)
+    slabs.put("given", 0, start=ev.start, end=ev.end, binding=ev.binding)
+    return np.concatenate([here for *_, here, _ in walk(slabs, last, stop, "given")]
+                          or [np.zeros(0, np.int64)])
 
 
 # --------------------------------------------------------------------- the path's time --
@@ -870,6 +871,10 @@ class _Segments:
     dets: list[str]
 
 
+SEGMENT_SCHEMA = {"start": pl.Int64, "end": pl.Int64, "row": pl.Int32,
+                  "category": pl.Categorical, "detail": pl.Categorical, "node": pl.Int64}
+
+
 def path_segments(g: Graph, ev: Evaluation, path: np.ndarray,
                   span: tuple[int, int] | None = None) -> pl.DataFrame:
     """The path's time as segments (start, end, row, category, detail, node), tiling
@@ -879,25 +884,54 @@ def path_segments(g: Graph, ev: Evaluation, path: np.ndarray,
     the time before the path's first node and after its last. Built in numpy; category and
     detail are categoricals (a path of millions of nodes holds numbers, not strings)."""
     lo, hi = span or g.span
-    schema = {"start": pl.Int64, "end": pl.Int64, "row": pl.Int32,
-              "category": pl.Categorical, "detail": pl.Categorical, "node": pl.Int64}
     if path.size == 0:
-        return pl.DataFrame([(lo, hi, None, WAITING, "", None)], schema=schema, orient="row")
-    a = _segment_arrays(g, ev, path, (lo, hi))
+        return _frame(_waiting((lo, hi)))
+    on_path = Evaluation(ev.start[path], ev.end[path], ev.binding[path])
+    return _frame(_segment_arrays(g, on_path, path, (lo, hi), ends=True))
+
+
+def _frame(a: _Segments) -> pl.DataFrame:
+    """Segments in numpy columns as a table (`path_segments`)."""
     cat_s = pl.Series("category", a.cats, dtype=pl.Categorical)
     det_s = pl.Series("detail", a.dets, dtype=pl.Categorical)
     return pl.DataFrame({
         "start": a.start, "end": a.end,
         "row": pl.Series(a.row.astype(np.int32)).replace(-1, None),
         "category": cat_s.gather(a.cat), "detail": det_s.gather(a.det),
-        "node": pl.Series(a.node.astype(np.int64)).replace(-1, None)}).cast(schema)
+        "node": pl.Series(a.node.astype(np.int64)).replace(-1, None)}).cast(SEGMENT_SCHEMA)
 
 
-def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int, int]
-                    ) -> _Segments:
-    """`path_segments` in numpy columns (a path that is not empty)."""
+def _waiting(span: tuple[int, int]) -> _Segments:
+    """The segments of a span with no path: waiting, all of it."""
+    one = np.ones(1, dtype=np.int32)
+    return _Segments(np.array([span[0]]), np.array([span[1]]), -one, 2 * one, 0 * one,
+                     np.array([-1]), [HOST_COMPUTE, LATENCY, WAITING, BEFORE, AFTER], [""])
+
+
+def _edge_segments(span: tuple[int, int], first_start: int, last_end: int) -> _Segments:
+    """The time before the path's first node and after its last, clipped to `span`, those
+    not empty."""
     lo, hi = span
-    parts, cats, dets = _segment_parts(g, _on_path(ev, path), path, span)
+    s0 = np.clip(np.array([lo, last_end]), lo, hi)
+    e0 = np.clip(np.array([first_start, hi]), lo, hi)
+    keep = np.flatnonzero(e0 > s0)
+    z = np.zeros(keep.size, dtype=np.int32)
+    return _Segments(s0[keep], e0[keep], z - 1, np.array([3, 4], np.int32)[keep], z,
+                     np.full(keep.size, -1, np.int64),
+                     [HOST_COMPUTE, LATENCY, WAITING, BEFORE, AFTER], [""])
+
+
+def _segment_arrays(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[int, int],
+                    after=None, ends: bool = False) -> _Segments:
+    """The segments of `path` (ids in `g`, a path or the part of one in a slab, not empty)
+    in numpy columns, clipped to `span`, those not empty, in time order; `on_path`: the
+    evaluation of its nodes; `after`: the path's next node (`graph_slabs.Next`) when it
+    goes on in a later slab; `ends`: with the time before the path and after it."""
+    lo, hi = span
+    parts, cats, dets = _segment_parts(g, on_path, path, after)
+    if ends:
+        e = _edge_segments(span, int(on_path.start[0]), int(on_path.end[-1]))
+        parts.append((e.start, e.end, e.row, e.cat, e.det, e.node))
     s0 = np.clip(np.concatenate([p[0] for p in parts]), lo, hi)
     e0 = np.clip(np.concatenate([p[1] for p in parts]), lo, hi)
     keep = np.flatnonzero(e0 > s0)
@@ -913,22 +947,27 @@ def _segment_arrays(g: Graph, ev: Evaluation, path: np.ndarray, span: tuple[int,
                      d0.astype(np.int32), n0.astype(np.int64), cats, dets)
 
 
-def _on_path(ev: Evaluation, path: np.ndarray) -> Evaluation:
-    """The evaluation of `path`'s nodes only, in its order (what its segments need; the
-    whole graph's can then be freed)."""
-    return Evaluation(ev.start[path], ev.end[path], ev.binding[path])
-
-
-def _segment_parts(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[int, int]
+def _segment_parts(g: Graph, on_path: Evaluation, path: np.ndarray, after=None
                    ) -> tuple[list[tuple[np.ndarray, ...]], list[str], list[str]]:
-    """The path's segments as four parts, each in time order, not clipped to the span:
-    (start, end, row, category code, detail code, node) columns; and the categories' and
-    details' names. `on_path`: the evaluation of the path's nodes (`_on_path`)."""
-    lo, hi = span
+    """The path's segments as three parts, each in time order, not clipped: (start, end,
+    row, category code, detail code, node id) columns; and the categories' and details'
+    names. `on_path`: the evaluation of the path's nodes; `after`: its next node in a
+    later slab (`_segment_arrays`)."""
     start, end = on_path.start, on_path.end
     _, lag, ekind = g.edges_of(path[1:], on_path.binding[1:])  # into each next node
-    ready = end[:-1] + lag
-    cut = np.maximum(np.append(np.minimum(ready, end[:-1]), end[-1]), start)
+    rows = g.row[path]
+    nodes = path + g.offset
+    next_start, next_row, next_node = start[1:], rows[1:], nodes[1:]
+    if after is not None:  # the last node's successor is in a later slab
+        lag, ekind = np.append(lag, after.lag), np.append(ekind, after.kind)
+        next_start = np.append(next_start, after.start)
+        next_row = np.append(next_row, after.row).astype(rows.dtype)
+        next_node = np.append(next_node, after.node)
+        ready = end + lag
+        cut = np.maximum(np.minimum(ready, end), start)
+    else:
+        ready = end[:-1] + lag
+        cut = np.maximum(np.append(np.minimum(ready, end[:-1]), end[-1]), start)
     host = g.kind[path] == N_HOST
     split = np.where(host, np.clip(g.split[path] + (start - g.start[path]), start, cut), start)
     # each node's label: its (type, value, kind) looked up once per distinct triple
@@ -970,15 +1009,12 @@ def _segment_parts(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[
         if node_det[i] == len(dets):
             dets.append(det)
     n = path.size
-    rows = g.row[path]
     zeros = np.zeros(n, dtype=np.int32)
     parts = [  # (start, end, row, category code, detail code, node)
-        (start, split, rows, zeros, zeros, path),
-        (split, cut, rows, node_cat[inverse], node_det[inverse], path),
-        (np.maximum(ready, cut[:-1]), start[1:], rows[1:],
-         np.where(ekind == E_LAUNCH, 1, 2).astype(np.int32), zeros[1:], path[1:]),
-        (np.array([lo, end[-1]]), np.array([start[0], hi]), np.array([-1, -1], np.int32),
-         np.array([3, 4], np.int32), np.zeros(2, np.int32), np.array([-1, -1]))]
+        (start, split, rows, zeros, zeros, nodes),
+        (split, cut, rows, node_cat[inverse], node_det[inverse], nodes),
+        (np.maximum(ready, cut[:ready.size]), next_start, next_row,
+         np.where(ekind == E_LAUNCH, 1, 2).astype(np.int32), zeros[:ready.size], next_node)]
     return parts, cats, dets
 
 
@@ -1010,7 +1046,7 @@ class CriticalPath:
     trace's time; shares of the span)."""
 
     span: tuple[int, int]
-    segments: pl.DataFrame  # start, end, row, category, detail, node
+    segment_parts: "_Kept"  # the path's segments, part by part (`segments`)
     by_category: pl.DataFrame  # category, time, share
     by_detail: pl.DataFrame  # category, detail, time, share (kernels by name, calls ...)
     by_process: pl.DataFrame  # task_index, process, time, share, gpu, host
@@ -1019,6 +1055,14 @@ class CriticalPath:
     counts: dict[str, int]
     what_if: list[Scenario] = field(default_factory=list)
     steps: pl.DataFrame | None = None  # instance, category, time, share (with iterations)
+
+    @property
+    def segments(self) -> pl.DataFrame:
+        """The path's segments in time order (start, end, row, category, detail, node):
+        read back whole, for small paths and tests; `segment_parts` gives them part by
+        part."""
+        return pl.concat(list(self.segment_parts.frames())) if self.segment_parts.count \
+            else _frame(_waiting(self.span))
 
     @property
     def length(self) -> int:
@@ -1063,59 +1107,6 @@ def _by_category(seg: pl.DataFrame, total: int) -> pl.DataFrame:
             .sort("time", "category", descending=[True, False]))
 
 
-def _composition(g: Graph, on_path: Evaluation, path: np.ndarray, span: tuple[int, int],
-                 rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """`_by_category` and `_by_process` of a path without its table of segments (numpy
-    sums: a what-if needs only its composition); `on_path`: the evaluation of the path's
-    nodes (`_on_path`)."""
-    total = span[1] - span[0]
-    if path.size == 0:
-        seg = path_segments(g, on_path, path, span)
-        return _by_category(seg, total), _by_process(seg, rows, total)
-    lo, hi = span
-    parts, cats, dets = _segment_parts(g, on_path, path, span)
-    ncat = len(cats)
-    gpu_cat = np.isin(np.array(cats, dtype=object), GPU_CATEGORIES)
-    rr = rows.select("row", "task_index")
-    task_of = np.full(max(int(g.row.max(initial=0)), int(rr["row"].max() or 0)) + 2, -1,
-                      np.int64)  # [-1]: no row
-    task_of[rr["row"].to_numpy()] = rr["task_index"].to_numpy()
-    ntask = int(task_of.max(initial=-1)) + 1
-    per_cat = np.zeros(ncat)
-    seen_cat = np.zeros(ncat, dtype=np.int64)
-    t_all, t_gpu = np.zeros(ntask), np.zeros(ntask)
-    seen_task = np.zeros(ntask, dtype=np.int64)
-    for p in parts:  # sums part by part: no table of the segments
-        dur = np.clip(p[1], lo, hi) - np.clip(p[0], lo, hi)
-        m = dur > 0
-        cat, dur, task = p[3][m], dur[m], task_of[p[2][m]]
-        per_cat += np.bincount(cat, weights=dur, minlength=ncat)
-        seen_cat += np.bincount(cat, minlength=ncat)
-        ok = task >= 0
-        task, d, is_gpu = task[ok], dur[ok], gpu_cat[cat[ok]]
-        t_all += np.bincount(task, weights=d, minlength=ntask)
-        t_gpu += np.bincount(task[is_gpu], weights=d[is_gpu], minlength=ntask)
-        seen_task += np.bincount(task, minlength=ntask)
-    del parts
-    present = seen_cat > 0
-    by_cat = (pl.DataFrame({"category": [c for c, p in zip(cats, present) if p],
-                            "time": per_cat[present].round().astype(np.int64)})
-              .with_columns((pl.col("time") / max(total, 1)).alias("share"))
-              .sort("time", "category", descending=[True, False]))
-    # per process: the time on its rows, GPU work apart
-    t_all, t_gpu = t_all.round().astype(np.int64), t_gpu.round().astype(np.int64)
-    seen = seen_task > 0
-    labels = rows.group_by("task_index").agg(pl.col("task_label").first().alias("process"))
-    by_process = (pl.DataFrame({"task_index": np.flatnonzero(seen), "time": t_all[seen],
-                                "gpu": t_gpu[seen], "host": (t_all - t_gpu)[seen]})
-                  .with_columns(pl.col("task_index").cast(rows.schema["task_index"]))
-                  .join(labels, on="task_index", how="left")
-                  .with_columns((pl.col("time") / max(total, 1)).alias("share"))
-                  .select("task_index", "process", "time", "gpu", "host", "share")
-                  .sort("time", "task_index", descending=[True, False]))
-    return by_cat, by_process
-
-
 def _bound(by_cat: pl.DataFrame) -> dict[str, float]:
     """Shares of the path's own time (the span less the time before its first work and
     after its last) on GPU work, on host work and waiting."""
@@ -1128,144 +1119,278 @@ def _bound(by_cat: pl.DataFrame) -> dict[str, float]:
     return {"gpu": gpu / own, "host": host / own, "waiting": waiting / own}
 
 
-def _longest(seg: pl.DataFrame, rows: pl.DataFrame, top: int, g: Graph,
-             ev: Evaluation) -> pl.DataFrame:
-    """Runs of the path on one row (consecutive segments of a row), the longest first, with
-    what takes most of each and the NVTX range it is in. In numpy over the path's millions
-    of segments; only the `top` runs are looked into."""
-    # the segments on a row (all but the time before the first work and after the last:
-    # the two ends of the span) as a slice, not a copy of the table
-    row_all = seg["row"].fill_null(-1).to_numpy()
-    idx = np.flatnonzero(row_all >= 0)
-    if idx.size and idx[-1] - idx[0] + 1 == idx.size:
-        on_row = seg.slice(int(idx[0]), int(idx.size))
-    else:
-        on_row = seg.filter(pl.col("row").is_not_null())  # in time order
-    del idx
-    start = on_row["start"].to_numpy()
-    end = on_row["end"].to_numpy()
-    row = on_row["row"].fill_null(-1).to_numpy()
-    del row_all
-    first = np.flatnonzero(np.append(True, row[1:] != row[:-1])) if row.size else row
-    schema = {"start": pl.Int64, "end": pl.Int64, "duration": pl.Int64, "label": pl.Utf8,
-              "category": pl.Utf8, "detail": pl.Utf8, "nvtx": pl.Utf8}
-    if first.size == 0:
-        return pl.DataFrame(schema=schema)
+class _Kept:
+    """The path's segments, part by part (for its trace, `write_path_trace`): held, or
+    written beside the graph's slabs (`dir`). Parts come latest first (the walk's order)."""
+
+    def __init__(self, dir: Path | None = None) -> None:
+        self.dir = dir
+        self._parts: list[pl.DataFrame | Path] = []
+
+    @property
+    def count(self) -> int:
+        return len(self._parts)
+
+    def add(self, frame: pl.DataFrame) -> None:
+        if self.dir is None:
+            self._parts.append(frame)
+            return
+        path = self.dir / f"segments.{len(self._parts):06d}.arrow"
+        frame.write_ipc(path)
+        self._parts.append(path)
+
+    def frames(self) -> Iterable[pl.DataFrame]:
+        """The parts in time order."""
+        for part in reversed(self._parts):
+            yield part if isinstance(part, pl.DataFrame) else pl.read_ipc(part)
+
+
+@dataclass
+class _Run:
+    """A run of the path on one row (consecutive segments on it): its span, its time by
+    (category, detail), its first node (None: none)."""
+
+    start: int
+    end: int
+    row: int
+    times: dict[tuple[str, str], int]
+    first: int | None
+
+    def joined(self, later: "_Run") -> "_Run":
+        times = dict(self.times)
+        for k, v in later.times.items():
+            times[k] = times.get(k, 0) + v
+        firsts = [f for f in (self.first, later.first) if f is not None]
+        return _Run(self.start, max(self.end, later.end), self.row, times,
+                    min(firsts) if firsts else None)
+
+
+def _runs_of(a: _Segments, top: int) -> list[_Run]:
+    """The runs of a part of the path (segments in time order) that can be among the `top`
+    longest: its `top` longest and its first and last (which may go on in the parts beside
+    it), in time order."""
+    on = np.flatnonzero(a.row >= 0)
+    if on.size == 0:
+        return []
+    start, end, row = a.start[on], a.end[on], a.row[on]
+    first = np.flatnonzero(np.append(True, row[1:] != row[:-1]))
     last = np.append(first[1:], row.size)
     run_start, run_end = start[first], np.maximum.reduceat(end, first)
-    duration = run_end - run_start
-    pick = np.lexsort((run_start, -duration))[:top]
-    node = on_row["node"].fill_null(np.iinfo(np.int64).max).to_numpy()
-    # categoricals as their codes: a run's sums in numpy, its few names looked up
-    category, detail = on_row["category"], on_row["detail"]
-    cat_code = category.to_physical().to_numpy().astype(np.int64)
-    det_code = detail.to_physical().to_numpy().astype(np.int64)
-    width = int(det_code.max(initial=0)) + 1
-    dense = (int(cat_code.max(initial=0)) + 1) * width <= 1 << 22  # sums in a dense array
-    label_of = dict(rows.select(pl.col("row").cast(pl.Int64), "label").iter_rows())
-    kind_of = dict(rows.select(pl.col("row").cast(pl.Int64), "kind").iter_rows())
+    pick = set(np.lexsort((run_start, -(run_end - run_start)))[:top].tolist())
+    pick |= {0, first.size - 1}
+    ndet = len(a.dets)
+    code = a.cat[on].astype(np.int64) * ndet + a.det[on]
+    node = a.node[on]
     out = []
-    for k in pick.tolist():
+    for k in sorted(pick):
         lo, hi = int(first[k]), int(last[k])
-        code = cat_code[lo:hi] * width + det_code[lo:hi]
-        if dense:
-            t = np.bincount(code, weights=end[lo:hi] - start[lo:hi])
-            best = np.flatnonzero(t == t.max())
-            at = [int(np.argmax(code == b)) for b in best]  # a segment of each
-        else:
-            pair, first_at = np.unique(code, return_index=True)
-            t = np.bincount(np.searchsorted(pair, code), weights=end[lo:hi] - start[lo:hi])
-            at = [int(first_at[b]) for b in np.flatnonzero(t == t.max())]
-        main = min((category[lo + a], detail[lo + a]) for a in at)
-        n0 = int(node[lo:hi].min())
-        r = int(row[lo])
-        run = {"row": r, "start": int(run_start[k]), "end": int(run_end[k]),
-               "kind": kind_of.get(r), "first": None if n0 == np.iinfo(np.int64).max else n0}
-        out.append((int(run_start[k]), int(run_end[k]), int(duration[k]), label_of.get(r),
-                    main[0], main[1], _nvtx_of(g, ev, run)))
-    return pl.DataFrame(out, schema=schema, orient="row")
+        u, inv = np.unique(code[lo:hi], return_inverse=True)
+        t = np.bincount(inv, weights=end[lo:hi] - start[lo:hi])
+        times = {(a.cats[c // ndet], a.dets[c % ndet]): int(round(v))
+                 for c, v in zip(u.tolist(), t.tolist())}
+        nodes = node[lo:hi][node[lo:hi] >= 0]
+        out.append(_Run(int(run_start[k]), int(run_end[k]), int(row[lo]), times,
+                        int(nodes.min()) if nodes.size else None))
+    return out
 
 
-def _nvtx_of(g: Graph, ev: Evaluation, run: dict) -> str | None:
+class _PathTables:
+    """What a path's segments add up to, given part by part (latest first, as the walk
+    gives them): the time by category and detail and by row and category; with `top`, the
+    longest runs on one row; with `kept`, the segments themselves. Memory: a few numbers
+    per name, per row and per run kept, not per segment."""
+
+    def __init__(self, span: tuple[int, int], top: int = 0, kept: _Kept | None = None
+                 ) -> None:
+        self.span = span
+        self.total = span[1] - span[0]
+        self.top, self.kept = top, kept
+        self.det_time: dict[tuple[str, str], int] = {}
+        self.row_time: dict[tuple[int, str], int] = {}
+        self.runs: list[list[_Run]] = []  # per part, latest part first
+
+    def add(self, a: _Segments) -> None:
+        if self.kept is not None:
+            self.kept.add(_frame(a))
+        if a.start.size == 0:
+            return
+        d = a.end - a.start
+        ndet, ncat = len(a.dets), len(a.cats)
+        for key, names, out in (
+                (a.cat.astype(np.int64) * ndet + a.det,
+                 lambda c: (a.cats[c // ndet], a.dets[c % ndet]), self.det_time),
+                (a.row.astype(np.int64) * ncat + a.cat,
+                 lambda c: (c // ncat, a.cats[c % ncat]), self.row_time)):
+            ok = key >= 0  # (rows: -1 is none)
+            u, inv = np.unique(key[ok], return_inverse=True)
+            t = np.bincount(inv, weights=d[ok], minlength=u.size)
+            for c, v in zip(u.tolist(), t.tolist()):
+                k = names(c)
+                out[k] = out.get(k, 0) + int(round(v))
+        if self.top:
+            self.runs.append(_runs_of(a, self.top))
+
+    def by_category(self) -> pl.DataFrame:
+        per: dict[str, int] = {}
+        for (cat, _), t in self.det_time.items():
+            per[cat] = per.get(cat, 0) + t
+        return (pl.DataFrame({"category": list(per), "time": list(per.values())},
+                             schema={"category": pl.Utf8, "time": pl.Int64})
+                .with_columns((pl.col("time") / max(self.total, 1)).alias("share"))
+                .sort("time", "category", descending=[True, False]))
+
+    def by_detail(self) -> pl.DataFrame:
+        keys = list(self.det_time)
+        return (pl.DataFrame({"category": [k[0] for k in keys], "detail": [k[1] for k in keys],
+                              "time": list(self.det_time.values())},
+                             schema={"category": pl.Utf8, "detail": pl.Utf8, "time": pl.Int64})
+                .with_columns((pl.col("time") / max(self.total, 1)).alias("share"))
+                .sort("time", "category", "detail", descending=[True, False, False]))
+
+    def by_process(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Per process: the path's time on its rows, of which on GPU work and on host
+        work."""
+        keys = list(self.row_time)
+        per_row = pl.DataFrame({"row": [k[0] for k in keys], "category": [k[1] for k in keys],
+                                "t": list(self.row_time.values())},
+                               schema={"row": pl.Int32, "category": pl.Utf8, "t": pl.Int64}
+                               ).with_columns(pl.col("category").is_in(list(GPU_CATEGORIES))
+                                              .alias("gpu"))
+        labels = rows.group_by("task_index").agg(pl.col("task_label").first().alias("process"))
+        t, gpu = pl.col("t"), pl.col("gpu")
+        return (per_row.join(rows.select("row", "task_index"), on="row", how="inner")
+                .group_by("task_index").agg(t.sum().alias("time"),
+                                            t.filter(gpu).sum().alias("gpu"),
+                                            t.filter(~gpu).sum().alias("host"))
+                .join(labels, on="task_index", how="left")
+                .with_columns((pl.col("time") / max(self.total, 1)).alias("share"))
+                .select("task_index", "process", "time", "gpu", "host", "share")
+                .sort("time", "task_index", descending=[True, False]))
+
+    def longest(self, rows: pl.DataFrame, slabs) -> pl.DataFrame:
+        """Runs of the path on one row, the longest first (`top` of them), with what takes
+        most of each and the NVTX range it is in."""
+        done: list[_Run] = []
+        chain: _Run | None = None
+        for runs in reversed(self.runs):  # in time order; a run may go on across parts
+            if not runs:
+                continue
+            head = runs[0]
+            if chain is not None and chain.row == head.row:
+                head = chain.joined(head)
+            elif chain is not None:
+                done.append(chain)
+            if len(runs) == 1:
+                chain = head
+                continue
+            done.append(head)
+            done.extend(runs[1:-1])
+            chain = runs[-1]
+        if chain is not None:
+            done.append(chain)
+        schema = {"start": pl.Int64, "end": pl.Int64, "duration": pl.Int64, "label": pl.Utf8,
+                  "category": pl.Utf8, "detail": pl.Utf8, "nvtx": pl.Utf8}
+        if not done:
+            return pl.DataFrame(schema=schema)
+        start = np.array([r.start for r in done], dtype=np.int64)
+        duration = np.array([r.end for r in done], dtype=np.int64) - start
+        label_of = dict(rows.select(pl.col("row").cast(pl.Int64), "label").iter_rows())
+        kind_of = dict(rows.select(pl.col("row").cast(pl.Int64), "kind").iter_rows())
+        out = []
+        for k in np.lexsort((start, -duration))[:self.top].tolist():
+            r = done[k]
+            most = max(r.times.values())
+            main = min(key for key, v in r.times.items() if v == most)
+            run = {"row": r.row, "start": r.start, "end": r.end, "kind": kind_of.get(r.row),
+                   "first": r.first}
+            out.append((r.start, r.end, r.end - r.start, label_of.get(r.row), main[0],
+                        main[1], _nvtx_of(slabs, run)))
+        return pl.DataFrame(out, schema=schema, orient="row")
+
+
+def _nvtx_of(slabs, run: dict) -> str | None:
     """The innermost NVTX range open on the host thread of a run of the path: its own row at
     its middle, or, for a GPU run, the thread whose call launched its first work, at the
     launch."""
-    if g.nvtx is None or g.nvtx.height == 0:
+    from .graph_slabs import MEASURED
+
+    if slabs.nvtx is None or slabs.nvtx.height == 0:
         return None
     row, t = run["row"], (run["start"] + run["end"]) // 2
     if run["kind"] != "cpu":
         first = run["first"]
         if first is None:
             return None
-        pred, lag, kind = g.edges_of(np.array([first]), ev.binding[[first]])
+        s = slabs.slab_of(first)
+        p, ev = slabs.part(s), slabs.result(MEASURED, s)
+        here = np.array([first - p.offset])
+        pred, lag, kind = p.edges_of(here, ev.binding[here])
         if pred[0] < 0 or kind[0] != E_LAUNCH:
             return None
-        row, t = int(g.row[pred[0]]), int(ev.end[pred[0]] + lag[0])
-    return g.nvtx.innermost(row, t)
+        at = pred[:1]
+        row = int(slabs.gather(at, "row")[0])
+        t = int(slabs.gather(at, "end", MEASURED)[0] + lag[0])
+    return slabs.nvtx.innermost(row, t)
 
 
-def _by_process(seg: pl.DataFrame, rows: pl.DataFrame, total: int) -> pl.DataFrame:
-    """Per process: the path's time on its rows, of which on GPU work and on host work."""
-    d = pl.col("end") - pl.col("start")
-    per_row = (seg.filter(pl.col("row").is_not_null())
-               .group_by("row", "category").agg(d.sum().alias("t"))  # a few per row
-               .with_columns(pl.col("category").cast(pl.Utf8).is_in(list(GPU_CATEGORIES))
-                             .alias("gpu")))
-    labels = rows.group_by("task_index").agg(pl.col("task_label").first().alias("process"))
-    t, gpu = pl.col("t"), pl.col("gpu")
-    return (per_row.join(rows.select("row", "task_index"), on="row", how="inner")
-            .group_by("task_index").agg(t.sum().alias("time"), t.filter(gpu).sum().alias("gpu"),
-                                        t.filter(~gpu).sum().alias("host"))
-            .join(labels, on="task_index", how="left")
-            .with_columns((pl.col("time") / max(total, 1)).alias("share"))
-            .select("task_index", "process", "time", "gpu", "host", "share")
-            .sort("time", "task_index", descending=[True, False]))
+def _follow(slabs, last: int | None, tables: _PathTables, key: str | None = None,
+            stop: int | None = None) -> int | None:
+    """Walk the path of evaluation `key` back from node `last` (while its nodes end after
+    `stop`) into `tables`, part by part; the end of its last node (None: no path)."""
+    from .graph_slabs import MEASURED, walk
+
+    span = tables.span
+    last_end = first_start = None
+    for p, ev, here, after in walk(slabs, last, stop, key or MEASURED):
+        on = Evaluation(ev.start[here], ev.end[here], ev.binding[here])
+        if last_end is None:
+            last_end = int(on.end[-1])
+            tables.add(_edge_segments(span, span[0], last_end))  # after the path
+        tables.add(_segment_arrays(p, on, here, span, after))
+        first_start = int(on.start[0])
+    if last_end is None:
+        tables.add(_waiting(span))
+        return None
+    tables.add(_edge_segments(span, first_start, span[1]))  # before the path
+    return last_end
 
 
-def critical_path(g: Graph, what_if: Iterable[WhatIf] = (), top: int = 10) -> CriticalPath:
-    """The critical path over the graph's span, its composition, and each what-if (the
-    what-ifs, one after the other, on a second thread while the measured path's tables are
-    made: both are numpy and the engine, which give up the interpreter lock)."""
-    lo, hi = g.span
-    ev = evaluate(g)
-    path = path_nodes(g, ev)
-    total = hi - lo
-    rows = g.rows.select(pl.col("row").cast(pl.Int32), "task_index", "task_label", "kind",
-                         "label", "device")
-    measured = int(ev.end[path[-1]]) - lo if path.size else 0
-    connected(g)  # computed once, before the threads ask for it
+def critical_path(g, what_if: Iterable[WhatIf] = (), top: int = 10) -> CriticalPath:
+    """The critical path over the graph's span (a `Graph`, or its `graph_slabs.Slabs`),
+    its composition, and each what-if (another evaluation of the graph, slab by slab)."""
+    from .graph_slabs import Slabs, sweep
 
-    def scenario(w: WhatIf) -> Scenario:
-        e2 = evaluate(g, w)
-        p2 = path_nodes(g, e2)
-        end2 = int(e2.end[p2[-1]]) if p2.size else lo
-        e2 = _on_path(e2, p2)  # the path's nodes only: the whole graph's times are freed
-        by_cat2, by_process2 = _composition(g, e2, p2, (lo, max(end2, lo)), rows)
-        return Scenario(w.text, measured, end2 - lo, by_cat2, by_process2)
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        futures = [pool.submit(scenario, w) for w in what_if]
-        seg = path_segments(g, ev, path)
-        by_cat = _by_category(seg, total)
-        d = pl.col("end") - pl.col("start")
-        by_detail = (seg.group_by("category", "detail").agg(d.sum().alias("time"))
-                     .with_columns(pl.col("category").cast(pl.Utf8),
-                                   pl.col("detail").cast(pl.Utf8))
-                     .with_columns((pl.col("time") / max(total, 1)).alias("share"))
-                     .sort("time", "category", "detail", descending=[True, False, False]))
-        by_detail = _with_full_names(by_detail, g)
-        by_process = _by_process(seg, rows, total)
-        longest = _longest(seg, rows, top, g, ev)
-        scenarios = [f.result() for f in futures]
-    return CriticalPath((lo, hi), seg, by_cat, by_detail, by_process, longest,
-                        _bound(by_cat), dict(g.counts), scenarios)
+    slabs = g if isinstance(g, Slabs) else Slabs(g)
+    lo, hi = slabs.span
+    rows = slabs.rows.select(pl.col("row").cast(pl.Int32), "task_index", "task_label", "kind",
+                             "label", "device")
+    kept = _Kept(slabs.dir)
+    tables = _PathTables((lo, hi), top, kept)
+    last_end = _follow(slabs, sweep(slabs), tables)
+    measured = last_end - lo if last_end is not None else 0
+    scenarios = []
+    for i, w in enumerate(what_if):
+        key = f"what-if-{i}"
+        last = sweep(slabs, w, key)
+        end2 = lo if last is None else int(slabs.gather(np.array([last]), "end", key)[0])
+        t2 = _PathTables((lo, max(end2, lo)))
+        _follow(slabs, last, t2, key)
+        slabs.drop(key)
+        scenarios.append(Scenario(w.text, measured, end2 - lo, t2.by_category(),
+                                  t2.by_process(rows)))
+    by_cat = tables.by_category()
+    by_detail = _with_full_names(tables.by_detail(), slabs.names, slabs.kernel_labels)
+    return CriticalPath((lo, hi), kept, by_cat, by_detail, tables.by_process(rows),
+                        tables.longest(rows, slabs), _bound(by_cat), dict(slabs.counts),
+                        scenarios)
 
 
-def _with_full_names(by_detail: pl.DataFrame, g: Graph) -> pl.DataFrame:
+def _with_full_names(by_detail: pl.DataFrame, names: dict[int, dict[int, str]],
+                     kernel_labels: dict[int, str]) -> pl.DataFrame:
     """`by_detail` with a `full` column: a kernel's demangled name beside its label (the
     detail), null for the rest."""
-    fulls = g.names.get(FULL_NAME, {})
-    text = {label: fulls.get(v, label) for v, label in g.kernel_labels().items()}
+    fulls = names.get(FULL_NAME, {})
+    text = {label: fulls.get(v, label) for v, label in kernel_labels.items()}
     is_kernel = pl.col("category").is_in(["kernels", "NCCL"])
     return by_detail.with_columns(
         pl.when(is_kernel).then(pl.col("detail").replace_strict(
@@ -1273,40 +1398,28 @@ def _with_full_names(by_detail: pl.DataFrame, g: Graph) -> pl.DataFrame:
         .otherwise(None).alias("full"))
 
 
-def step_paths(g: Graph, steps: pl.DataFrame) -> pl.DataFrame:
+def step_paths(g, steps: pl.DataFrame) -> pl.DataFrame:
     """Per step (instance, start, end): the critical path inside it - back from the work
     that ends last in the step to the step's start - as (instance, category, time,
-    share of the step)."""
-    ev = evaluate(g)
-    ok = np.flatnonzero(connected(g))
-    order = ok[np.argsort(g.end[ok], kind="stable")]
-    ends = g.end[order]
+    share of the step). `g`: a `Graph` or its `graph_slabs.Slabs`."""
+    from .graph_slabs import MEASURED, Slabs, sweep
+
+    slabs = g if isinstance(g, Slabs) else Slabs(g)
+    if MEASURED not in slabs.keys:
+        sweep(slabs)
     parts = []
     for inst, lo, hi in steps.select("instance", "start", "end").iter_rows():
-        k = int(np.searchsorted(ends, hi, side="right")) - 1  # last work ending in the step
-        if k < 0 or ends[k] <= lo:
+        got = slabs.last_ending(hi)  # the last work ending in the step
+        if got is None or got[0] <= lo:
             continue
-        path = path_nodes(g, ev, int(order[k]), stop=lo)
-        seg = path_segments(g, ev, path, (lo, hi))
-        parts.append(_by_category(seg, hi - lo).with_columns(pl.lit(inst).alias("instance")))
+        tables = _PathTables((lo, hi))
+        _follow(slabs, got[1], tables, MEASURED, stop=lo)
+        parts.append(tables.by_category().with_columns(pl.lit(inst).alias("instance")))
     if not parts:
         return pl.DataFrame(schema={"instance": pl.Int64, "category": pl.Utf8,
                                     "time": pl.Int64, "share": pl.Float64})
     return pl.concat(parts).select(pl.col("instance").cast(pl.Int64), "category", "time",
                                    "share")
-
-
-def float_of(g: Graph, until: int | None = None) -> np.ndarray:
-    """Each node's float (ns): how much later it could end, as measured, without any work
-    ending after `until` (default: the end of the work that ends last): 0 on the critical
-    path."""
-    latest = np.empty(g.n, dtype=np.int64)
-    if g.n == 0:
-        return latest
-    on = np.ones(256, dtype=np.uint8)
-    graph_float(g.start, g.end, g.pred_ptr, g.pred_node, g.pred_lag, g.edge_kind, on,
-                int(g.end.max()) if until is None else until, latest, g.row_prev)
-    return latest - g.end
 
 
 # ----------------------------------------------------------------- in Paraver --
@@ -1323,12 +1436,14 @@ def _path_code(category: str) -> int:
     return creg.PATH_HOST
 
 
-def path_events(g: Graph, segments: pl.DataFrame, floats: np.ndarray) -> pl.DataFrame:
+def path_events(g, segments: pl.DataFrame) -> pl.DataFrame:
     """(row, time, type, value): the critical path's segments on their rows (what it is
     doing; 0 where it leaves a row) and every GPU activity's float (1 + us at its start, 0
-    at its end)."""
+    at its end: `graph_slabs.float_sweep`). `g`: a `Graph` or its `graph_slabs.Slabs`."""
     from ..paraver.registry import critical as creg
+    from .graph_slabs import Slabs, float_sweep
 
+    slabs = g if isinstance(g, Slabs) else Slabs(g)
     c = pl.col
     seg = segments.filter(c("row").is_not_null()).with_columns(
         c("category").cast(pl.Utf8).alias("category"))
@@ -1342,9 +1457,14 @@ def path_events(g: Graph, segments: pl.DataFrame, floats: np.ndarray) -> pl.Data
     # a row's segments that touch: no 0 between them
     path = (pl.concat([off, on]).sort("row", "time", "value")
             .unique(["row", "time"], keep="last", maintain_order=True))
-    gpu = np.isin(g.kind, (N_KERNEL, N_NCCL, N_MEMCPY, N_MEMSET))
-    us = np.minimum(floats[gpu] // 1000 + 1, 2**31 - 1)
-    fl = pl.DataFrame({"row": g.row[gpu], "start": g.start[gpu], "end": g.end[gpu], "v": us})
+    fl_parts = []
+    for p, floats in float_sweep(slabs):
+        gpu = np.isin(p.kind, (N_KERNEL, N_NCCL, N_MEMCPY, N_MEMSET))
+        us = np.minimum(floats[gpu] // 1000 + 1, 2**31 - 1)
+        fl_parts.append(pl.DataFrame({"row": p.row[gpu], "start": p.start[gpu],
+                                      "end": p.end[gpu], "v": us}))
+    fl = pl.concat(fl_parts) if fl_parts else pl.DataFrame(
+        schema={"row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "v": pl.Int64})
     floats_ev = pl.concat([
         fl.select("row", c("end").alias("time"), pl.lit(creg.CRITICAL_FLOAT).alias("type"),
                   pl.lit(0, pl.Int64).alias("value")),
@@ -1368,10 +1488,11 @@ def path_pcf() -> str:
     return pcf_mod.render_types(types)
 
 
-def write_path_trace(trace: str | Path, output: str | Path, g: Graph,
+def write_path_trace(trace: str | Path, output: str | Path, g,
                      segments: pl.DataFrame) -> Path:
-    """A copy of `trace` with the critical path's events (`path_events`)."""
+    """A copy of `trace` with the critical path's events (`path_events`); `g`: the
+    `Graph` or its `graph_slabs.Slabs`."""
     from ..paraver.insert import event_lines, write_with_events
 
-    events = path_events(g, segments, float_of(g))
+    events = path_events(g, segments)
     return write_with_events(trace, output, event_lines(Path(trace), events), path_pcf())

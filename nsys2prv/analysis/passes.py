@@ -28,7 +28,7 @@ class Extras:
     iterations: object | None = None
     modality: object | None = None  # polars DataFrame of analysis.modality
     critical: object | None = None  # analysis.critical_path.CriticalPath
-    graph: object | None = None  # its analysis.critical_path.Graph
+    graph: object | None = None  # its graph (analysis.graph_slabs.Slabs)
     kernel_metrics: object | None = None  # analysis.kernel_metrics.KernelMetrics
     layers: object | None = None  # analysis.layers.Layers
     samples: object | None = None  # analysis.samples.Samples
@@ -202,8 +202,11 @@ def analyze_trace_all(path: Source | TraceInfo, explain: bool = True, top: int =
             extras.samples = _samples(result, sample_collector, code, labels)
         if what_if is not None:
             from .critical_path import critical_path, step_paths
+            from .graph_slabs import Slabs
 
-            extras.graph = g = graph.graph()
+            # a large graph goes to disk in slabs as soon as it is built: the path, its
+            # what-ifs and its steps read it a slab at a time
+            extras.graph = g = Slabs.of(graph.graph())
             extras.critical = critical_path(g, what_if, top)
             if extras.iterations is not None and not isinstance(extras.iterations, str):
                 extras.critical.steps = step_paths(g, extras.iterations.steps)

@@ -24,6 +24,12 @@
  *
  * graph_path walks the binding edges back from a node and writes the nodes it passes
  * (latest first) while their end is after stop_time.
+ *
+ * Each takes an optional last argument `first`: nodes 0..first-1 are given, not computed
+ * (a slab of the graph evaluated after the slabs before it: those of its predecessors that
+ * are in earlier slabs come first, with their times as evaluated there). graph_replay keeps
+ * their new_start and new_end, graph_float only lowers their latest end (what the slab
+ * asks of them), graph_path stops before them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,8 +68,9 @@ static int graph_sizes(const View *b, Py_ssize_t *n, Py_ssize_t *m) {
 
 static PyObject *graph_replay(PyObject *self, PyObject *args) {
     PyObject *o[NBUF];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11]))
+    Py_ssize_t first = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO|n", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &first))
         return NULL;
     /* start end pred_ptr pred_node pred_lag edge_kind kind_on scale new_start new_end
      * binding row_prev */
@@ -90,7 +97,7 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
     const int32_t *row_prev = b[11].view.buf;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !bad; i++) {
+    for (Py_ssize_t i = first < 0 ? 0 : first; i < n && !bad; i++) {
         int64_t lo = ptr[i], hi = ptr[i + 1];
         if (lo < 0 || hi < lo || hi > m) {
             bad = 1;
@@ -143,8 +150,9 @@ static PyObject *graph_replay(PyObject *self, PyObject *args) {
 static PyObject *graph_path(PyObject *self, PyObject *args) {
     PyObject *o_bind, *o_pred, *o_end, *o_out, *o_prev;
     long long from, stop;
-    if (!PyArg_ParseTuple(args, "OOOLLOO", &o_bind, &o_pred, &o_end, &from, &stop, &o_out,
-                          &o_prev))
+    Py_ssize_t first = 0;
+    if (!PyArg_ParseTuple(args, "OOOLLOO|n", &o_bind, &o_pred, &o_end, &from, &stop, &o_out,
+                          &o_prev, &first))
         return NULL;
     View b[5];
     memset(b, 0, sizeof b);
@@ -167,7 +175,7 @@ static PyObject *graph_path(PyObject *self, PyObject *args) {
     Py_ssize_t k = 0;
     int64_t i = from;
     Py_BEGIN_ALLOW_THREADS
-    while (i >= 0 && i < n && k < cap && end[i] > stop) {
+    while (i >= first && i >= 0 && i < n && k < cap && end[i] > stop) {
         out[k++] = i;
         int64_t e = binding[i], p;
         if (e == ORDER_EDGE)
@@ -190,8 +198,10 @@ static PyObject *graph_path(PyObject *self, PyObject *args) {
 static PyObject *graph_float(PyObject *self, PyObject *args) {
     PyObject *o[10];
     long long until;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &until, &o[8], &o[9]))
+    Py_ssize_t first = 0;
+    int capped = 0; /* latest_end holds, on entry, a cap on each node's (later slabs' asks) */
+    if (!PyArg_ParseTuple(args, "OOOOOOOLOO|np", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &until, &o[8], &o[9], &first, &capped))
         return NULL;
     o[7] = NULL; /* (no scale: the float is of the graph as measured) */
     static const Py_ssize_t size[10] = {8, 8, 8, 4, 8, 1, 1, 0, 8, 4};
@@ -215,8 +225,11 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
     const int32_t *row_prev = b[9].view.buf;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) latest[i] = until > end[i] ? until : end[i];
-    for (Py_ssize_t i = n - 1; i >= 0 && !bad; i--) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v = until > end[i] ? until : end[i];
+        latest[i] = capped && latest[i] < v ? latest[i] : v;
+    }
+    for (Py_ssize_t i = n - 1; i >= (first < 0 ? 0 : first) && !bad; i--) {
         int64_t lo = ptr[i], hi = ptr[i + 1];
         if (lo < 0 || hi < lo || hi > m) {
             bad = 1;
@@ -256,12 +269,13 @@ static PyObject *graph_float(PyObject *self, PyObject *args) {
 static PyMethodDef graph_methods[] = {
     {"graph_float", graph_float, METH_VARARGS,
      "graph_float(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, until, "
-     "latest_end, row_prev): the latest end of each node that delays nothing past `until`"},
+     "latest_end, row_prev[, first, capped]): the latest end of each node that delays "
+     "nothing past `until` (capped: latest_end holds caps on entry)"},
     {"graph_replay", graph_replay, METH_VARARGS,
      "graph_replay(start, end, pred_ptr, pred_node, pred_lag, edge_kind, kind_on, scale, "
-     "new_start, new_end, binding, row_prev): evaluate the graph (see _graph.c)"},
+     "new_start, new_end, binding, row_prev[, first]): evaluate the graph (see _graph.c)"},
     {"graph_path", graph_path, METH_VARARGS,
-     "graph_path(binding, pred_node, new_end, from, stop_time, out, row_prev) -> count of "
+     "graph_path(binding, pred_node, new_end, from, stop_time, out, row_prev[, first]) -> count of "
      "nodes written to out, walking the binding edges back from node `from`"},
     {NULL, NULL, 0, NULL},
 };
