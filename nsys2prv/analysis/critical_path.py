@@ -135,17 +135,94 @@ class NvtxStacks:
         return self.names.get(typ, {}).get(value, str(value))
 
 
+class StoredNvtx:
+    """`NvtxStacks` on disk: the push/pop events filed window by window (`graph_build.
+    Columns`), a row's events read a window at a time for each range asked for. Memory: a
+    window, and one entry per nesting level of the row's ranges."""
+
+    def __init__(self, table, buckets: int, names: dict[int, dict[int, str]]) -> None:
+        self.table, self.buckets, self.names = table, buckets, names
+
+    @property
+    def height(self) -> int:
+        return self.table.rows
+
+    def innermost(self, row: int, t: int) -> str | None:
+        """`NvtxStacks.innermost`, walking the row's events in order once: per type, its
+        depth at `t` and the push that reached it (the last push of each level is kept as
+        the events go by), and the lowest depth after `t`; a type's range at `t` is its
+        top one if the depth falls below it later (a deeper level cannot close when its
+        top one does not)."""
+        state: dict[int, dict] = {}
+        for b in range(self.buckets):
+            ev = self.table.read(b)
+            on_row = ev["row"] == row
+            if not on_row.any():
+                continue
+            for typ in np.unique(ev["type"][on_row]).tolist():
+                sel = on_row & (ev["type"] == typ)
+                st = state.setdefault(typ, {"walk": 0, "low": 0, "depth": 0, "seen": 0,
+                                            "after": None, "time": {}, "value": {}})
+                time, value = ev["time"][sel], ev["value"][sel]
+                push = value != 0
+                walk = st["walk"] + np.cumsum(np.where(push, 1, -1))
+                low = np.minimum(st["low"], np.minimum.accumulate(walk))
+                depth = walk - np.minimum(0, low)
+                st["walk"], st["low"] = int(walk[-1]), int(low[-1])
+                k = int(np.searchsorted(time, t, side="right"))  # events at or before t
+                if k:
+                    st["seen"] += k
+                    st["depth"] = int(depth[k - 1])
+                    at = np.flatnonzero(push[:k])
+                    if at.size:  # the last push of each level reached
+                        levels = depth[at][::-1]
+                        u, last = np.unique(levels, return_index=True)
+                        for lv, j in zip(u.tolist(), at[::-1][last].tolist()):
+                            st["time"][lv] = int(time[j])
+                            st["value"][lv] = int(value[j])
+                if k < depth.size:
+                    m = int(depth[k:].min())
+                    st["after"] = m if st["after"] is None else min(st["after"], m)
+        best = None
+        for typ in sorted(state):
+            st = state[typ]
+            d, after = st["depth"], st["after"]
+            if st["seen"] and d >= 1 and after is not None and after < d:
+                key = (d, st["time"][d])
+                if best is None or key > best[0]:
+                    best = (key, typ, st["value"][d])
+        if best is None:
+            return None
+        _, typ, value = best
+        return self.names.get(typ, {}).get(value, str(value))
+
+
 class GraphCollector:
     """Collects, window by window (`add`), the intervals of the GPU work and the host calls
     and every communication line; `graph()` builds the graph. Memory: one window, and a few
-    numbers per node and per line."""
+    numbers per node and per line; with `spill`, one window: what it collects is filed on
+    disk, and a graph of more than `held_nodes` intervals is built there
+    (`graph_build.build_slabs`) and kept there in slabs (`close` removes the files)."""
 
     comms = True  # an observer of `model.analyze_path` that needs the lines
 
-    def __init__(self, path: Source | TraceInfo) -> None:
+    def __init__(self, path: Source | TraceInfo, spill: bool = False,
+                 held_nodes: int | None = None, slab_nodes: int | None = None) -> None:
+        from .graph_slabs import SLAB_NODES
+
+        self.files = None  # with spill: what the pass files for the graph (graph_build)
+        self.held_nodes = SLAB_NODES if held_nodes is None else held_nodes
+        self.slab_nodes = SLAB_NODES if slab_nodes is None else slab_nodes
+        self._seq = [0, 0]  # intervals and lines filed so far (their order: `idx`)
         self.info = info = open_trace(path)
         self.path = info.path
         self.layout = info.layout
+        if spill:
+            from .graph_build import GraphFiles
+            from .store import WindowStore
+
+            self.files = GraphFiles(WindowStore(prefix="nsys2prv-graph-pass-"),
+                                    self.layout.rows)
         self.end = self.layout.end
         # the work: a value event to the next event of its row and type, paired across
         # windows
@@ -167,21 +244,41 @@ class GraphCollector:
 
     def add(self, w: Trace) -> None:
         self.end = max(self.end, w.end)
+        if self.files is not None:
+            self.files.window(w.start, w.end)
         ev = w.events.slice(w.carried)
         done, _ = self._work.add(ev)
         if len(done):
-            self._iv.append(pl.DataFrame({
+            iv = pl.DataFrame({
                 "row": done[:, 0].astype(np.int32), "start": done[:, 3],
                 "end": done[:, 3] + done[:, 4], "type": done[:, 1].astype(np.int32),
                 "value": done[:, 2].astype(np.int32),
-                "full": np.where(done[:, 5] == NUL, 0, done[:, 5]).astype(np.int32)}))
+                "full": np.where(done[:, 5] == NUL, 0, done[:, 5]).astype(np.int32)})
+            if self.files is None:
+                self._iv.append(iv)
+            else:
+                cols = {c: iv[c].to_numpy() for c in iv.columns}
+                cols["idx"] = np.arange(self._seq[0], self._seq[0] + iv.height)
+                self.files.add(cols, None)
+                self._seq[0] += iv.height
         if self.pushpop:
             nv = ev.filter(pl.col("type").is_in(self.pushpop))
             if nv.height:
-                self._nvtx.append(nv.select("row", "time", "type", "value"))
+                nv = nv.select("row", "time", "type", "value")
+                if self.files is None:
+                    self._nvtx.append(nv)
+                else:
+                    self.files.add_nvtx({c: nv[c].to_numpy() for c in nv.columns})
         if w.comms is not None and w.comms.height:
-            self._comms.append(w.comms.select("send_row", "send", "recv_row", "recv",
-                                              pl.col("tag").cast(pl.Int64)))
+            lines = w.comms.select("send_row", "send", "recv_row", "recv",
+                                   pl.col("tag").cast(pl.Int64))
+            if self.files is None:
+                self._comms.append(lines)
+            else:
+                cols = {c: lines[c].to_numpy() for c in lines.columns}
+                cols["idx"] = np.arange(self._seq[1], self._seq[1] + lines.height)
+                self.files.add(None, cols)
+                self._seq[1] += lines.height
         alive = (w.states.filter(pl.col("state") != STATE_NOT_CREATED)
                  .group_by("row").agg(pl.col("begin").min().alias("first"),
                                       pl.col("end").max().alias("last")))
@@ -192,21 +289,48 @@ class GraphCollector:
     def nvtx(self) -> NvtxStacks:
         """The NVTX push/pop events seen (`NvtxStacks`)."""
         names = self.info.names
+        if self.files is not None:
+            cols = self.files.nvtx_held()
+            return NvtxStacks(cols["row"], cols["time"], cols["type"], cols["value"], names)
         cols = _columns(self._nvtx, {"row": np.int32, "time": np.int64, "type": np.int64,
                                      "value": np.int64})
         self._nvtx = []
         return NvtxStacks(cols["row"], cols["time"], cols["type"], cols["value"], names)
 
-    def graph(self, span: tuple[int, int] | None = None) -> "Graph":
-        iv = _columns(self._iv, _IV)
+    def graph(self, span: tuple[int, int] | None = None):
+        """The graph: a `Graph` in memory, or, spilled and larger than `held_nodes`
+        intervals, a `graph_slabs.Slabs` on disk."""
+        if self.files is not None:
+            from .graph_build import build_slabs
+
+            self.files.finish(self.end)
+            if self.files.intervals > self.held_nodes:
+                slabs = build_slabs(self.files, self.layout.rows, self.info.names,
+                                    span or (0, self.end), self._alive, None,
+                                    self.slab_nodes)
+                # the NVTX events go with the slabs, read from there for the runs asked
+                slabs.nvtx = StoredNvtx(self.files.move_nvtx(slabs.dir),
+                                        len(self.files.store.starts), self.info.names)
+                self.close()
+                return slabs
+            iv, comms = self.files.held()
+            self.close()
+        else:
+            iv = _columns(self._iv, _IV)
+            comms = _columns(self._comms, _LINES)
         self._iv = []
-        comms = _columns(self._comms, _LINES)
         self._comms = []
         names = self.info.names
         g = build_graph(self.layout.rows, iv, comms, names, span or (0, self.end),
                         self._alive)
         g.nvtx = self.nvtx()
         return g
+
+    def close(self) -> None:
+        """Remove what was filed on disk (the graph's slabs, once built, are not)."""
+        if self.files is not None:
+            self.files.store.close()
+            self.files = None
 
 
 def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
@@ -265,22 +389,14 @@ class Graph:
         """Demangled-name value -> its label (`labels.distinct_labels` over every kernel
         of the graph: the path's kernels of one short name told apart, alike in every
         list of this trace)."""
-        if self._kernel_labels is None:
-            found: dict[int, str] = {}  # (assigned once whole: never seen half made)
+        if self._kernel_labels is None:  # (assigned once whole: never seen half made)
+            pairs = np.zeros(0, np.int64)
             if self.full is not None and self.full.size:
                 k = np.flatnonzero(np.isin(self.kind, (N_KERNEL, N_NCCL, N_NCCL_ARRIVE))
                                    & (self.full > 0))
-                pair = np.unique((self.value[k].astype(np.int64) << 32)
-                                 | self.full[k].astype(np.int64))
-                from .labels import distinct_labels
-
-                shorts = {**self.names.get(NCCL_KERNEL, {}), **self.names.get(KERNEL, {})}
-                fulls = self.names.get(FULL_NAME, {})
-                sv, fv = (pair >> 32).tolist(), (pair & 0xFFFFFFFF).tolist()
-                texts = [fulls.get(f, shorts.get(v, str(v))) for v, f in zip(sv, fv)]
-                labels = distinct_labels(texts, [shorts.get(v, "") for v in sv])
-                found = {f: labels[t] for f, t in zip(fv, texts)}
-            self._kernel_labels = found
+                pairs = np.unique((self.value[k].astype(np.int64) << 32)
+                                  | self.full[k].astype(np.int64))
+            self._kernel_labels = kernel_labels_of(pairs, self.names)
         return self._kernel_labels
 
     @property
@@ -300,6 +416,20 @@ class Graph:
         kind = np.where(line, self.edge_kind[bi] if self.edge_kind.size else E_ORDER,
                         E_ORDER).astype(np.uint8)
         return pred, lag, kind
+
+
+def kernel_labels_of(pairs: np.ndarray, names: dict[int, dict[int, str]]) -> dict[int, str]:
+    """`Graph.kernel_labels` of the kernels' (value << 32 | demangled-name value) pairs."""
+    if not pairs.size:
+        return {}
+    from .labels import distinct_labels
+
+    shorts = {**names.get(NCCL_KERNEL, {}), **names.get(KERNEL, {})}
+    fulls = names.get(FULL_NAME, {})
+    sv, fv = (pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist()
+    texts = [fulls.get(f, shorts.get(v, str(v))) for v, f in zip(sv, fv)]
+    labels = distinct_labels(texts, [shorts.get(v, "") for v in sv])
+    return {f: labels[t] for f, t in zip(fv, texts)}
 
 
 class _Keys:

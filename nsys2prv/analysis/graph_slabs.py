@@ -35,6 +35,9 @@ from ..engine import graph_float, graph_path, graph_replay
 
 SLAB_NODES = 1 << 19  # nodes of a slab kept on disk (~50 MB of arrays and results)
 NODE_COLUMNS = ("row", "start", "end", "split", "kind", "value", "vtype", "full", "row_prev")
+NODE_DTYPES = {"row": np.int32, "start": np.int64, "end": np.int64, "split": np.int64,
+               "kind": np.int8, "value": np.int32, "vtype": np.int32, "full": np.int32,
+               "row_prev": np.int32}
 EDGE_COLUMNS = ("pred_node", "pred_lag", "edge_kind")
 RESULT_COLUMNS = ("start", "end", "binding")
 MEASURED = "measured"  # the results of the graph as measured (`sweep` with no what-if)
@@ -86,8 +89,8 @@ class Slabs:
         self._held = None
         bounds = list(range(0, g.n, size)) + [g.n]
         self.bounds = np.array(bounds if len(bounds) > 1 else [0, 0], dtype=np.int64)
-        np.save(dir / "conn_end.npy", conn_end)
-        np.save(dir / "conn_id.npy", conn_id)
+        conn_end.astype(np.int64).tofile(dir / "conn_end.bin")
+        conn_id.astype(np.int64).tofile(dir / "conn_id.bin")
         self._conn = None
         del conn_end, conn_id
         for s in range(self.count):
@@ -102,9 +105,39 @@ class Slabs:
                                                              "pred_ptr")})
 
     @classmethod
+    def stored(cls, store, bounds: np.ndarray, rows, span: tuple[int, int], names: dict,
+               counts: dict[str, int], nvtx, connected_rows: np.ndarray,
+               kernel_labels: dict[int, str], max_end: int) -> "Slabs":
+        """Slabs whose files a builder wrote in `store`'s directory (`graph_build`):
+        node.SLAB.COLUMN.npy for the node and edge columns, conn_end.bin and conn_id.bin;
+        the directory goes with the object."""
+        from .critical_path import Graph
+
+        self = cls.__new__(cls)
+        self.rows, self.span, self.names, self.counts = rows, span, names, counts
+        self.nvtx = nvtx
+        self.n = int(bounds[-1])
+        self.connected_rows = connected_rows
+        self.kernel_labels = kernel_labels
+        self.max_end = max_end
+        self.dir = store.dir
+        self._results = {}
+        self.keys = set()
+        self._cache = OrderedDict()
+        self._held = None
+        self._conn = None
+        self.bounds = bounds
+        self._template = Graph(rows, span, *([None] * 11), names, counts, nvtx)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, store.dir, True)
+        return self
+
+    @classmethod
     def of(cls, g, size: int = SLAB_NODES) -> "Slabs":
         """`g` held when it is small, else on disk in a temporary directory (removed when
-        the object goes, or by the supervisor if the process dies first)."""
+        the object goes, or by the supervisor if the process dies first); slabs given stay
+        as they are."""
+        if isinstance(g, Slabs):
+            return g
         if g.n <= size:
             return cls(g)
         from .store import WindowStore
@@ -166,9 +199,11 @@ class Slabs:
         ending together, the latest id); None where none."""
         if self._conn is not None:
             ends, ids = self._conn
+        elif (self.dir / "conn_end.bin").stat().st_size == 0:
+            return None
         else:
-            ends = np.load(self.dir / "conn_end.npy", mmap_mode="r")
-            ids = np.load(self.dir / "conn_id.npy", mmap_mode="r")
+            ends = np.memmap(self.dir / "conn_end.bin", dtype=np.int64, mode="r")
+            ids = np.memmap(self.dir / "conn_id.bin", dtype=np.int64, mode="r")
         k = int(np.searchsorted(ends, until, side="right")) - 1
         return None if k < 0 else (int(ends[k]), int(ids[k]))
 

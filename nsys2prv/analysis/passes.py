@@ -62,7 +62,7 @@ def analyze_trace_all(path: Source | TraceInfo, explain: bool = True, top: int =
     if what_if is not None:
         from .critical_path import GraphCollector
 
-        graph = GraphCollector(path)
+        graph = GraphCollector(path, spill=True)  # on disk: a window at a time in memory
         observers.append(graph)
     # the activities kept on disk (a window at a time in memory), for the sections that
     # read them after the pass (the samples and launch classes filed beside them);
@@ -214,6 +214,8 @@ def analyze_trace_all(path: Source | TraceInfo, explain: bool = True, top: int =
     finally:
         if collector is not None:
             collector.close()
+        if graph is not None:
+            graph.close()
 
 
 def _samples(result: Analysis, collector, code, labels):
