@@ -93,6 +93,29 @@ def test_corpus_graphs_built_on_disk(tmp_path, export, block):
     assert st.count > 1 and g.pred_node.size > 0
 
 
+def test_a_small_graph_filed_on_disk_is_the_graph_held(tmp_path):
+    """The analysis files the pass on disk whatever the run's size; a graph of fewer
+    intervals than `held_nodes` is read back and built in memory: the same graph, NVTX
+    events included (the runs of the path are reported in their ranges), as one collected
+    in memory."""
+    from conftest import CORPUS
+
+    src = CORPUS / "sqlite" / "nsysai_mfu2gpu_before.sqlite"
+    if not src.exists():
+        pytest.skip(f"corpus export {src} not found")
+    trace = tmp_path / "t.prv"
+    nsys2prv.translate(src, trace)
+    held = _collect(trace, 64 << 10)
+    filed = _collect(trace, 64 << 10, spill=True)
+    assert isinstance(filed, C.Graph)
+    for c in (*S.NODE_COLUMNS, *S.EDGE_COLUMNS, "pred_ptr"):
+        assert np.array_equal(getattr(filed, c), getattr(held, c)), c
+    assert held.nvtx.height > 1000
+    for c in ("row", "time", "type", "value"):
+        assert np.array_equal(getattr(filed.nvtx, c), getattr(held.nvtx, c)), c
+    assert C.critical_path(filed).to_dict() == C.critical_path(held).to_dict()
+
+
 def test_the_pass_files_are_removed(tmp_path):
     """What the pass files on disk is gone once the graph is built (held or on disk), and
     when the collector is closed without building it."""

@@ -32,9 +32,10 @@ def _crossings(slabs: S.Slabs) -> tuple[int, int]:
     return with_ext, sum(1 for _ in S.walk(slabs, last))
 
 
-def _same_everywhere(g: C.Graph, size: int) -> S.Slabs:
+def _same_everywhere(g: C.Graph, size: int, trace=None, tmp=None) -> S.Slabs:
     """The graph held and in slabs of `size` nodes give the same tables, segments, steps
-    and path events; the slabs (open) for more checks."""
+    and path events, and (`trace` given) the same path trace, byte for byte (from slabs on
+    disk: written a bucket of events at a time); the slabs (open) for more checks."""
     wi = [C.parse_what_if(t) for t in WHAT_IF]
     steps = _steps(g, 9)
     held = C.critical_path(g, wi)
@@ -47,6 +48,12 @@ def _same_everywhere(g: C.Graph, size: int) -> S.Slabs:
     assert cp.segments.equals(held.segments)
     assert C.step_paths(slabs, steps).equals(held_steps)
     assert C.path_events(slabs, cp.segments).equals(held_events)
+    if trace is not None:
+        C.write_path_trace(trace, tmp / "held.prv", g, held.segments)
+        C.write_path_trace(trace, tmp / "slabs.prv", slabs, cp.segment_parts)
+        for ext in (".prv", ".pcf", ".row"):
+            assert (tmp / f"held{ext}").read_bytes() == (tmp / f"slabs{ext}").read_bytes()
+        assert not any(slabs.dir.glob("path-events.*"))
     return slabs
 
 
@@ -60,7 +67,7 @@ def test_a_job_of_collectives_in_slabs(tmp_path):
     nsys2prv.translate(tmp_path / "job", trace)
     g = C.read_graph(trace)
     n = g.n
-    slabs = _same_everywhere(g, 5)
+    slabs = _same_everywhere(g, 5, trace, tmp_path)
     with_ext, crossed = _crossings(slabs)
     assert with_ext >= slabs.count - 1 and crossed >= slabs.count // 2, (with_ext, crossed, n)
 
@@ -91,7 +98,7 @@ def test_corpus_traces_in_slabs(tmp_path, export):
     nsys2prv.translate(src, trace)
     g = C.read_graph(trace)
     assert g.n > 10 * 997
-    slabs = _same_everywhere(g, 997)
+    slabs = _same_everywhere(g, 997, trace, tmp_path)
     with_ext, crossed = _crossings(slabs)
     assert with_ext == slabs.count - 1 and crossed > 1
 

@@ -314,16 +314,18 @@ class GraphCollector:
                 self.close()
                 return slabs
             iv, comms = self.files.held()
+            nvtx = self.nvtx()  # (read back before the files go)
             self.close()
         else:
             iv = _columns(self._iv, _IV)
             comms = _columns(self._comms, _LINES)
+            nvtx = self.nvtx()
         self._iv = []
         self._comms = []
         names = self.info.names
         g = build_graph(self.layout.rows, iv, comms, names, span or (0, self.end),
                         self._alive)
-        g.nvtx = self.nvtx()
+        g.nvtx = nvtx
         return g
 
     def close(self) -> None:
@@ -1566,16 +1568,13 @@ def _path_code(category: str) -> int:
     return creg.PATH_HOST
 
 
-def path_events(g, segments: pl.DataFrame) -> pl.DataFrame:
-    """(row, time, type, value): the critical path's segments on their rows (what it is
-    doing; 0 where it leaves a row) and every GPU activity's float (1 + us at its start, 0
-    at its end: `graph_slabs.float_sweep`). `g`: a `Graph` or its `graph_slabs.Slabs`."""
+def _segment_events(seg: pl.DataFrame) -> pl.DataFrame:
+    """(row, time, type, value) of path segments on rows: what the path does from each
+    start, 0 at each end (not yet settled: `_settled`)."""
     from ..paraver.registry import critical as creg
-    from .graph_slabs import Slabs, float_sweep
 
-    slabs = g if isinstance(g, Slabs) else Slabs(g)
     c = pl.col
-    seg = segments.filter(c("row").is_not_null()).with_columns(
+    seg = seg.filter(c("row").is_not_null()).with_columns(
         c("category").cast(pl.Utf8).alias("category"))
     codes = {k: _path_code(k) for k in seg["category"].unique().to_list()}  # per category
     seg = seg.with_columns(c("category").replace_strict(codes, default=0,
@@ -1584,25 +1583,79 @@ def path_events(g, segments: pl.DataFrame) -> pl.DataFrame:
                     c("code").cast(pl.Int64).alias("value"))
     off = seg.select("row", c("end").alias("time"), pl.lit(creg.CRITICAL_PATH).alias("type"),
                      pl.lit(0, pl.Int64).alias("value"))
-    # a row's segments that touch: no 0 between them
-    path = (pl.concat([off, on]).sort("row", "time", "value")
-            .unique(["row", "time"], keep="last", maintain_order=True))
-    fl_parts = []
-    for p, floats in float_sweep(slabs):
-        gpu = np.isin(p.kind, (N_KERNEL, N_NCCL, N_MEMCPY, N_MEMSET))
-        us = np.minimum(floats[gpu] // 1000 + 1, 2**31 - 1)
-        fl_parts.append(pl.DataFrame({"row": p.row[gpu], "start": p.start[gpu],
-                                      "end": p.end[gpu], "v": us}))
-    fl = pl.concat(fl_parts) if fl_parts else pl.DataFrame(
-        schema={"row": pl.Int32, "start": pl.Int64, "end": pl.Int64, "v": pl.Int64})
-    floats_ev = pl.concat([
-        fl.select("row", c("end").alias("time"), pl.lit(creg.CRITICAL_FLOAT).alias("type"),
-                  pl.lit(0, pl.Int64).alias("value")),
-        fl.select("row", c("start").alias("time"), pl.lit(creg.CRITICAL_FLOAT).alias("type"),
-                  c("v").cast(pl.Int64).alias("value"))]).sort("row", "time", "value").unique(
-        ["row", "time"], keep="last", maintain_order=True)
-    schema = {"row": pl.Int32, "time": pl.Int64, "type": pl.Int64, "value": pl.Int64}
-    return pl.concat([path.cast(schema), floats_ev.cast(schema)]).sort("time", "row", "type")
+    return pl.concat([off, on]).cast(_EVENTS)
+
+
+def _float_events(p, floats: np.ndarray) -> pl.DataFrame:
+    """(row, time, type, value) of the floats of a slab's GPU activities: 1 + us at its
+    start, 0 at its end (not yet settled)."""
+    from ..paraver.registry import critical as creg
+
+    gpu = np.isin(p.kind, (N_KERNEL, N_NCCL, N_MEMCPY, N_MEMSET))
+    us = np.minimum(floats[gpu] // 1000 + 1, 2**31 - 1)
+    row = p.row[gpu]
+    return pl.DataFrame({
+        "row": np.concatenate([row, row]), "time": np.concatenate([p.end[gpu], p.start[gpu]]),
+        "type": np.full(2 * row.size, creg.CRITICAL_FLOAT, np.int64),
+        "value": np.concatenate([np.zeros(row.size, np.int64), us.astype(np.int64)])}
+    ).cast(_EVENTS)
+
+
+_EVENTS = {"row": pl.Int32, "time": pl.Int64, "type": pl.Int64, "value": pl.Int64}
+
+
+def _settled(events: pl.DataFrame) -> pl.DataFrame:
+    """Events of one type or more, each (row, time) of a type once (a start wins over an
+    end at the same instant: a row's segments that touch have no 0 between them), in
+    (time, row, type) order. Settles any set of events that holds every event of its
+    instants."""
+    by_type = [e.sort("row", "time", "value").unique(["row", "time"], keep="last",
+                                                      maintain_order=True)
+               for _, e in sorted(events.partition_by("type", as_dict=True).items())]
+    if not by_type:
+        return events.clear()
+    return pl.concat(by_type).cast(_EVENTS).sort("time", "row", "type")
+
+
+def path_events(g, segments: pl.DataFrame) -> pl.DataFrame:
+    """(row, time, type, value): the critical path's segments on their rows (what it is
+    doing; 0 where it leaves a row) and every GPU activity's float (1 + us at its start, 0
+    at its end: `graph_slabs.float_sweep`), whole. `g`: a `Graph` or its
+    `graph_slabs.Slabs`."""
+    from .graph_slabs import Slabs, float_sweep
+
+    slabs = g if isinstance(g, Slabs) else Slabs(g)
+    return _settled(pl.concat([_segment_events(segments)]
+                              + [_float_events(p, f) for p, f in float_sweep(slabs)]))
+
+
+def path_event_chunks(slabs, parts: Iterable[pl.DataFrame]) -> Iterable[pl.DataFrame]:
+    """`path_events` of slabs on disk, in time order a bucket at a time (the slabs' time
+    ranges: the events filed there first, from the path's segment `parts` and the float
+    sweep, then settled bucket by bucket). Memory: a bucket."""
+    from .graph_build import Columns
+    from .graph_slabs import float_sweep
+
+    firsts = slabs.bounds[:-1][np.diff(slabs.bounds) > 0]
+    starts = slabs.gather(firsts, "start") if firsts.size else np.zeros(1, np.int64)
+    schema = {"row": np.int32, "time": np.int64, "type": np.int64, "value": np.int64}
+    table = Columns(slabs.dir, "path-events", schema, np.maximum.accumulate(starts))
+    try:
+        def file(ev: pl.DataFrame) -> None:
+            if ev.height:
+                cols = {c: ev[c].to_numpy() for c in schema}
+                table.add(cols, cols["time"])
+
+        for seg in parts:
+            file(_segment_events(seg))
+        for p, f in float_sweep(slabs):
+            file(_float_events(p, f))
+        for b in range(starts.size):
+            got = table.read(b)
+            if got["time"].size:
+                yield _settled(pl.DataFrame(got).cast(_EVENTS))
+    finally:
+        table.drop()
 
 
 def path_pcf() -> str:
@@ -1618,11 +1671,18 @@ def path_pcf() -> str:
     return pcf_mod.render_types(types)
 
 
-def write_path_trace(trace: str | Path, output: str | Path, g,
-                     segments: pl.DataFrame) -> Path:
+def write_path_trace(trace: str | Path, output: str | Path, g, segments) -> Path:
     """A copy of `trace` with the critical path's events (`path_events`); `g`: the
-    `Graph` or its `graph_slabs.Slabs`."""
+    `Graph` or its `graph_slabs.Slabs`; `segments`: the path's segments (a frame, or the
+    `CriticalPath.segment_parts` of slabs on disk: then written a bucket at a time)."""
     from ..paraver.insert import event_lines, write_with_events
+    from .graph_slabs import Slabs
 
+    if isinstance(g, Slabs) and g.dir is not None and isinstance(segments, _Kept):
+        chunks = (event_lines(Path(trace), ev)
+                  for ev in path_event_chunks(g, segments.frames()))
+        return write_with_events(trace, output, chunks, path_pcf())
+    if isinstance(segments, _Kept):
+        segments = pl.concat(list(segments.frames()))
     events = path_events(g, segments)
     return write_with_events(trace, output, event_lines(Path(trace), events), path_pcf())

@@ -612,7 +612,8 @@ def main(argv: list[str]) -> int:
                              "keep the translation of the reports")
         from ..analysis.critical_path import write_path_trace
 
-        write_path_trace(trace, args.path_trace, extras.graph, extras.critical.segments)
+        write_path_trace(trace, args.path_trace, extras.graph,
+                         extras.critical.segment_parts)
     if args.pop_trace:
         from ..analysis.pop import pop_trace
 

@@ -1,10 +1,12 @@
 """A copy of a trace with more events: the lines of an analysis (the critical path, say)
 merged into the trace's lines by time, block by block (memory: one block and the new
-lines), written atomically beside its .pcf (with the new types added) and .row.
+lines, or the chunk of them that reaches that block's time), written atomically beside its
+.pcf (with the new types added) and .row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -63,15 +65,43 @@ def _merge(lines: pl.Series, new: pl.DataFrame) -> list[str]:
     return merged["line"].to_list()
 
 
-def write_with_events(src: str | Path, output: str | Path, new: pl.DataFrame,
-                      pcf_extra: str) -> Path:
+class _Pending:
+    """The new lines in time order, from one frame or from chunks of it (each after the
+    one before): `before(t)` takes those before `t`, reading chunks only as far as `t`."""
+
+    def __init__(self, new: pl.DataFrame | Iterable[pl.DataFrame]) -> None:
+        if isinstance(new, pl.DataFrame):
+            new = [new.sort("time", maintain_order=True)]
+        self._chunks: Iterator[pl.DataFrame] = iter(new)
+        self._held: pl.DataFrame | None = None
+        self._more = True
+
+    def _pull(self) -> None:
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            self._more = False
+        elif chunk.height:
+            self._held = chunk if self._held is None else pl.concat([self._held, chunk])
+
+    def before(self, t: int) -> pl.DataFrame:
+        while self._more and (self._held is None or int(self._held["time"].max()) < t):
+            self._pull()
+        if self._held is None:
+            return pl.DataFrame(schema={"time": pl.Int64, "key": pl.Utf8, "pairs": pl.Utf8})
+        take = self._held.filter(pl.col("time") < t)
+        self._held = self._held.filter(pl.col("time") >= t)
+        return take
+
+
+def write_with_events(src: str | Path, output: str | Path,
+                      new: pl.DataFrame | Iterable[pl.DataFrame], pcf_extra: str) -> Path:
     """Write `output` (.prv, .pcf, .row): the trace `src` with the events of `new` (time,
-    key, pairs: `event_lines`) merged in, its .pcf followed by `pcf_extra`, its .row.
-    Returns the .prv written. Lines of the last time of a block wait for the next one, so
-    that every line of a time meets the events of that time."""
+    key, pairs: `event_lines`; or such frames one after the other in time order, each read
+    when the trace's blocks reach its time) merged in, its .pcf followed by `pcf_extra`, its
+    .row. Returns the .prv written. Lines of the last time of a block wait for the next one,
+    so that every line of a time meets the events of that time."""
     src = Path(src)
-    pending = new.sort("time", maintain_order=True)
-    done = 0
+    pending = _Pending(new)
     row_path = companion(src, ".row")
     pcf = unmark_pcf(companion(src, ".pcf").read_text())
     row = unmark_row(row_path.read_text()) if row_path.exists() else ""
@@ -100,12 +130,11 @@ def write_with_events(src: str | Path, output: str | Path, new: pl.DataFrame,
                 last = 2**62
                 held = held.clear()
             if lines.len():
-                take = pending.slice(done).filter(pl.col("time") < last)
-                done += take.height
+                take = pending.before(last)
                 writer.write("\n".join(_merge(lines, take)) + "\n")
             if not chunk:
                 break
-        rest = pending.slice(done)
+        rest = pending.before(2**63 - 1)
         if rest.height:
             writer.write("\n".join(_merge(pl.Series("line", [], dtype=pl.Utf8), rest))
                          + "\n")
