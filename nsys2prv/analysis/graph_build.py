@@ -41,11 +41,12 @@ IV = {"row": I32, "start": I64, "end": I64, "type": I32, "value": I32, "full": I
       "idx": I64}
 NVTX = {"row": I32, "time": I64, "type": I64, "value": I64}
 LINE = {"send_row": I32, "send": I64, "recv_row": I32, "recv": I64, "tag": I64, "idx": I64}
-_LINE_K = {**LINE, "ekind": I8}
+_LINE_K = {"send_row": I32, "send": I64, "recv_row": I32, "recv": I64, "idx": I64,
+           "ekind": I8}  # (classified: the tag is no longer needed)
 _NODE = {"row": I32, "start": I64, "end": I64, "split": I64, "kind": I8, "value": I32,
          "vtype": I32, "full": I32, "part": I8, "sub": I64}
 _LOOK = {"row": I32, "start": I64, "end": I64, "kind": I8, "id": I64}
-_PRED = {**_LINE_K, "p": I64, "p_start": I64, "p_end": I64}
+_PRED = {**_LINE_K, "p": I64, "p_end": I64}
 
 Cols = dict[str, np.ndarray]
 
@@ -441,8 +442,8 @@ def _slabs(d: Path, starts, nodes_t: Columns, by_send: Columns, by_recv: Columns
     pairs: list[np.ndarray] = []  # (value, demangled name) of the kernels
     max_end = MIN
     next_id = 0
-    node_start = Columns(d, "node_start", _LOOK, starts)
     node_end = Columns(d, "node_end", _LOOK, starts)
+    where: dict[int, tuple[int, int, int]] = {}  # bucket -> its nodes' slab, offset, count
 
     def flush() -> None:
         if not held:
@@ -485,14 +486,24 @@ def _slabs(d: Path, starts, nodes_t: Columns, by_send: Columns, by_recv: Columns
         max_end = max(max_end, int(nodes["end"].max()))
         look = {"row": r, "start": nodes["start"], "end": nodes["end"],
                 "kind": nodes["kind"], "id": ids}
-        node_start.add(look, bucket=b)  # (filed by start: this bucket)
         node_end.add(look, nodes["end"])
         if held and sum(h["row"].size for h in held) + n > slab_nodes:
             flush()
+        where[b] = (len(bounds) - 1, sum(h["row"].size for h in held), n)
         held.append({c: nodes[c] for c in NODE_COLUMNS})
     flush()
     nodes_t.drop()
     total = bounds[-1]
+
+    def node_start(b: int) -> Cols:
+        """The nodes filed by start in bucket b (in id order), from their slab's files."""
+        if b not in where:
+            return {c: np.zeros(0, t) for c, t in _LOOK.items()}
+        s, a, n = where[b]
+        got = {c: np.array(np.load(dir / f"node.{s:05d}.{c}.npy", mmap_mode="r")[a:a + n])
+               for c in ("row", "start", "end", "kind")}
+        got["id"] = np.arange(bounds[s] + a, bounds[s] + a + n, dtype=np.int64)
+        return got
 
     # -- 4. the edges: each line's predecessor (by its send), then its successor (by its
     # receive), filed by the successor's slab
@@ -502,7 +513,7 @@ def _slabs(d: Path, starts, nodes_t: Columns, by_send: Columns, by_recv: Columns
         ln = by_send.read(b)
         nc = ln["ekind"] == C.E_NCCL
         if nc.any():  # the arrival of the participant that came last: starts there
-            hit = _exact(_take(ln, nc), "send_row", "send", node_start.read(b), "start", True)
+            hit = _exact(_take(ln, nc), "send_row", "send", node_start(b), "start", True)
             _file_pred(pred_t, hit)
         rest = _cat(pending, _take(ln, ~nc))
         pending = None
@@ -518,12 +529,11 @@ def _slabs(d: Path, starts, nodes_t: Columns, by_send: Columns, by_recv: Columns
     for b in range(nb):
         ln = pred_t.read(b)
         ln["pred"], ln["pred_end"] = ln.pop("p"), ln.pop("p_end")
-        del ln["p_start"]
         ek = ln["ekind"]
         edges = []
         launch = np.isin(ek, (C.E_LAUNCH, C.E_STREAM_WAIT))
         if launch.any():  # the GPU work starting at the line's end
-            edges.append(_exact(_take(ln, launch), "recv_row", "recv", node_start.read(b),
+            edges.append(_exact(_take(ln, launch), "recv_row", "recv", node_start(b),
                                 "start", True))
         nc = ek == C.E_NCCL
         if nc.any():  # the NCCL completion ending there (the last node ending there)
@@ -581,7 +591,6 @@ def _slabs(d: Path, starts, nodes_t: Columns, by_send: Columns, by_recv: Columns
             order = np.argsort(e_, kind="stable")
             fe.write(e_[order].tobytes())
             fi.write(i_[order].tobytes())
-    node_start.drop()
     node_end.drop()
     kernel_pairs = np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
     return Slabs.stored(out, np.array(bounds if len(bounds) > 1 else [0, 0], np.int64),
