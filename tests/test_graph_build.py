@@ -13,22 +13,11 @@ import pytest
 import nsys2prv
 from nsys2prv.analysis import critical_path as C
 from nsys2prv.analysis import graph_slabs as S
-from nsys2prv.paraver.read import windows
-
-
-def _collect(trace, block: int, **kw):
-    col = C.GraphCollector(trace, **kw)
-    try:
-        for w in windows(col.info, col.types, state_rows="cpu", comms=True, block=block):
-            col.add(w)
-        return col.graph()
-    finally:
-        col.close()
 
 
 def _same_graph(trace, block: int, slab_nodes: int) -> tuple[C.Graph, S.Slabs]:
-    g = _collect(trace, block)
-    st = _collect(trace, block, spill=True, held_nodes=0, slab_nodes=slab_nodes)
+    g = C.read_graph(trace, block=block)
+    st = C.read_graph(trace, block=block, spill=True, held_nodes=0, slab_nodes=slab_nodes)
     assert isinstance(st, S.Slabs) and st.n == g.n
     parts = [st.part(s) for s in range(st.count)]
     for c in (*S.NODE_COLUMNS, *S.EDGE_COLUMNS):
@@ -105,8 +94,8 @@ def test_a_small_graph_filed_on_disk_is_the_graph_held(tmp_path):
         pytest.skip(f"corpus export {src} not found")
     trace = tmp_path / "t.prv"
     nsys2prv.translate(src, trace)
-    held = _collect(trace, 64 << 10)
-    filed = _collect(trace, 64 << 10, spill=True)
+    held = C.read_graph(trace, block=64 << 10)
+    filed = C.read_graph(trace, block=64 << 10, spill=True)
     assert isinstance(filed, C.Graph)
     for c in (*S.NODE_COLUMNS, *S.EDGE_COLUMNS, "pred_ptr"):
         assert np.array_equal(getattr(filed, c), getattr(held, c)), c
@@ -119,6 +108,7 @@ def test_a_small_graph_filed_on_disk_is_the_graph_held(tmp_path):
 def test_the_pass_files_are_removed(tmp_path):
     """What the pass files on disk is gone once the graph is built (held or on disk), and
     when the collector is closed without building it."""
+    from nsys2prv.paraver.read import windows
     from nsys2prv.testing.synth_deps import streams_export
 
     trace = tmp_path / "streams.prv"

@@ -23,27 +23,16 @@ import polars as pl
 
 from nsys2prv.analysis import critical_path as C
 from nsys2prv.analysis import graph_slabs as S
-from nsys2prv.paraver.read import windows
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("NSYS2PRV_CORPUS", ROOT.parent / "shared" / "corpus"))
 WHAT_IF = ("kernel:*=0.5", "gaps=0", "nccl=0,rank:0=0.5")
 
 
-def _collect(trace: Path, block: int, **kw):
-    col = C.GraphCollector(trace, **kw)
-    try:
-        for w in windows(col.info, col.types, state_rows="cpu", comms=True, block=block):
-            col.add(w)
-        return col.graph()
-    finally:
-        col.close()
-
-
 def differences(trace: Path, block: int, slab: int) -> list[str]:
     """What differs between the graph held and the graph built on disk (and their paths)."""
-    g = _collect(trace, block)
-    st = _collect(trace, block, spill=True, held_nodes=0, slab_nodes=slab)
+    g = C.read_graph(trace, block=block)
+    st = C.read_graph(trace, block=block, spill=True, held_nodes=0, slab_nodes=slab)
     why = []
     try:
         if st.n != g.n:

@@ -257,10 +257,7 @@ class GraphCollector:
             if self.files is None:
                 self._iv.append(iv)
             else:
-                cols = {c: iv[c].to_numpy() for c in iv.columns}
-                cols["idx"] = np.arange(self._seq[0], self._seq[0] + iv.height)
-                self.files.add(cols, None)
-                self._seq[0] += iv.height
+                self.files.add(self._numbered(iv, 0), None)
         if self.pushpop:
             nv = ev.filter(pl.col("type").is_in(self.pushpop))
             if nv.height:
@@ -275,16 +272,21 @@ class GraphCollector:
             if self.files is None:
                 self._comms.append(lines)
             else:
-                cols = {c: lines[c].to_numpy() for c in lines.columns}
-                cols["idx"] = np.arange(self._seq[1], self._seq[1] + lines.height)
-                self.files.add(None, cols)
-                self._seq[1] += lines.height
+                self.files.add(None, self._numbered(lines, 1))
         alive = (w.states.filter(pl.col("state") != STATE_NOT_CREATED)
                  .group_by("row").agg(pl.col("begin").min().alias("first"),
                                       pl.col("end").max().alias("last")))
         if alive.height:
             self._alive = pl.concat([self._alive, alive.cast(self._alive.schema)]).group_by(
                 "row").agg(pl.col("first").min(), pl.col("last").max())
+
+    def _numbered(self, frame: pl.DataFrame, k: int) -> dict[str, np.ndarray]:
+        """A window's intervals (k 0) or lines (1) as numpy columns, with their order among
+        all those read (`idx`)."""
+        cols = {c: frame[c].to_numpy() for c in frame.columns}
+        cols["idx"] = np.arange(self._seq[k], self._seq[k] + frame.height)
+        self._seq[k] += frame.height
+        return cols
 
     def nvtx(self) -> NvtxStacks:
         """The NVTX push/pop events seen (`NvtxStacks`)."""
@@ -346,13 +348,18 @@ def _columns(frames: list[pl.DataFrame], schema: dict) -> dict[str, np.ndarray]:
             for name, dtype in schema.items()}
 
 
-def read_graph(path: Source | TraceInfo, span: tuple[int, int] | None = None) -> "Graph":
-    """The dependency graph of a trace (one pass, window by window), with its NVTX push/pop
-    events (`Graph.nvtx`)."""
-    collector = GraphCollector(path)
-    for w in windows(collector.info, collector.types, state_rows="cpu", comms=True):
-        collector.add(w)
-    return collector.graph(span)
+def read_graph(path: Source | TraceInfo, span: tuple[int, int] | None = None,
+               block: int | None = None, **collector):
+    """The dependency graph of a trace (one pass, window by window, of `block` bytes of
+    text), with its NVTX push/pop events (`Graph.nvtx`); `collector`: `GraphCollector`'s
+    options (with `spill`, a large graph comes back as `graph_slabs.Slabs` on disk)."""
+    got = GraphCollector(path, **collector)
+    try:
+        for w in windows(got.info, got.types, state_rows="cpu", comms=True, block=block):
+            got.add(w)
+        return got.graph(span)
+    finally:
+        got.close()
 
 
 # --------------------------------------------------------------------- the graph --
