@@ -121,7 +121,7 @@ def _size(cols: Cols) -> int:
 def _keys(rows: list[np.ndarray], times: list[np.ndarray]):
     """A (row, time) -> sortable int64 key function over the times given
     (`critical_path._Keys`)."""
-    from .critical_path import _Keys
+    from .graph import _Keys
 
     nrows = max((int(r.max()) + 1 for r in rows if r.size), default=1)
     return _Keys(times, nrows + 1)
@@ -160,7 +160,7 @@ class GraphFiles:
             self.store.window(end)
 
     def add(self, iv: Cols, lines: Cols | None) -> None:
-        from . import critical_path as C
+        from . import graph as C
 
         if iv is not None and _size(iv):
             r, t = iv["row"], iv["type"]
@@ -219,7 +219,7 @@ def build_slabs(files: GraphFiles, rows: pl.DataFrame, names: dict[int, dict[int
                 slab_nodes: int = SLAB_NODES) -> Slabs:
     """The graph of what `files` holds, as `build_graph` makes it, in slabs on disk of about
     `slab_nodes` nodes."""
-    from . import critical_path as C
+    from . import graph as C
 
     store = files.store
     d, starts = store.dir, store.starts
@@ -431,7 +431,7 @@ def _slabs(d: Path, starts, nodes_t: Columns, by_send: Columns, by_recv: Columns
            rows: pl.DataFrame, names, span, nvtx, slab_nodes: int) -> Slabs:
     """Steps 3 (the ids, the slabs) and 4 (the edges) of `build_slabs`, the slabs into the
     directory of `out`."""
-    from . import critical_path as C
+    from . import graph as C
     from .graph_slabs import NODE_COLUMNS, NODE_DTYPES
 
     nb = len(starts)

@@ -62,7 +62,7 @@ class Slabs:
     be freed); the results of each evaluation (`sweep`) are kept beside them, by key."""
 
     def __init__(self, g, dir: Path | None = None, size: int = SLAB_NODES) -> None:
-        from .critical_path import connected
+        from .graph import connected
 
         self.rows, self.span, self.names, self.counts = g.rows, g.span, g.names, g.counts
         self.nvtx = g.nvtx
@@ -111,7 +111,7 @@ class Slabs:
         """Slabs whose files a builder wrote in `store`'s directory (`graph_build`):
         node.SLAB.COLUMN.npy for the node and edge columns, conn_end.bin and conn_id.bin;
         the directory goes with the object."""
-        from .critical_path import Graph
+        from .graph import Graph
 
         self = cls.__new__(cls)
         self.rows, self.span, self.names, self.counts = rows, span, names, counts
@@ -244,7 +244,7 @@ class Slabs:
 
     def result(self, key: str, s: int):
         """The evaluation `key` of slab `s` (`critical_path.Evaluation`)."""
-        from .critical_path import Evaluation
+        from .graph import Evaluation
 
         got = self._results.get((key, s))
         if got is None:
@@ -303,7 +303,7 @@ def sweep(slabs: Slabs, w=None, key: str = MEASURED) -> int | None:
     """Evaluate the graph with the durations of what-if `w` (None: as measured), slab after
     slab, into `key`'s results; the work of the job that ends last (`critical_path.
     last_node`: of several ending together, the latest id), None where there is none."""
-    from .critical_path import E_LAUNCH, WhatIf, scales
+    from .graph import E_LAUNCH, WhatIf, scales
 
     w = w or WhatIf()
     slabs.keys.add(key)
@@ -348,7 +348,7 @@ def walk(slabs: Slabs, last: int | None, stop: int | None = None, key: str = MEA
     `key`, while its nodes end after `stop`: per slab, latest first, (the slab, its
     evaluation, the path's nodes in it as slab ids in time order, the path's next node
     after them or None)."""
-    from .critical_path import E_ORDER, ORDER
+    from .graph import E_ORDER, ORDER
 
     node = last
     after: Next | None = None
