@@ -31,12 +31,9 @@ class WindowStore:
     that come in a later window than their time's, an activity that ends windows after it
     starts, are filed under the earlier bucket: a few per window)."""
 
-    def __init__(self, prefix: str = "nsys2prv-store-", dir: str | Path | None = None,
-                 compression: str = "lz4") -> None:
-        """`dir`: where its directory is made (default: the system's temporary folder);
-        `compression`: of its files (Arrow IPC's; "uncompressed" for tables read back
-        several times soon after, where the CPU counts more than the disk)."""
-        self.compression = compression
+    def __init__(self, prefix: str = "nsys2prv-store-", dir: str | Path | None = None
+                 ) -> None:
+        """`dir`: where its directory is made (default: the system's temporary folder)."""
         import tempfile
 
         from ..lifeline import signals_held
@@ -93,7 +90,7 @@ class WindowStore:
     def _write_timed(self, table: str, bucket: int, frame: pl.DataFrame) -> None:
         path = self.dir / f"{table}.t{bucket:06d}.{self._files:07d}.arrow"
         self._files += 1
-        frame.write_ipc(path, compression=self.compression)
+        frame.write_ipc(path, compression="lz4")
         self._timed[table].setdefault(bucket, []).append(path)
 
     def buckets(self, table: str, by: Sequence[str], columns: Sequence[str] | None = None
@@ -109,8 +106,7 @@ class WindowStore:
 
     def bucket(self, table: str, b: int, by: Sequence[str],
                columns: Sequence[str] | None = None) -> pl.DataFrame:
-        """The rows of bucket `b` of a timed table (none: an empty frame), sorted by `by`
-        (empty: in the order written)."""
+        """The rows of bucket `b` of a timed table (none: an empty frame), sorted by `by`."""
         files = self._timed.get(table, {}).get(b)
         cols = None if not columns else list(dict.fromkeys([*columns, *by]))
         if not files:
@@ -118,10 +114,8 @@ class WindowStore:
             frame = pl.DataFrame(schema=schema)
             return frame.select(list(columns)) if columns and schema else frame
         parts = [pl.read_ipc(f, columns=cols) for f in files]
-        if len(parts) == 1 and (not by or self._sorted.get(table) == tuple(by)):
+        if len(parts) == 1 and self._sorted.get(table) == tuple(by):
             frame = parts[0]
-        elif not by:
-            frame = pl.concat(parts)
         else:
             frame = pl.concat(parts).sort(list(by), maintain_order=True)
         return frame.select(list(columns)) if columns else frame
@@ -132,7 +126,7 @@ class WindowStore:
             parts.append(frame.clear())
             return
         path = self.dir / f"{table}.{len(parts):06d}.arrow"
-        frame.write_ipc(path, compression=self.compression)
+        frame.write_ipc(path, compression="lz4")
         parts.append(path)
         self._rows[table] = self._rows.get(table, 0) + frame.height
 
