@@ -43,6 +43,7 @@ from ..paraver.registry import mpi as mpi_reg
 from ..paraver.registry.core import (STATE_ALLOC, STATE_BLOCKED, STATE_CONFIG_ACCEL,
                                      STATE_FORK_JOIN, STATE_FREE, STATE_IO,
                                      STATE_MEMORY_TRANSFER, STATE_RUNNING, STATE_SYNC)
+from .sums import GroupSums
 from .timeline import NST, ST_ENDED, ST_NONE, Gaps, GroupSweep, RowTimeKey, between
 
 # what the host thread was doing, in priority order: (key, label)
@@ -217,7 +218,9 @@ class LaunchStats:
         self._pending = _empty({"send_row": pl.Int32, "send": pl.Int64, "recv_row": pl.Int32,
                                 "recv": pl.Int64, "call_end": pl.Int64, "kernel_end": pl.Int64,
                                 "kernel": pl.Int64, "full": pl.Int64})
-        self._parts: list[pl.DataFrame] = []
+        self._sums = GroupSums(("kernel", "full"), (
+            pl.col("count", "call_time", "kernel_time", "delay_sum", "short",
+                   "short_time").sum(), pl.col("delay_max").max()))
         self._key: RowTimeKey | None = None  # (row, time) of calls and kernels as one key
 
     def add(self, window: Trace) -> None:
@@ -261,7 +264,7 @@ class LaunchStats:
             dur = pl.col("kernel_end") - pl.col("recv")
             delay = pl.col("recv") - pl.col("call_end")
             short = dur < call
-            self._parts.append(finished.group_by("kernel", "full").agg(
+            self._sums.add(finished.group_by("kernel", "full").agg(
                 pl.len().cast(pl.Int64).alias("count"), call.sum().alias("call_time"),
                 dur.sum().alias("kernel_time"), delay.sum().alias("delay_sum"),
                 delay.max().alias("delay_max"), short.sum().cast(pl.Int64).alias("short"),
@@ -276,12 +279,10 @@ class LaunchStats:
         from .labels import distinct_labels
 
         self._match(self.calls.finish(end), self.kernels.finish(end))
-        if not self._parts:
+        per = self._sums.result()
+        if per is None:
             return []
-        per = (pl.concat(self._parts).group_by("kernel", "full").agg(
-            pl.col("count", "call_time", "kernel_time", "delay_sum", "short",
-                   "short_time").sum(), pl.col("delay_max").max())
-               .sort("kernel_time", "kernel", "full", descending=[True, False, False]))
+        per = per.sort("kernel_time", "kernel", "full", descending=[True, False, False])
         full_names = full_names or {}
         rows = list(per.iter_rows(named=True))
         short = [names.get(r["kernel"], str(r["kernel"])) for r in rows]

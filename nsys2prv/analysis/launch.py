@@ -34,6 +34,7 @@ from ..engine import NUL
 from ..paraver.read import Source, TraceInfo, open_trace
 from ..paraver.registry import cuda
 from . import occupancy as occ
+from .sums import GroupSums
 from .timeline import RowTimeKey, Spans
 
 KERNEL_TYPES = (cuda.CUDA_KERNEL, cuda.NCCL_KERNEL)
@@ -138,10 +139,10 @@ class LaunchCollector:
         self.layout = self.info.layout
         self.types = frozenset({*KERNEL_TYPES, FULL_NAME, *CONFIG})
         self._spans = Spans([], KERNEL_TYPES, [], FULL_NAME, self.layout.rows.height)
-        self._parts: list[pl.DataFrame] = []
+        self._sums = GroupSums(("row", "name", "full", "nccl", *CONFIG_COLUMNS),
+                               (pl.col("launches").sum(), pl.col("time").sum()))
         self._held = pl.DataFrame(schema={"row": pl.Int32, "start": pl.Int64,
                                           **{c: pl.Int64 for c in CONFIG_COLUMNS}})
-        self._rows = 0
         self._key = RowTimeKey.of_trace(self.layout.rows)
 
     def add(self, w) -> None:
@@ -174,22 +175,11 @@ class LaunchCollector:
                          "class": found[2]}), "start")
                 else:
                     self._classes.append(found)
-            self._parts.append(joined.group_by("row", "name", "full", "nccl",
-                                               *CONFIG_COLUMNS).agg(
+            self._sums.add(joined.group_by(self._sums.keys).agg(
                 pl.len().alias("launches"), pl.col("dur").sum().alias("time")))
-            self._rows += self._parts[-1].height
             # what is left waits for its kernel's end in a later window
             held = self._key.join(held, k.select("row", "start"), how="anti")
-            if self._rows > 200_000:
-                self._compact()
         self._held = held
-
-    def _compact(self) -> None:
-        if len(self._parts) > 1:
-            both = pl.concat(self._parts)
-            self._parts = [both.group_by("row", "name", "full", "nccl", *CONFIG_COLUMNS)
-                           .agg(pl.col("launches").sum(), pl.col("time").sum())]
-        self._rows = self._parts[0].height if self._parts else 0
 
     def kernel_classes(self) -> pl.DataFrame:
         """(row, start, class) of every kernel whose class is not 0, with `per_kernel`."""
@@ -205,13 +195,13 @@ class LaunchCollector:
     def result(self) -> pl.DataFrame:
         """(row, name, full, nccl, the CONFIG columns, launches, time): value ids of the
         trace for the names (the .pcf gives their text)."""
-        self._compact()
-        if not self._parts:
+        found = self._sums.result()
+        if found is None:
             return pl.DataFrame(schema={"row": pl.Int32, "name": pl.Int64, "full": pl.Int64,
                                         "nccl": pl.Boolean,
                                         **{c: pl.Int64 for c in CONFIG_COLUMNS},
                                         "launches": pl.UInt32, "time": pl.Int64})
-        return self._parts[0]
+        return found
 
 
 @dataclass

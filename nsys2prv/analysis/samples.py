@@ -36,6 +36,7 @@ import polars as pl
 
 from ..paraver.registry import cuda, osrt
 from ..paraver.registry import sampling as reg
+from .sums import GroupSums
 from .timeline import Spans
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ CALLER_TYPES = frozenset(range(CALLER + 1, CALLER + reg.CALLER_LEVELS))
 MARKERS = reg.SAMPLE_MARKERS
 CALL_TYPES = (osrt.OSRT_CALL, cuda.CUDA_CALL)
 SITE_CALLERS = 3  # a call site: the API and this many callers from its stack
-COMPACT = 32  # partial count tables kept before they are summed together
 LEAF_ONLY = "[no backtrace: leaf only]"  # the root of a folded stack of a leaf-only sample
 PROFILER_MODULES = ("libToolsInjection",)  # nsys' own code, sampled like the program's
 
@@ -114,12 +114,12 @@ def _consecutive_stacks(ev: pl.DataFrame) -> pl.DataFrame | None:
 
 
 class StackCounts:
-    """Samples counted per (keys..., stack), summed as they come: partial tables are summed
-    together every `COMPACT` additions, so that memory follows the distinct stacks."""
+    """Samples counted per (keys..., stack), summed as they come (`sums.GroupSums`): memory
+    follows the distinct stacks."""
 
     def __init__(self, keys: tuple[str, ...] = ("row",)) -> None:
         self.keys = keys
-        self._parts: list[pl.DataFrame] = []
+        self._sums = GroupSums((*keys, "stack"), (pl.col("samples").sum(),))
 
     def add(self, frame: pl.DataFrame) -> None:
         """`frame`: keys and stack (one line a sample), or with `samples` (counts)."""
@@ -127,18 +127,14 @@ class StackCounts:
             return
         count = pl.col("samples").sum() if "samples" in frame.columns else \
             pl.len().cast(pl.Int64).alias("samples")
-        self._parts.append(frame.group_by(*self.keys, "stack").agg(count))
-        if len(self._parts) > COMPACT:
-            self._parts = [self.result()]
+        self._sums.add(frame.group_by(*self.keys, "stack").agg(count))
 
     def result(self) -> pl.DataFrame:
-        if not self._parts:
+        found = self._sums.result()
+        if found is None:
             return _empty({**{k: pl.Int64 for k in self.keys}, "stack": pl.List(pl.Int64),
                            "samples": pl.Int64})
-        if len(self._parts) == 1:
-            return self._parts[0]
-        return pl.concat(self._parts).group_by(*self.keys, "stack").agg(
-            pl.col("samples").sum())
+        return found
 
 
 class SampleCollector:
@@ -268,7 +264,7 @@ class GapCode:
         self._spans = Spans([], [], list(CALL_TYPES), None, nrows)
         self._open_sites = _empty({"row": pl.Int32, "type": pl.Int64, "start": pl.Int64,
                                    "site": pl.List(pl.Int64)})
-        self._calls: list[pl.DataFrame] = []
+        self._calls = GroupSums(("g", "site"), (pl.col("time").sum(), pl.col("calls").sum()))
         # (row, gi): the devices each launching row launched work after a gap of
         self._hosts = (pl.DataFrame({"row": self.index.host,
                                      "gi": self.index.keys // self.index.span})
@@ -382,13 +378,11 @@ class GapCode:
         # only the gaps this row launched after count: the device's gaps of other rows
         # are not this thread's to explain
         over = self._overlap_own(gi, pairs["row"].to_numpy(), s, e)
-        self._calls.append(pairs.with_columns(pl.Series("g", self.index.g[gi]),
+        self._calls.add(pairs.with_columns(pl.Series("g", self.index.g[gi]),
                                               pl.Series("time", over))
                            .filter(pl.col("time") > 0)
                            .group_by("g", "site").agg(pl.col("time").sum(),
                                                       pl.len().cast(pl.Int64).alias("calls")))
-        if len(self._calls) > COMPACT:
-            self._calls = [self._call_sums()]
 
     def _overlap_own(self, gi: np.ndarray, row: np.ndarray, s: np.ndarray,
                      e: np.ndarray) -> np.ndarray:
@@ -416,11 +410,11 @@ class GapCode:
         return out
 
     def _call_sums(self) -> pl.DataFrame:
-        if not self._calls:
+        found = self._calls.result()
+        if found is None:
             return _empty({"g": pl.Int64, "site": pl.List(pl.Int64), "time": pl.Int64,
                            "calls": pl.Int64})
-        return pl.concat(self._calls).group_by("g", "site").agg(pl.col("time").sum(),
-                                                                pl.col("calls").sum())
+        return found
 
     # ---- the pass
 
@@ -466,7 +460,7 @@ class OnePassGapSamples:
                                      pl.col("task_index").cast(pl.Int64).alias("task"))
         # per device index with a gap open: (since, (row, value, samples) counted so far)
         self._open: dict[int, tuple[int, pl.DataFrame]] = {}
-        self._parts: list[pl.DataFrame] = []
+        self._parts = GroupSums(("gi", "value"), (pl.col("samples").sum(),))
 
     def add(self, window, ended: np.ndarray, idle: np.ndarray) -> None:
         """A window, the gaps that ended in it [n, 4] (g index, start, end, host row or -1)
@@ -485,7 +479,7 @@ class OnePassGapSamples:
                 if held is not None and held[0] == start:
                     parts.append(held[1].filter(pl.col("row") == int(row)).select(
                         pl.lit(int(gi), pl.Int64).alias("gi"), "value", "samples"))
-            self._parts.append(pl.concat([p.cast({"gi": pl.Int64}) for p in parts]))
+            self._parts.add(pl.concat([p.cast({"gi": pl.Int64}) for p in parts]))
         still: dict[int, tuple[int, pl.DataFrame]] = {}
         for gi, since in idle:
             task = int(self.keys[int(gi)]) // 1_000_000
@@ -499,8 +493,6 @@ class OnePassGapSamples:
                     pl.col("samples").sum())
             still[int(gi)] = (int(since), part)
         self._open = still
-        if len(self._parts) > COMPACT:
-            self._parts = [self._sums()]
 
     @staticmethod
     def _inside(leaves: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -520,9 +512,10 @@ class OnePassGapSamples:
         return pl.concat(out)
 
     def _sums(self) -> pl.DataFrame:
-        if not self._parts:
+        found = self._parts.result()
+        if found is None:
             return _empty({"gi": pl.Int64, "value": pl.Int64, "samples": pl.Int64})
-        return pl.concat(self._parts).group_by("gi", "value").agg(pl.col("samples").sum())
+        return found
 
     def result(self) -> pl.DataFrame:
         """(g, value, samples): the launching threads' leaf functions inside the gaps."""
