@@ -17,7 +17,8 @@ def _parts(seed: int, n_parts: int, rows: int, groups: int) -> list[pl.DataFrame
             for _ in range(n_parts)]
 
 
-FOLD = (pl.col("n").sum(), pl.col("t").sum(), pl.col("m").max())
+# in another order than the parts' columns (n, t, m): a fold must stack with the next part
+FOLD = (pl.col("m").max(), pl.col("n").sum(), pl.col("t").sum())
 
 
 def _grouped(part: pl.DataFrame) -> pl.DataFrame:

@@ -41,7 +41,9 @@ class GroupSums:
 
     def _compact(self) -> None:
         if self._rows > self._folded:  # a part came since the last fold
-            self._parts = [pl.concat(self._parts).group_by(self.keys).agg(self.fold)]
+            columns = self._parts[0].columns  # the parts' order: the next ones stack on it
+            self._parts = [pl.concat(self._parts).group_by(self.keys).agg(self.fold)
+                           .select(columns)]
         self._rows = self._folded = self._parts[0].height if self._parts else 0
 
     def result(self) -> pl.DataFrame | None:
