@@ -360,3 +360,31 @@ def test_no_window_is_held_past_the_pass(run, monkeypatch):
     assert len(alive) > 10
     assert held_at_layers == [0]
     assert extras.layers.pick.kind is not None  # the layers ran on what the pass kept
+
+
+def test_the_pass_files_its_nvtx_ranges_in_the_store(run, monkeypatch):
+    """With `spill`, the NVTX ranges of each window go to the store as the pass reads them
+    (the pass holds none: 40 MB at the end of the 30M benchmark trace's pass), and read
+    back they are the ranges a collector that holds them finds, once."""
+    from nsys2prv.analysis.activities import ActivityCollector
+
+    _, trace = run
+    monkeypatch.setattr(read, "BLOCK", 4096)
+    held, filed = ActivityCollector(trace), ActivityCollector(trace, spill=True)
+    try:
+        n = 0
+        for w in read.windows(read.open_trace(trace), types=held.types, state_rows="cpu",
+                              comms=True):
+            held.add(w)
+            filed.add(w)
+            n += 1
+        assert n > 10
+        assert filed._stacked == [] and filed._flat == [] and filed._calls == []
+        assert filed.store.rows("stacked") == STEPS * (1 + LAYERS)  # every push/pop range
+        want, got = held.result(), filed.stored()
+        assert got.ranges.equals(want.ranges)
+        assert got.calls.equals(want.calls)
+        assert got.ranges.height == STEPS * (1 + LAYERS)
+        assert filed.result().ranges.height == 0  # taken once, as the held lists are
+    finally:
+        filed.close()

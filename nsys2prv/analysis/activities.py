@@ -462,6 +462,8 @@ class ActivityCollector:
         self.store = WindowStore("nsys2prv-acts-", spill_dir) if spill else None
         self._kernels: list[pl.DataFrame] = []
         self._memops: list[pl.DataFrame] = []
+        # the NVTX ranges (start/end, push/pop) and the instants of several CUDA calls of a
+        # window: kept here, or with `spill` in the store (`_keep`), read back by `result`
         self._flat: list[pl.DataFrame] = []  # NVTX start/end ranges
         self._stacked: list[pl.DataFrame] = []
         self._end = self.layout.end
@@ -470,6 +472,7 @@ class ActivityCollector:
         self._sync_seen = np.zeros(self.layout.rows.height, dtype=bool)
         self._starts = _Starts(RowTimeKey.of_trace(self.layout.rows))
         self._calls: list[pl.DataFrame] = []
+        self._read_back: set[str] = set()  # the tables `result` has read from the store
         self.windows = 0
 
     comms = True  # an observer of `model.analyze_path` that needs the launch lines
@@ -483,7 +486,7 @@ class ActivityCollector:
         if self.call_types:
             groups = _call_groups(own)
             if groups.height:
-                self._calls.append(groups)
+                self._keep("calls", groups)
         flat, stacked = self._spans.add(own)
         kernels, memops = _empty(_KERNEL_PARTS), _empty(_MEMOP_PARTS)
         if len(flat):  # kept compact: a few bytes an activity
@@ -503,7 +506,7 @@ class ActivityCollector:
                                          memops.select("row", "start")]))
             ranges = other.filter(pl.col("type") != MEMOP)
             if ranges.height:
-                self._flat.append(ranges)
+                self._keep("flat", ranges)
         if self.store is not None:  # by start, and by launch (its call's start, else its own)
             items = gpu_items(kernels, memops).sort("start", "row", maintain_order=True)
             self.store.add_timed("gpu", items, "start", sorted_by=("start", "row"))
@@ -517,7 +520,7 @@ class ActivityCollector:
                 self._memops.append(memops)
         self.windows += 1
         if len(stacked):
-            self._stacked.append(_spans_frame(stacked, "level"))
+            self._keep("stacked", _spans_frame(stacked, "level"))
         st = w.states
         if st.height:  # time in the Synchronization state of each CPU row
             row = st["row"].to_numpy()
@@ -525,6 +528,23 @@ class ActivityCollector:
             dur = (st["end"].to_numpy() - st["begin"].to_numpy())[sync]
             np.add.at(self._sync, row[sync], dur)
             self._sync_seen[row[sync]] = True
+
+    def _keep(self, table: str, frame: pl.DataFrame) -> None:
+        """A window's part of `table` ("flat", "stacked", "calls"): in the store with
+        `spill` (the pass holds none of them: 40 MB of NVTX ranges at the end of the 30M
+        benchmark trace's pass), else held."""
+        if self.store is not None:
+            self.store.add(table, frame)
+        else:
+            getattr(self, "_" + table).append(frame)
+
+    def _kept(self, table: str) -> list[pl.DataFrame]:
+        """The parts of `table` kept so far, in the order they came."""
+        held = getattr(self, "_" + table)
+        if self.store is None or table in self._read_back:
+            return held
+        self._read_back.add(table)  # `result` takes them once, as it empties the lists
+        return [p for p in self.store.parts(table) if p.height] + held
 
     def stored(self) -> StoredActivities:
         """With `spill`: the activities, their GPU work read back from the store (what
@@ -539,12 +559,15 @@ class ActivityCollector:
     def result(self, window: tuple[int, int] | None = None) -> Activities:
         names, labels = self.names, self.labels
         nvtx_types = self.nvtx_types
-        flat_spans = pl.concat(self._flat) if self._flat else _spans_frame(_NO_SPANS)
-        stack_spans = (pl.concat(self._stacked) if self._stacked
+        flat_spans = self._kept("flat")
+        flat_spans = pl.concat(flat_spans) if flat_spans else _spans_frame(_NO_SPANS)
+        stack_spans = self._kept("stacked")
+        stack_spans = (pl.concat(stack_spans) if stack_spans
                        else _spans_frame(_NO_SPANS, "level"))
         kernels = pl.concat(self._kernels) if self._kernels else _empty(_KERNEL_PARTS)
         memops = pl.concat(self._memops) if self._memops else _empty(_MEMOP_PARTS)
-        calls = pl.concat(self._calls) if self._calls else _empty(_CALLS)
+        calls = self._kept("calls")
+        calls = pl.concat(calls) if calls else _empty(_CALLS)
         self._flat, self._stacked, self._kernels, self._memops = [], [], [], []
         self._calls = []
         if window is not None:
