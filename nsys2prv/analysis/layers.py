@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from .. import _alloc
 from . import projection as P
 from .activities import Activities
 from .store import handed_over, taken_over
@@ -266,6 +267,10 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     s = r["start"].to_numpy()
     e = s + r["dur"].to_numpy()
     segments = P.Segments(row, s, e)
+    # what making the boundaries freed in glibc's heap (sorts and searches of every
+    # range's times) goes back before the sums are made: 80 MB for 0.9M ranges, which
+    # the heap would otherwise keep under its trim threshold (`_alloc.map_large_blocks`)
+    _alloc.trim()
     sums = P.RangeSums(segments, s, e, len(CATEGORIES))
     for w in launched_work(acts):  # one pass over the work, summed per range
         a = _arrays(w)
@@ -276,6 +281,7 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
     # work ran on one row; the union, which needs its work in start order, where asked
     # (`busy`) or later for the layers and the steps. The table is made once from the
     # projected ranges' arrays (a join per column would copy it whole each time)
+    _alloc.trim()  # and what the chunks of work freed
     keep, proj = sums.projected()
     unassigned, work_time = sums.unassigned, sums.work_time
     del sums
@@ -314,6 +320,7 @@ def project_ranges(acts: Activities, busy: bool = False) -> Projected:
         "row", (pl.col("task_index") * 1_000_000 + pl.col("device")).cast(pl.Int64).alias("g"))
     out = Projected(packed, busy_k, r.height, r.height - height, unassigned, segments, slices,
                     devices, acts, work_time)
+    _alloc.trim()  # the projection's arrays, let go as they were packed
     if busy:
         out.fill_busy(out.columns("id")["id"])
     return out
