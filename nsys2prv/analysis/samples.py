@@ -379,10 +379,10 @@ class GapCode:
         # are not this thread's to explain
         over = self._overlap_own(gi, pairs["row"].to_numpy(), s, e)
         self._calls.add(pairs.with_columns(pl.Series("g", self.index.g[gi]),
-                                              pl.Series("time", over))
-                           .filter(pl.col("time") > 0)
-                           .group_by("g", "site").agg(pl.col("time").sum(),
-                                                      pl.len().cast(pl.Int64).alias("calls")))
+                                           pl.Series("time", over))
+                        .filter(pl.col("time") > 0)
+                        .group_by("g", "site").agg(pl.col("time").sum(),
+                                                   pl.len().cast(pl.Int64).alias("calls")))
 
     def _overlap_own(self, gi: np.ndarray, row: np.ndarray, s: np.ndarray,
                      e: np.ndarray) -> np.ndarray:
@@ -460,7 +460,7 @@ class OnePassGapSamples:
                                      pl.col("task_index").cast(pl.Int64).alias("task"))
         # per device index with a gap open: (since, (row, value, samples) counted so far)
         self._open: dict[int, tuple[int, pl.DataFrame]] = {}
-        self._parts = GroupSums(("gi", "value"), (pl.col("samples").sum(),))
+        self._counts = GroupSums(("gi", "value"), (pl.col("samples").sum(),))
 
     def add(self, window, ended: np.ndarray, idle: np.ndarray) -> None:
         """A window, the gaps that ended in it [n, 4] (g index, start, end, host row or -1)
@@ -479,7 +479,7 @@ class OnePassGapSamples:
                 if held is not None and held[0] == start:
                     parts.append(held[1].filter(pl.col("row") == int(row)).select(
                         pl.lit(int(gi), pl.Int64).alias("gi"), "value", "samples"))
-            self._parts.add(pl.concat([p.cast({"gi": pl.Int64}) for p in parts]))
+            self._counts.add(pl.concat([p.cast({"gi": pl.Int64}) for p in parts]))
         still: dict[int, tuple[int, pl.DataFrame]] = {}
         for gi, since in idle:
             task = int(self.keys[int(gi)]) // 1_000_000
@@ -512,7 +512,7 @@ class OnePassGapSamples:
         return pl.concat(out)
 
     def _sums(self) -> pl.DataFrame:
-        found = self._parts.result()
+        found = self._counts.result()
         if found is None:
             return _empty({"gi": pl.Int64, "value": pl.Int64, "samples": pl.Int64})
         return found

@@ -4,7 +4,7 @@ An observer of a pass that sums per group (a kernel, a launch configuration, a s
 gets one small grouped table a window. Kept as they come, they grow with the number of
 windows; summed together only now and then, the sum is a spike: a polars `group_by` over
 many key columns takes about twice its input again while it runs (52 MB for the 200k rows
-of 17 keys the launch statistics summed at once on the 30M benchmark trace).
+of 17 keys the launch configurations were summed at, on the 30M benchmark trace).
 `GroupSums` folds the parts whenever they hold more rows than the last fold left (and at
 least `least`): memory follows the distinct groups, each fold reads at most about twice
 them, and the folds cost what their rows do.
