@@ -378,7 +378,7 @@ def test_two_processes_give_the_same_comparison(real_pair, tmp_path):
 
 
 
-@pytest.mark.parametrize("pair, block", [("corpus", 1 << 16), ("sample", 997)])
+@pytest.mark.parametrize("pair, block", [("corpus", 1 << 18), ("sample", 997)])
 def test_the_sides_gpu_activities_are_read_a_bucket_at_a_time(tmp_path, monkeypatch, pair,
                                                              block):
     """Each side keeps its kernels and memory operations on disk (as `analyze` does) and

@@ -236,7 +236,10 @@ def _profile_by_search(G, b, lo, hi, k, allowed, direction):
     z = hi[k] if direction > 0 else lo[k]
     if worse(z) <= allowed:
         return z
+    # to a width far inside the tests' tolerance (1e-4): ~26 halvings, not 50
     for _ in range(50):
+        if abs(z - a) <= 1e-6 * (1 + abs(a)):
+            break
         mid = (a + z) / 2
         a, z = (mid, z) if worse(mid) <= allowed else (a, mid)
     return (a + z) / 2
