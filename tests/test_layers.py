@@ -277,7 +277,9 @@ def test_range_sums_streamed_equal_the_projection_of_all_the_work(chunk_order):
         assert (np.diff(want.start[keep]) >= 0).all()
         for name, values in (("start", want.start), ("end", want.end), ("ops", want.ops)):
             assert np.array_equal(got[name], values[keep]), name
-        assert np.array_equal(np.stack(got["time"], axis=1), want.time[keep])
+        # a kind no range's work had comes as None (its zeros are made where packed)
+        times = [np.zeros(keep.size, np.int64) if t is None else t for t in got["time"]]
+        assert np.array_equal(np.stack(times, axis=1), want.time[keep])
         several = want.multirow[keep]
         assert np.array_equal(got["busy"][~several], want.busy[keep][~several])
         assert (got["busy"][several] == -1).all()

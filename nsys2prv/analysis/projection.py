@@ -368,12 +368,32 @@ def row_spans(work: Work, proj: Projection, which: np.ndarray
 
 def rank_positions(points: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Times `t` as positions among the sorted distinct `points` that keep every order
-    relation with them: a point p[i] is 2 i + 1, a time between p[i-1] and p[i] is 2 i."""
-    i = np.searchsorted(points, t, side="left")
-    on = np.zeros(i.size, dtype=bool)
-    inside = i < points.size
-    on[inside] = points[i[inside]] == t[inside]
-    return 2 * i.astype(np.int64) + on
+    relation with them: a point p[i] is 2 i + 1, a time between p[i-1] and p[i] is 2 i.
+    Made in place in one array of the times' count (millions of ranges' times at once)."""
+    i = np.searchsorted(points, t, side="left").astype(np.int64, copy=False)
+    if points.size:
+        on = points[np.minimum(i, points.size - 1)] == t
+        on &= i < points.size
+    else:
+        on = np.zeros(i.size, dtype=bool)
+    i *= 2
+    i += on
+    return i
+
+
+def sorted_unique(parts: list[np.ndarray]) -> np.ndarray:
+    """The sorted distinct values of the arrays `parts` (int64), sorted in place in their
+    one concatenation: `np.unique` would hold a sorted copy beside it."""
+    if not parts:
+        return np.zeros(0, np.int64)
+    out = np.concatenate([np.asarray(p, np.int64) for p in parts])
+    out.sort()
+    if out.size:
+        keep = np.empty(out.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(out[1:], out[:-1], out=keep[1:])
+        out = out[keep]
+    return out
 
 
 class RankKeys:
@@ -382,13 +402,13 @@ class RankKeys:
     times' span, unlike a time packed into the low bits)."""
 
     def __init__(self, points: list[np.ndarray]) -> None:
-        allp = [np.asarray(p, np.int64) for p in points if np.size(p)]
-        self.points = np.unique(np.concatenate(allp)) if allp else np.zeros(0, np.int64)
+        self.points = sorted_unique([p for p in points if np.size(p)])
         self.width = 2 * self.points.size + 2
 
     def __call__(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return (np.asarray(group, np.int64) * self.width
-                + rank_positions(self.points, np.asarray(t, np.int64)))
+        out = rank_positions(self.points, np.asarray(t, np.int64))
+        out += np.asarray(group, np.int64) * self.width
+        return out
 
 
 class Segments:
@@ -402,7 +422,7 @@ class Segments:
         self.keys = RankKeys([start, end])
         sk = self.keys(row, start)
         ek = self.keys(row, end)
-        self.bounds = np.unique(np.concatenate([sk, ek]))
+        self.bounds = sorted_unique([sk, ek])
         self.n = 2 * self.bounds.size + 1
         # the segments at each range's start and end boundary (2 a + 1, 2 c + 1), made in
         # place and handed over once (`take_ends`): 16 bytes a range not held twice
@@ -463,7 +483,8 @@ class RangeSums:
         depth = np.zeros(segments.n + 1, dtype=np.int32)
         np.add.at(depth, self.lo, 1)
         np.add.at(depth, self.hi, -1)
-        self.covered = np.cumsum(depth[:-1]) > 0
+        np.cumsum(depth, out=depth)  # in place (a cumsum of int32 is made in int64)
+        self.covered = depth[:-1] > 0
         del depth
         self.end_bound = np.zeros(segments.n, dtype=bool)
         self.end_bound[self.hi] = True
@@ -556,7 +577,8 @@ class RangeSums:
         """The ranges with GPU work, by the start of their work then their index, and what
         `project` gives of them (start, end, ops, busy: -1 where the work ran on several
         rows, `union_time` gives it; lo, hi: their slices of segments; `time`, a column a
-        kind): ranges that launched nothing are not projected. Consumes the sums: each
+        kind, None for a kind no range's work had): ranges that launched nothing are not
+        projected. Consumes the sums: each
         array is let go once its projected rows are taken (a run's ranges can be millions:
         one array held twice at a time, not all of them)."""
         keep = np.flatnonzero(self.calls > 0)
@@ -566,9 +588,12 @@ class RangeSums:
         times = []
         for k in range(self.kinds):
             t = self.times.pop(k, None)
-            times.append(t[keep] if t is not None else np.zeros(keep.size, np.int64))
+            times.append(t[keep] if t is not None else None)
             del t
-        out = {"busy": np.where(several, -1, sum(times)), "time": times}
+        had = [t for t in times if t is not None]
+        out = {"busy": np.where(several, -1, sum(had) if had else 0).astype(np.int64),
+               "time": times}
+        del had
         del several
         out["start"] = self.first[keep]
         self.first = None

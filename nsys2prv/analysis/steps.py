@@ -144,9 +144,10 @@ def candidates(acts: Activities) -> pl.DataFrame:
                       table[key].to_numpy().astype(np.int64),
                       table[code].fill_null(-1).to_numpy().astype(np.int64))
 
-    fam = codes("name", fam_of, "id", "fam")
-    dom = codes("type", dom_of, "type", "dom")
-    task = codes("row", task_rows, "row", "task_index")
+    # codes are small: int32 (each sort key and array below is a few bytes a range)
+    fam = codes("name", fam_of, "id", "fam").astype(np.int32)
+    dom = codes("type", dom_of, "type", "dom").astype(np.int32)
+    task = codes("row", task_rows, "row", "task_index").astype(np.int32)
     r = acts.ranges
     row = r["row"].to_numpy()
     start = r["start"].to_numpy()
@@ -154,8 +155,7 @@ def candidates(acts: Activities) -> pl.DataFrame:
     # a family's instances on a process in start order (the longer first at one start: the
     # one that holds the other)
     order = np.lexsort((-dur, row, start, task, dom, fam))
-    fam, dom, task = (fam[order].astype(np.int32), dom[order].astype(np.int32),
-                      task[order].astype(np.int32))
+    fam, dom, task = fam[order], dom[order], task[order]
     row, start, dur = row[order], start[order], dur[order]
     depth = np.clip(r["level"].to_numpy()[order] - 1, 0, None)
     del order
@@ -284,11 +284,17 @@ class LaunchedWork:
         two running totals is the time between them)."""
         m = np.size(task)
         keys = RankKeys([start, end])
-        q = np.concatenate([keys(task, start), keys(task, end)])
+        # every array of the queries made once and in place (millions of ranges: each
+        # int64 array of the queries is 16 bytes a range)
+        q = np.empty(2 * m, dtype=np.int64)
+        q[:m] = keys(task, start)
+        q[m:] = keys(task, end)
         order = np.argsort(q, kind="stable")
         qs = q[order]
         del q
-        qtask = np.asarray(task)[order % m] if m else np.zeros(0, np.int64)
+        both = np.concatenate([np.asarray(task), np.asarray(task)])
+        qtask = both[order] if m else np.zeros(0, np.int64)
+        del both
         acc = np.zeros(qs.size + 1, dtype=np.int64)
         totals: dict[int, int] = {}
         n = 0
@@ -308,12 +314,11 @@ class LaunchedWork:
             for x, v in zip(u.tolist(), sums.tolist()):
                 totals[x] = totals.get(x, 0) + v
         del qs, qtask
-        running = np.empty(acc.size - 1, dtype=np.int64)
-        np.cumsum(acc[:-1], out=running)
-        del acc
+        running = acc[:-1]
+        np.cumsum(running, out=running)
         at_query = np.empty_like(running)
         at_query[order] = running
-        del running, order
+        del running, acc, order
         return at_query[m:] - at_query[:m], totals, n
 
     def name_shares(self, families: list[pl.DataFrame]) -> list[float | None]:
