@@ -465,7 +465,8 @@ def _reference_layer_sums(acts) -> pl.DataFrame:
     cand = inst.filter(~pl.col("name").fill_null("").str.contains(OPERATOR.pattern)
                        & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
                        & ~pl.col("family").str.contains(STEP_NAMES.pattern))
-    keep = layers._numbered(cand)["family"].to_list()
+    keep = layers._numbered_families(cand.filter(layers._one_number)
+                                     .with_columns(layers._number("name")))["family"].to_list()
     keyed = inst.with_columns(
         pl.when(pl.col("family").is_in(keep)).then(pl.col("name").fill_null(""))
         .otherwise(pl.col("family")).alias("range"), pl.col("domain").fill_null(""),

@@ -41,8 +41,8 @@ from .. import _alloc
 from . import projection as P
 from .activities import Activities
 from .store import handed_over, taken_over
-from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, OPERATOR, STEP_NAMES, StepPick, family, \
-    fold, instance_windows
+from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, OPERATOR, STEP_NAMES, StepPick, codes_of, \
+    family, fold, instance_windows
 
 # what the GPU work is, by category (the columns of the tables, in this order)
 CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
@@ -367,22 +367,46 @@ def _ancestor_flag(parent: np.ndarray, level: np.ndarray, flag: np.ndarray) -> n
     return out
 
 
+def _name_codes(acts: Activities) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The range names of a run as codes: (names: nc, name, fc, operator, n — each distinct
+    name, its family's code, whether it is a PyTorch operator's, the number of a name of
+    one number; families: fc, family; of_id: id, nc — each range name id's code). Codes
+    follow the texts' sorted order, so that sorting by code sorts by text."""
+    ids = acts.range_names.select("id", pl.col("name").cast(pl.Utf8))
+    names = (ids.select("name").drop_nulls().unique().sort("name")
+             .with_row_index("nc").with_columns(pl.col("nc").cast(pl.Int64),
+                                                 family("name").alias("family")))
+    families = (names.select("family").unique().sort("family", nulls_last=False)
+                .with_row_index("fc").with_columns(pl.col("fc").cast(pl.Int64)))
+    names = (names.join(families, on="family", how="left", nulls_equal=True)
+             .select("nc", "name", "fc",
+                     pl.col("name").str.contains(OPERATOR.pattern).fill_null(False)
+                     .alias("operator"), _number("name")).sort("nc"))
+    of_id = ids.join(names.select("name", "nc"), on="name", how="inner").select("id", "nc")
+    return names, families, of_id
+
+
 @dataclass
 class _Tree:
-    """The projected instances (their index `at`, id, name, level, parent and GPU time, the
-    columns the layer pick reads) with their family, step, operator flag and whether an
-    ancestor is an operator, plus the parent/level arrays by range id."""
+    """The projected instances (their index `at`, id, level, parent and GPU time, the
+    columns the layer pick reads) with their name's and family's codes (`nc`, `fc`: of
+    `names` and `families`, `_name_codes`), step, operator flag and whether an ancestor is
+    an operator, plus the parent/level arrays by range id. Codes, not texts: a run's
+    ranges can be millions (a range per operator), its distinct names a few hundred; the
+    pick's tests on texts are made on the names' table."""
 
     inst: pl.DataFrame
     parent: np.ndarray
     level: np.ndarray
+    names: pl.DataFrame
+    families: pl.DataFrame
 
     @classmethod
     def of(cls, proj: Projected, acts: Activities, step: StepPick | None) -> "_Tree":
         gpu = np.zeros(proj.projected, np.int64)
         for c in CATEGORIES:  # one column read back at a time
             gpu += proj.columns(c)[c].to_numpy()
-        inst = proj.columns("id", "name", "level", "parent").with_row_index("at") \
+        inst = proj.columns("id", "level", "parent").with_row_index("at") \
             .with_columns(pl.Series("gpu", gpu))
         del gpu
         n = proj.ranges
@@ -391,19 +415,38 @@ class _Tree:
         ids = inst["id"].to_numpy()
         parent[ids] = inst["parent"].fill_null(-1).to_numpy()
         level[ids] = inst["level"].fill_null(-1).to_numpy()
-        fams = (inst.select("name").unique()
-                .with_columns(family("name").alias("family"),
-                              pl.col("name").str.contains(OPERATOR.pattern)
-                              .fill_null(False).alias("operator")))
-        by_name = _beside(inst.select("name"), fams, "name")
-        inst = inst.with_columns(by_name["family"], by_name["operator"],
+        names, families, of_id = _name_codes(acts)
+        nc = codes_of(acts.ranges["name"].gather(ids).to_numpy().astype(np.int64),
+                      of_id["id"].to_numpy().astype(np.int64), of_id["nc"].to_numpy())
+        named = nc >= 0
+        at = np.maximum(nc, 0)
+        if names.height:
+            fc = names["fc"].to_numpy()[at]
+            operator = named & names["operator"].to_numpy()[at]
+        else:
+            fc, operator = np.zeros(nc.size, np.int64), np.zeros(nc.size, bool)
+        del at
+        unnamed = pl.Series(~named)
+        inst = inst.with_columns(pl.Series("nc", nc).set(unnamed, None),
+                                 pl.Series("fc", fc).set(unnamed, None),
+                                 pl.Series("operator", operator),
                                  step_of(proj, acts, step))
-        del by_name
+        del nc, fc, unnamed
         op = np.zeros(n, dtype=bool)
-        op[ids] = inst["operator"].to_numpy()
+        op[ids] = operator
         inst = inst.with_columns(pl.Series("under_operator",
                                            _ancestor_flag(parent, level, op)[ids]))
-        return cls(inst, parent, level)
+        return cls(inst, parent, level, names, families)
+
+    def name_codes(self, where: pl.Expr) -> pl.Series:
+        """The codes of the names where `where` holds (an expression of the names' name,
+        family, n, operator)."""
+        return self.names.join(self.families, on="fc", how="left").filter(where)["nc"]
+
+    def family_texts(self, codes: pl.Series) -> pl.Series:
+        """The families of `codes`, in their order (null: a null code)."""
+        return codes.rename("fc").to_frame().join(self.families, on="fc", how="left",
+                                                   maintain_order="left")["family"]
 
     def outermost(self, member: pl.Expr, columns: tuple[str, ...] | None = None
                   ) -> pl.DataFrame:
@@ -428,8 +471,9 @@ class _Tree:
         if proj.slices is not None:
             out = out.with_columns(pl.Series("lo", proj.slices[0][at]),
                                    pl.Series("hi", proj.slices[1][at]))
-        return out.with_columns(picked.select("family", "operator", "step", "under_operator",
-                                              "gpu"))
+        return out.with_columns(self.family_texts(picked["fc"]),
+                                *picked.select("operator", "step", "under_operator", "gpu")
+                                .get_columns())
 
 
 def step_of(proj: Projected, acts: Activities, step: StepPick | None) -> pl.Series:
@@ -455,14 +499,15 @@ def _step_windows(acts: Activities, step: StepPick) -> pl.DataFrame:
         {"task_index": "rank", "instance": "step", "start": "s_start", "end": "s_end"})
 
 
-_SUMMED = ("family", "gpu", "level")  # what the pick reads of a candidate's instances
+_SUMMED = ("fc", "gpu", "level")  # what the pick reads of a candidate's instances
 _one_number = pl.col("family").str.count_matches("#") == 1  # one number in the name
 
 
 def _is_step_range(tree: _Tree, step: StepPick | None) -> pl.Expr:
     if step is None or step.name is None:
         return pl.lit(False)
-    return (pl.col("family") == fold(step.name)) | (pl.col("name") == step.name)
+    return pl.col("nc").is_in(tree.name_codes(
+        (pl.col("family") == fold(step.name)) | (pl.col("name") == step.name)).implode())
 
 
 def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
@@ -470,9 +515,9 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     """The layer level of a run (module docstring); `spec` ('NAME' or a depth) names it."""
     tree = tree or _Tree.of(proj, acts, step)
     # the columns the pick reads (its filters copy what they keep)
-    tree = _Tree(tree.inst.select("id", "name", "family", "operator", "under_operator",
+    tree = _Tree(tree.inst.select("id", "nc", "fc", "operator", "under_operator",
                                   "step", "level", "parent", "gpu"),
-                 tree.parent, tree.level)
+                 tree.parent, tree.level, tree.names, tree.families)
     inst = tree.inst
     if inst.height == 0:
         return LayerPick(None, [], "no NVTX range launched GPU work")
@@ -482,51 +527,58 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     if spec is not None:
         spec = spec.strip()
         if spec.isdigit():
-            fams = inst.filter(pl.col("level") == int(spec))["family"].unique().sort()
+            fams = tree.family_texts(inst.filter(pl.col("level") == int(spec))["fc"]
+                                     .unique()).sort()
             if fams.len() == 0:
                 raise LayersNotFound(f"no projected range at depth {spec} (depths: 0-"
                                      f"{int(inst['level'].max() or 0)})")
             return LayerPick("depth", fams.to_list(), f"depth {spec} named with --layers",
                              depth=int(spec))
-        hit = inst.filter((pl.col("name") == spec) | (pl.col("family") == fold(spec)))
+        hit = inst.filter(pl.col("nc").is_in(tree.name_codes(
+            (pl.col("name") == spec) | (pl.col("family") == fold(spec))).implode()))
         if hit.height == 0:
             raise LayersNotFound(f"no projected NVTX range named '{spec}'")
-        fam = hit["family"][0]
-        numbered = "#" in fam and hit["name"].n_unique() > 1
+        fam = tree.family_texts(hit["fc"].head(1))[0]
+        numbered = "#" in fam and hit["nc"].n_unique() > 1
         return LayerPick("named", [fam], f"'{spec}' named with --layers", numbered=numbered)
     rows = []
-    # the ranges that can number layers, only the columns `_numbered` reads (a filter
-    # copies every column it keeps: the whole tree, at 30M ~80 MB for a moment)
-    base = inst.select("name", "family", "parent", "step", "operator", "under_operator") \
-        .filter(~pl.col("operator") & ~pl.col("under_operator")
-                & ~_is_step_range(tree, step)
-                & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
-                & ~pl.col("family").str.contains(STEP_NAMES.pattern)
-                & (in_step if has_step else pl.lit(True))
-                & _one_number).select("name", "family", "parent")
+    # the ranges that can number layers: the tests of their names made on the names'
+    # table; of the instances, only the codes and the parent kept (a filter copies every
+    # column it keeps)
+    layer_names = tree.name_codes(
+        ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+        & ~pl.col("family").str.contains(STEP_NAMES.pattern) & _one_number)
+    base = (inst.select("nc", "fc", "parent", "step", "operator", "under_operator")
+            .filter(~pl.col("operator") & ~pl.col("under_operator")
+                    & ~_is_step_range(tree, step)
+                    & pl.col("nc").is_in(layer_names.implode())
+                    & (in_step if has_step else pl.lit(True)))
+            .join(tree.names.select("nc", "n"), on="nc", how="left")
+            .select(pl.col("fc").alias("family"), "parent", pl.col("nc").alias("name"), "n"))
     # 1. numbered families: several numbers under one parent range
-    for fam, per in _numbered(base).iter_rows():
-        out = tree.outermost(pl.col("family") == fam, _SUMMED)
-        rows.append(("numbered", [fam], float(out["gpu"].sum() or 0),
-                     float(out["level"].mean() or 0),
+    for fam, per in _numbered_families(base).iter_rows():
+        out = tree.outermost(pl.col("fc") == fam, _SUMMED)
+        rows.append(("numbered", tree.family_texts(pl.Series([fam])).to_list(),
+                     float(out["gpu"].sum() or 0), float(out["level"].mean() or 0),
                      f"{int(per)} numbered ranges under each parent"))
+    del base
     # 2. the children of the step (descending through single wrappers)
     if has_step:
         parents = set(inst.filter(_is_step_range(tree, step))["id"].to_list())
         nsteps = max(inst["step"].n_unique(), 1)
         for _ in range(6):
             kids = inst.filter(pl.col("parent").is_in(list(parents)))
-            per = (kids.filter(~pl.col("operator")).group_by("family")
+            per = (kids.filter(~pl.col("operator")).group_by("fc")
                    .agg(pl.col("step").n_unique().alias("steps"), pl.col("gpu").sum()))
             common = per.filter(pl.col("steps") >= SIBLING_SHARE * nsteps)
             if common.height == 0:
                 break
             if common.height == 1:  # a wrapper ('forward' alone): its children
-                parents = set(kids.filter(pl.col("family") == common["family"][0])["id"]
-                              .to_list())
+                parents = set(kids.filter(pl.col("fc") == common["fc"][0])["id"].to_list())
                 continue
-            fams = common.sort("gpu", descending=True)["family"].to_list()
-            out = tree.outermost(pl.col("family").is_in(fams) & in_step, _SUMMED)
+            codes = common.sort("gpu", descending=True)["fc"]
+            fams = tree.family_texts(codes).to_list()
+            out = tree.outermost(pl.col("fc").is_in(codes.implode()) & in_step, _SUMMED)
             rows.append(("children of the step", fams,
                          float(out["gpu"].sum() or 0),
                          float(out["level"].mean() or 0),
@@ -536,12 +588,13 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     ops = tree.outermost(pl.col("operator") & (in_step if has_step else pl.lit(True)),
                          _SUMMED)
     if ops.height:
-        by_time = (ops.group_by("family").agg(pl.col("gpu").sum().alias("t"))
+        by_time = (ops.group_by("fc").agg(pl.col("gpu").sum().alias("t"))
+                   .join(tree.families, on="fc", how="left")
                    .sort("t", "family", descending=[True, False]))
         rows.append(("operators", by_time["family"].to_list(),
                      float(ops["gpu"].sum() or 0),
                      float(ops["level"].mean() or 0),
-                     _count(ops['family'].n_unique(), "operator range")
+                     _count(ops['fc'].n_unique(), "operator range")
                      + " (aten::, autograd)"))
     order = {"numbered": 0, "children of the step": 1, "operators": 2}
     cand = pl.DataFrame(
@@ -567,12 +620,6 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
         + (f" and {len(fams) - 4} more" if len(fams) > 4 else "")
     why = f"{best['kind']}: {shown} ({best['note']}; {100 * best['share']:.1f} % {where})"
     return LayerPick(best["kind"], fams, why, cand, numbered=best["kind"] == "numbered")
-
-
-def _numbered(inst: pl.DataFrame) -> pl.DataFrame:
-    """(family, per_parent): the families of `inst` (with family, parent, name) that number
-    layers (`_numbered_families`)."""
-    return _numbered_families(inst.filter(_one_number).with_columns(_number("name")))
 
 
 def _number(name: str) -> pl.Expr:
@@ -645,29 +692,27 @@ def comparison_ranges(acts: Activities) -> ComparedRanges | None:
     del proj
     # the names: one code per distinct text, its family, number and whether it can be a
     # numbered layer (not an operator, a container or a step)
-    names = acts.range_names.select("id", pl.col("name").cast(pl.Utf8))
-    texts = (names.select("name").unique().sort("name").with_row_index("code")
-             .with_columns(family("name").alias("family"), _number("name")))
-    texts = texts.with_columns(
-        (_one_number & ~pl.col("name").str.contains(OPERATOR.pattern)
-         & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
-         & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("layer"))
-    code_of = names.join(texts.select("name", "code"), on="name")
+    names, families, of_id = _name_codes(acts)
+    texts = (names.join(families, on="fc", how="left")
+             .select(pl.col("nc").cast(pl.UInt32).alias("code"), "name", "family", "n",
+                     pl.col("fc").cast(pl.UInt32),
+                     (_one_number & ~pl.col("operator")
+                      & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+                      & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("layer")))
 
     def codes(ids: pl.Series) -> pl.Series:
-        return ids.replace_strict(code_of["id"], code_of["code"], default=None,
+        return ids.replace_strict(of_id["id"], of_id["nc"], default=None,
                                   return_dtype=pl.UInt32)
 
     ids = inst["id"]
     code = codes(r["name"].gather(ids))
     parent = inst["parent"]
     # 1. the numbered layer families, from the ranges' codes and nsys' parents
-    fam = texts.select("family").unique().sort("family").with_row_index("fam")
-    cand = texts.filter("layer").join(fam, on="family").select(
-        pl.col("code").alias("name"), pl.col("fam").alias("family"), "n")
+    cand = texts.filter("layer").select(pl.col("code").alias("name"),
+                                        pl.col("fc").alias("family"), "n")
     one = pl.DataFrame({"name": code, "parent": parent}).join(cand, on="name")
-    kept = fam.filter(pl.col("fam").is_in(_numbered_families(one)["family"].implode()))[
-        "family"]
+    kept = families.filter(pl.col("fc").is_in(_numbered_families(one)["family"].cast(
+        pl.Int64).implode()))["family"]
     del one
     # 2. each name's key: the name in a numbered family, else its family; a range whose
     # name the trace lacks: '' (its family)
@@ -884,9 +929,10 @@ def analyze_layers(acts: Activities, step: StepPick | None = None, spec: str | N
     if pick.kind is None:
         return Layers(proj, pick, step_name)
     member = (pl.col("level") == pick.depth) if pick.kind == "depth" \
-        else pl.col("family").is_in(pick.families)
+        else pl.col("fc").is_in(tree.families.filter(pl.col("family").is_in(pick.families))
+                                ["fc"].implode())
     # the union of the work of the layers' instances and the steps', which are shown
-    wanted = tree.inst.select("id", "level", "family", "name").filter(
+    wanted = tree.inst.select("id", "level", "fc", "nc").filter(
         member | _is_step_range(tree, step))["id"]
     proj.fill_busy(wanted)
     tree.inst = tree.inst.with_columns(proj.columns("busy", "idle").get_columns())

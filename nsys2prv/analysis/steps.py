@@ -101,7 +101,7 @@ _SCHEMA = {"family": pl.Utf8, "domain": pl.Utf8, "n": pl.Int64, "tasks": pl.Int6
            "operator": pl.Boolean}
 
 
-def _codes(ids: np.ndarray, table_ids: np.ndarray, table_codes: np.ndarray) -> np.ndarray:
+def codes_of(ids: np.ndarray, table_ids: np.ndarray, table_codes: np.ndarray) -> np.ndarray:
     """Per id, the code its table gives it (-1: not in the table): a search of the table's
     sorted ids, not a join that copies the ranges."""
     if table_ids.size == 0:
@@ -140,7 +140,7 @@ def candidates(acts: Activities) -> pl.DataFrame:
     task_rows = acts.rows.select("row", pl.col("task_index").cast(pl.Int64))
 
     def codes(column: str, table: pl.DataFrame, key: str, code: str) -> np.ndarray:
-        return _codes(acts.ranges[column].to_numpy().astype(np.int64),
+        return codes_of(acts.ranges[column].to_numpy().astype(np.int64),
                       table[key].to_numpy().astype(np.int64),
                       table[code].fill_null(-1).to_numpy().astype(np.int64))
 
