@@ -237,6 +237,23 @@ def test_calls_of_one_instant_and_of_zero_ns():
     assert (proj.end - proj.start).tolist() == [450, 650 - 300]
 
 
+def test_in_place_keys_equal_their_definitions():
+    """The ranges' keys made in place (`sorted_unique`, `rank_positions`: millions of
+    ranges' times at once) equal `np.unique` of the parts and the positions by their
+    definition: a point p[i] is 2 i + 1, a time between p[i-1] and p[i] is 2 i."""
+    rng = np.random.default_rng(7)
+    for size in (0, 1, 5, 1000):
+        parts = [rng.integers(-50, 50, size), rng.integers(0, 20, size // 2 + 1)]
+        points = P.sorted_unique(parts)
+        assert np.array_equal(points, np.unique(np.concatenate(parts)))
+        t = rng.integers(-60, 60, 500)
+        i = np.searchsorted(points, t)
+        on = np.array([k < points.size and points[k] == x for k, x in zip(i, t)], bool)
+        assert np.array_equal(P.rank_positions(points, t), 2 * i + on)
+    assert P.sorted_unique([]).size == 0
+    assert np.array_equal(P.rank_positions(np.zeros(0, np.int64), np.array([3, -1])), [0, 0])
+
+
 @pytest.mark.parametrize("chunk_order", ["launch", "reversed"])
 def test_range_sums_streamed_equal_the_projection_of_all_the_work(chunk_order):
     """`projection.RangeSums` (the analysis' projection, per range, the work in chunks)
