@@ -71,16 +71,19 @@ def main(export: str, work: str) -> dict:
     results["translate"] = run([export, str(trace), "-q"])
     results["check"] = run(["check", "-q", str(trace)])
     results["analyze"] = run(["analyze", export, "--plot", str(w / "eff.png"),
-                              "--iterations", "--modality", "--html", str(w / "run.html")])
+                              "--iterations", "--modality"])
     # the folded stacks where the trace has CPU samples (--folded says none otherwise)
     pcf = trace.with_suffix(".pcf")
     sampled = pcf.exists() and re.search(r"^0\s+30000000\s", pcf.read_text(errors="replace"),
                                          re.M) is not None
     folded = ["--folded", str(w / "stacks.folded")] if sampled else []
+    # the page on the same analysis (it computes the steps and the critical path too:
+    # one analysis that computes them, not two)
     results["analyze_json"] = run(["analyze", "--json", str(trace), "--iterations",
                                    "--modality", "--critical-path", "--what-if", "gaps=0",
                                    "--what-if", "kernel:*=0.5,nccl=0",
-                                   "--path-trace", str(w / "path.prv"), *folded])
+                                   "--path-trace", str(w / "path.prv"),
+                                   "--html", str(w / "run.html"), *folded])
     results["check_path"] = run(["check", "-q", str(w / "path.prv")])
     # the POP trace and the views of the findings on one analysis (the same outputs as two
     # runs, one analysis fewer an export)

@@ -134,9 +134,10 @@ def ptd() -> str | None:
     return found if Path(found).exists() else None
 
 
-def validate(path: str | Path) -> None:
-    """Our strict checker and, when installed, pertalde's `ptd comprovar -e` must accept it."""
-    report = check_trace(path)
+def validate(path: str | Path, report=None) -> None:
+    """Our strict checker (or its `report` of the trace, made before) and, when installed,
+    pertalde's `ptd comprovar -e` must accept it."""
+    report = check_trace(path) if report is None else report
     assert report.ok, "\n".join(report.messages())
     if ptd() is None:
         return

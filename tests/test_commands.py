@@ -4,7 +4,7 @@ Small synthetic tests once hid a join that grew with the product of two interval
 (issue 21): `analyze` died on 1 real export in 6. Here each export gets its own process
 (forked from one that imported the package once), limited to ADDRESS_SPACE of address
 space, running translate, check, analyze (text with
---plot and --html, --json (and --folded where the trace has CPU samples), --pop-trace,
+--plot; --json with --html (and --folded where the trace has CPU samples), --pop-trace,
 --scaling (and its page), --views: the views of the findings must load in
 wxparaver without a question; the six rules), translate and analyze of a window (the middle
 tenth), diff (and its page) and prepare + merge (tests/corpus_commands.py). Any non-zero
