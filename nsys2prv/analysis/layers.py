@@ -41,8 +41,8 @@ from .. import _alloc
 from . import projection as P
 from .activities import Activities
 from .store import handed_over, taken_over
-from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, OPERATOR, STEP_NAMES, StepPick, codes_of, \
-    family, fold, instance_windows
+from .steps import CONTAINER_NAMES, MIN_FOR_OUTLIERS, OPERATOR, STEP_NAMES, StepPick, \
+    codes_of, family, fold, instance_windows
 
 # what the GPU work is, by category (the columns of the tables, in this order)
 CATEGORIES = ("compute kernels", "NCCL kernels", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",

@@ -578,9 +578,9 @@ class RangeSums:
         `project` gives of them (start, end, ops, busy: -1 where the work ran on several
         rows, `union_time` gives it; lo, hi: their slices of segments; `time`, a column a
         kind, None for a kind no range's work had): ranges that launched nothing are not
-        projected. Consumes the sums: each
-        array is let go once its projected rows are taken (a run's ranges can be millions:
-        one array held twice at a time, not all of them)."""
+        projected. Consumes the sums: each array is let go once its projected rows are
+        taken (a run's ranges can be millions: one array held twice at a time, not all of
+        them)."""
         keep = np.flatnonzero(self.calls > 0)
         keep = keep[np.lexsort((keep, self.first[keep]))]
         several = self.rmin[keep] != self.rmax[keep]

@@ -141,8 +141,8 @@ def candidates(acts: Activities) -> pl.DataFrame:
 
     def codes(column: str, table: pl.DataFrame, key: str, code: str) -> np.ndarray:
         return codes_of(acts.ranges[column].to_numpy().astype(np.int64),
-                      table[key].to_numpy().astype(np.int64),
-                      table[code].fill_null(-1).to_numpy().astype(np.int64))
+                        table[key].to_numpy().astype(np.int64),
+                        table[code].fill_null(-1).to_numpy().astype(np.int64))
 
     # codes are small: int32 (each sort key and array below is a few bytes a range)
     fam = codes("name", fam_of, "id", "fam").astype(np.int32)
