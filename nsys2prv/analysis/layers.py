@@ -501,6 +501,9 @@ def _step_windows(acts: Activities, step: StepPick) -> pl.DataFrame:
 
 _SUMMED = ("fc", "gpu", "level")  # what the pick reads of a candidate's instances
 _one_number = pl.col("family").str.count_matches("#") == 1  # one number in the name
+# a name whose family can number layers (the operator ranges are left out beside it)
+_can_number = (_one_number & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
+               & ~pl.col("family").str.contains(STEP_NAMES.pattern))
 
 
 def _is_step_range(tree: _Tree, step: StepPick | None) -> pl.Expr:
@@ -545,9 +548,7 @@ def pick_layers(proj: Projected, acts: Activities, step: StepPick | None = None,
     # the ranges that can number layers: the tests of their names made on the names'
     # table; of the instances, only the codes and the parent kept (a filter copies every
     # column it keeps)
-    layer_names = tree.name_codes(
-        ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
-        & ~pl.col("family").str.contains(STEP_NAMES.pattern) & _one_number)
+    layer_names = tree.name_codes(_can_number)
     base = (inst.select("nc", "fc", "parent", "step", "operator", "under_operator")
             .filter(~pl.col("operator") & ~pl.col("under_operator")
                     & ~_is_step_range(tree, step)
@@ -696,9 +697,7 @@ def comparison_ranges(acts: Activities) -> ComparedRanges | None:
     texts = (names.join(families, on="fc", how="left")
              .select(pl.col("nc").cast(pl.UInt32).alias("code"), "name", "family", "n",
                      pl.col("fc").cast(pl.UInt32),
-                     (_one_number & ~pl.col("operator")
-                      & ~pl.col("family").str.contains(CONTAINER_NAMES.pattern)
-                      & ~pl.col("family").str.contains(STEP_NAMES.pattern)).alias("layer")))
+                     (_can_number & ~pl.col("operator")).alias("layer")))
 
     def codes(ids: pl.Series) -> pl.Series:
         return ids.replace_strict(of_id["id"], of_id["nc"], default=None,
