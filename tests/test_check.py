@@ -63,6 +63,15 @@ CASES = {
     "non-integer field": (lambda h, b: (h, _replace(b, _first(b, "2:"),
                                                     lambda f: f.__setitem__(5, "12.5"))),
                           "not an integer"),
+    # numbers beyond int64 are reported, not a crash of the parse (19 digits can be either)
+    "value of 20 digits": (lambda h, b: (h, _replace(b, _first(b, "2:"),
+                                                     lambda f: f.__setitem__(7, "9" * 20))),
+                           "not an integer"),
+    "value of 19 digits beyond int64": (lambda h, b: (h, _replace(
+        b, _first(b, "2:"), lambda f: f.__setitem__(7, str(1 << 63)))), "not an integer"),
+    "empty field": (lambda h, b: (h, _replace(b, _first(b, "1:"),
+                                              lambda f: f.__setitem__(3, ""))),
+                    "not an integer"),
     "extra state field": (lambda h, b: (h, _replace(b, _first(b, "1:"),
                                                     lambda f: f.append("7"))),
                           "wrong number of fields"),
@@ -91,6 +100,24 @@ def test_accepts_the_good_trace(good):
     rep = check_trace(good)
     assert rep.ok, rep.errors
     assert rep.counts["states"] > 0 and not rep.warnings  # every row tiled
+
+
+def test_int64_extremes_are_values(good, tmp_path):
+    """The largest and smallest int64 (19 digits) are numbers like any other (NCCL's
+    communicator ids are such values): read, counted, no line reported as malformed."""
+    base = check_trace(good)
+    for extreme in ((1 << 63) - 1, -(1 << 63)):
+        seen = {}
+
+        def edit(h, b):
+            i = _first(b, "2:")
+            seen["type"], seen["value"] = int(b[i].split(":")[6]), b[i].split(":")[7]
+            return h, _replace(b, i, lambda f: f.__setitem__(7, str(extreme)))
+        rep = check_trace(variant(good, tmp_path, edit))
+        assert not any("integer" in e or "fields" in e for e in rep.errors), rep.errors
+        want = dict(base.event_counts)
+        want[seen["type"]] += seen["value"] == "0"  # a zero value is not counted
+        assert rep.event_counts == want
 
 
 def test_overlapping_states(good, tmp_path):

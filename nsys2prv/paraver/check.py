@@ -26,7 +26,10 @@ from .writeid import check_set
 HEADER_RE = re.compile(
     r"^#Paraver \((?P<date>[^)]*)\):(?P<end>\d+)(?P<unit>_ns|_us|_ms)?:"
     r"(?P<res>0|\d+(?:\([\d,]+\))?):(?P<nappl>\d+):(?P<appls>.*)$")
-INT_RE = r"^-?\d+$"
+# a record line whose every field is an integer (an optional minus sign, ASCII digits: 19 at
+# most; a line with a field of 19 digits, LONG_RE, has its fields checked against int64)
+LINE_RE = r"^-?[0-9]{1,19}(?::-?[0-9]{1,19})*$"
+LONG_RE = r"(?:^|:)-?[0-9]{19}(?::|$)"
 # trace text checked at a time (on a 1M-activity trace: peak RSS 0.42 GiB at 16 MiB, 1.35 at
 # 64 MiB; aiprof_opt2: 433 -> 190 MB and 0.7 GB less address space at 4 MiB, same time)
 CHUNK_BYTES = 4 << 20
@@ -298,7 +301,6 @@ def _check_body(rep: CheckReport, header: Header, fh, pcf_types) -> None:
         lines = fh.readlines(CHUNK_BYTES)  # whole lines, about CHUNK_BYTES at a time
         if not lines:
             break
-        lines = [x.rstrip("\n").rstrip("\r") for x in lines]
         _check_lines(rep, st, lines, line_no, header, counts, event_counts, pcf_types,
                      unlabelled, missing_types)
         line_no += len(lines)
@@ -331,14 +333,21 @@ def _global_task(st: _BodyState, appl: np.ndarray, task: np.ndarray
 
 def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, event_counts,
                  pcf_types, unlabelled, missing_types) -> None:
-    s = pl.Series("l", lines, dtype=pl.Utf8)
+    s = pl.Series("l", lines, dtype=pl.Utf8).str.strip_chars_end("\r\n")  # as read: with \n
     df = pl.DataFrame({"l": s, "n": np.arange(first_line_no + 1, first_line_no + 1 + len(lines))})
     comments = df.filter(pl.col("l").str.starts_with("#"))
     counts["comments"] += comments.height
-    df = df.filter(~pl.col("l").str.starts_with("#"))
-    parts = df.with_columns(pl.col("l").str.split(":").alias("f"))
-    parts = parts.with_columns(pl.col("f").list.len().alias("nf"),
-                               pl.col("f").list.get(0, null_on_oob=True).alias("k"))
+    # the record's kind, field count and integer syntax from the line's text (one pass of
+    # the string column each)
+    parts = df.filter(~pl.col("l").str.starts_with("#")).with_columns(
+        (pl.col("l").str.count_matches(":", literal=True) + 1).alias("nf"),
+        pl.col("l").str.extract(r"^([^:]*)", 1).alias("k"),
+        pl.col("l").str.contains(LINE_RE).alias("ints"))
+    long = parts.filter(pl.col("ints") & pl.col("l").str.contains(LONG_RE))
+    if long.height:  # numbers beyond int64 (which numpy's parser would saturate): not integers
+        over = [n for n, line in long.select("n", "l").iter_rows()
+                if not all(-(1 << 63) <= int(x) < 1 << 63 for x in line.split(":"))]
+        parts = parts.with_columns(pl.col("ints") & ~pl.col("n").is_in(over))
     bad_kind = parts.filter(~pl.col("k").is_in(["1", "2", "3"]))
     for n, l in bad_kind.select("n", "l").head(5).iter_rows():
         rep.error(f"line {n}: unknown record kind: {l[:60]!r}")
@@ -348,25 +357,26 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
     for n, l in parts.filter(shape).select("n", "l").head(5).iter_rows():
         rep.error(f"line {n}: wrong number of fields: {l[:80]!r}")
     parts = parts.filter(pl.col("k").is_in(["1", "2", "3"]) & ~shape)
-    nonint = parts.filter(~pl.col("f").list.eval(pl.element().str.contains(INT_RE)).list.all())
-    for n, l in nonint.select("n", "l").head(5).iter_rows():
-        rep.error(f"line {n}: a field is not an integer: {l[:80]!r}")
-    parts = parts.filter(pl.col("f").list.eval(pl.element().str.contains(INT_RE)).list.all())
+    for n, l in parts.filter(~pl.col("ints")).select("n", "l").head(5).iter_rows():
+        rep.error(f"line {n}: a field is not an integer (of int64): {l[:80]!r}")
+    parts = parts.filter(pl.col("ints"))
     if parts.height == 0:
         return
-    g = [pl.col("f").list.get(i).cast(pl.Int64).alias(name) for i, name in
-         enumerate(["kind", "cpu", "appl", "task", "thread", "time"])]
-    df = parts.select("n", "l", "f", *g)
+    # every field of the well-formed lines as one array of numbers (numpy's C parser), and
+    # where each line's fields start in it
+    nf = parts["nf"].to_numpy().astype(np.int64)
+    fields = np.fromstring(parts["l"].str.join(":").item(), dtype=np.int64, sep=":")
+    if len(fields) != int(nf.sum()):  # the lines were checked: never expected
+        raise AssertionError("trace fields misparsed")
+    off = np.zeros(len(nf), dtype=np.int64)
+    np.cumsum(nf[:-1], out=off[1:])
+    line_no, text = parts["n"].to_numpy(), parts["l"]
+    kind, cpu, appl, task, thread, times = (fields[off + i] for i in range(6))
     end = header.end_time
-    n_tasks = len(header.tasks)
     tt = st.threads_of_task
     nt = st.node_of_task
     nc = st.node_of_cpu
     # object ids
-    task = df["task"].to_numpy()
-    thread = df["thread"].to_numpy()
-    cpu = df["cpu"].to_numpy()
-    appl = df["appl"].to_numpy()
     gtask, ok_obj = _global_task(st, appl, task)
     ok_obj &= thread >= 1
     safe_task = np.where(ok_obj, gtask, 0)
@@ -376,35 +386,28 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
     ok_cpu &= (cpu == 0) | (nc[safe_cpu] == nt[safe_task])
     bad = ~(ok_obj & ok_cpu)
     for i in np.flatnonzero(bad)[:5]:
-        rep.error(f"line {df['n'][int(i)]}: object or CPU outside the header / on another node: "
-                  f"{df['l'][int(i)][:60]!r}")
-    times = df["time"].to_numpy()
+        rep.error(f"line {line_no[i]}: object or CPU outside the header / on another node: "
+                  f"{text[int(i)][:60]!r}")
     if (times < 0).any():
-        rep.error(f"line {df['n'][int(np.argmax(times < 0))]}: negative time")
+        rep.error(f"line {line_no[np.argmax(times < 0)]}: negative time")
     if (times > end).any():
-        rep.error(f"line {df['n'][int(np.argmax(times > end))]}: record after the header end "
+        rep.error(f"line {line_no[np.argmax(times > end)]}: record after the header end "
                   f"time {end}")
     order = np.diff(np.concatenate(([st.last_time], times)))
     if (order < 0).any():
-        i = int(np.argmax(order < 0))
-        rep.error(f"line {df['n'][i]}: records out of time order")
+        rep.error(f"line {line_no[np.argmax(order < 0)]}: records out of time order")
     st.last_time = int(times[-1])
     gthread = st.thread_base[safe_task] + np.where(bad, 0, thread)
-    kind = df["kind"].to_numpy()
     # states
     sm = (kind == 1) & ~bad
     if sm.any():
-        sdf = df.filter(pl.Series(sm)).select(
-            "n", pl.col("f").list.get(6).cast(pl.Int64).alias("end"),
-            pl.col("f").list.get(7).cast(pl.Int64).alias("state"), "time")
-        begin, send = sdf["time"].to_numpy(), sdf["end"].to_numpy()
+        sn, begin, send = line_no[sm], times[sm], fields[off[sm] + 6]
         gt = gthread[sm]
         if (send <= begin).any():
-            i = int(np.argmax(send <= begin))
-            rep.error(f"line {sdf['n'][i]}: state ends before it begins (or is empty)")
+            rep.error(f"line {sn[np.argmax(send <= begin)]}: state ends before it begins (or "
+                      "is empty)")
         if (send > end).any():
-            rep.error(f"line {sdf['n'][int(np.argmax(send > end))]}: state ends after the "
-                      "header end time")
+            rep.error(f"line {sn[np.argmax(send > end)]}: state ends after the header end time")
         # overlap per thread (rows sorted by begin time already)
         order_idx = np.lexsort((begin, gt))
         gts, bs, es = gt[order_idx], begin[order_idx], send[order_idx]
@@ -414,8 +417,7 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
         overlap = bs < prev_end
         if overlap.any():
             i = int(np.flatnonzero(overlap)[0])
-            rep.error(f"line {int(sdf['n'][int(order_idx[i])])}: state overlaps the previous "
-                      f"state of its row")
+            rep.error(f"line {sn[order_idx[i]]}: state overlaps the previous state of its row")
         last = np.zeros_like(st.last_state_end)
         np.maximum.at(last, gts, es)
         st.last_state_end = np.maximum(st.last_state_end, last)
@@ -424,30 +426,35 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
     # events
     em = (kind == 2) & ~bad
     if em.any():
-        edf = df.filter(pl.Series(em))
-        keys = np.stack([gthread[em], times[em]], axis=1)
-        uniq, cnt = np.unique(keys, axis=0, return_counts=True)
-        if (cnt > 1).any():
-            k = uniq[int(np.argmax(cnt > 1))]
-            rep.error(f"two event records for one row at time {int(k[1])} (must be one "
-                      "multi-event line)")
-        edge = {(int(a), int(b)) for a, b in keys if int(b) == st.last_time}
-        if st.last_event_keys & {(int(a), int(b)) for a, b in keys[:64]}:
+        rows, at = gthread[em], times[em]
+        # records of one row at one time: neighbours once sorted by (row, time); the first
+        # such pair in that order is the one reported
+        by_key = np.lexsort((at, rows))
+        r, t = rows[by_key], at[by_key]
+        twice = (r[1:] == r[:-1]) & (t[1:] == t[:-1])
+        if twice.any():
+            rep.error(f"two event records for one row at time {int(t[int(np.argmax(twice))])} "
+                      "(must be one multi-event line)")
+        last = at == st.last_time
+        edge = set(zip(rows[last].tolist(), at[last].tolist()))
+        if st.last_event_keys & set(zip(rows[:64].tolist(), at[:64].tolist())):
             rep.error("two event records for one row at the same time across lines")
         st.last_event_keys = edge
-        pairs = edf.select(pl.col("f").list.slice(6).alias("p"))
-        flat = pairs.select(pl.col("p").list.gather_every(2).alias("t"),
-                            pl.col("p").list.gather_every(2, offset=1).alias("v")).explode(
-            ["t", "v"]).select(pl.col("t").cast(pl.Int64), pl.col("v").cast(pl.Int64))
-        nz = flat.filter(pl.col("v") != 0).group_by("t").len()
-        for t, c in nz.iter_rows():
+        # the (type, value) pairs: fields 6, 8, ... of each event line and the one after each
+        pairs = (nf[em] - 6) // 2
+        first = np.repeat(off[em] + 6 - 2 * (np.cumsum(pairs) - pairs), pairs)
+        at_type = first + 2 * np.arange(len(first))
+        types_, values = fields[at_type], fields[at_type + 1]
+        got, n_set = np.unique(types_[values != 0], return_counts=True)
+        for t, c in zip(got.tolist(), n_set.tolist()):
             event_counts[t] = event_counts.get(t, 0) + c
         if pcf_types is not None:
-            types = set(flat["t"].unique().to_list())
+            types = set(np.unique(types_).tolist())
             missing_types.update(types - set(pcf_types))
             labelled = {t for t in types if pcf_types.get(t)}
             if labelled:
-                vals = flat.filter(pl.col("t").is_in(sorted(labelled))).unique()
+                vals = pl.DataFrame({"t": types_, "v": values}).filter(
+                    pl.col("t").is_in(sorted(labelled))).unique()
                 for t, v in vals.iter_rows():
                     if v not in pcf_types[t]:
                         unlabelled.setdefault(t, set()).add(v)
@@ -455,21 +462,18 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
     # communications
     cm = (kind == 3) & ~bad
     if cm.any():
-        cdf = df.filter(pl.Series(cm)).select(
-            "n", *[pl.col("f").list.get(i).cast(pl.Int64).alias(n) for i, n in
-                   [(6, "ps"), (7, "rcpu"), (8, "rappl"), (9, "rtask"), (10, "rthread"),
-                    (11, "lr"), (12, "pr")]])
-        rt, ok = _global_task(st, cdf["rappl"].to_numpy(), cdf["rtask"].to_numpy())
+        cn, at = line_no[cm], off[cm]
+        ps, rcpu, rappl, rtask, rthread, lr, pr = (fields[at + i] for i in range(6, 13))
+        rt, ok = _global_task(st, rappl, rtask)
         srt = np.where(ok, rt, 0)
-        ok &= (cdf["rthread"].to_numpy() >= 1) & (cdf["rthread"].to_numpy() <= tt[srt])
-        rc = cdf["rcpu"].to_numpy()
-        ok &= (rc >= 0) & (rc <= header.total_cpus)
-        ok &= (rc == 0) | (nc[np.where((rc >= 0) & (rc <= header.total_cpus), rc, 0)] == nt[srt])
+        ok &= (rthread >= 1) & (rthread <= tt[srt])
+        ok &= (rcpu >= 0) & (rcpu <= header.total_cpus)
+        ok &= (rcpu == 0) | (nc[np.where((rcpu >= 0) & (rcpu <= header.total_cpus), rcpu, 0)]
+                             == nt[srt])
         for i in np.flatnonzero(~ok)[:5]:
-            rep.error(f"line {cdf['n'][int(i)]}: communication receiver outside the header")
-        for col in ("ps", "lr", "pr"):
-            v = cdf[col].to_numpy()
+            rep.error(f"line {cn[i]}: communication receiver outside the header")
+        for v in (ps, lr, pr):
             if ((v < 0) | (v > end)).any():
-                rep.error(f"line {cdf['n'][int(np.argmax((v < 0) | (v > end)))]}: "
-                          "communication time outside the trace")
+                rep.error(f"line {cn[np.argmax((v < 0) | (v > end))]}: communication time "
+                          "outside the trace")
         counts["comms"] += int(cm.sum())
