@@ -3,11 +3,14 @@
 Small synthetic tests once hid a join that grew with the product of two interval sets
 (issue 21): `analyze` died on 1 real export in 6. Here each export gets its own process
 (forked from one that imported the package once), limited to ADDRESS_SPACE of address
-space, running translate, check, analyze (text with
---plot; --json with --html (and --folded where the trace has CPU samples), --pop-trace,
---scaling (and its page), --views: the views of the findings must load in
-wxparaver without a question; the six rules), translate and analyze of a window (the middle
-tenth), diff (and its page) and prepare + merge (tests/corpus_commands.py). Any non-zero
+space, running analyze of the export (text with --plot; --views, whose kept translation
+is the trace the other commands read: the views of the findings must load in wxparaver
+without a question; the six rules), analyze of the trace (--json with --html and
+--critical-path --path-trace (and --folded where the trace has CPU samples), --pop-trace,
+--scaling and its page), check of the traces these write, translate of a window (the middle
+tenth), diff (and its page; of the window too, with --trace) and prepare + merge
+(tests/corpus_commands.py). The plain translation of every export is checked by
+tests/test_corpus.py. Any non-zero
 exit, crash or limit breach fails, and so does a peak resident set above PEAK_RSS
 (the goal of issue 21 for every command on every corpus export). New commands join the
 driver when they land.
