@@ -2,11 +2,12 @@
 
 Paraver itself accepts many broken traces silently (see docs/troubleshooting.md), so this
 checks what it does not: the header grammar; that every object id is inside the header; that
-CPUs belong to their task's node; record field counts and integer syntax; non-decreasing
-record times; no overlapping states on a row (and whether states tile each row); one event
-record per (row, time); every event type and labelled value in the `.pcf`; `.pcf` numbers
-within int32; `.row` level sizes. The body is parsed column-wise in chunks, so large traces
-are checked in bounded memory.
+CPUs belong to their task's node; record field counts and integer syntax (int64);
+non-decreasing record times; no overlapping states on a row (and whether states tile each
+row); one event record per (row, time); every event type and labelled value in the `.pcf`;
+`.pcf` numbers within int32; `.row` level sizes. The body is checked in chunks of lines,
+column-wise (each line's syntax by one regular expression, then all its numbers parsed at
+once by numpy), so large traces are checked in bounded memory.
 """
 
 from __future__ import annotations
