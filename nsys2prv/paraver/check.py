@@ -336,11 +336,11 @@ def _check_lines(rep, st: _BodyState, lines, first_line_no, header, counts, even
                  pcf_types, unlabelled, missing_types) -> None:
     s = pl.Series("l", lines, dtype=pl.Utf8).str.strip_chars_end("\r\n")  # as read: with \n
     df = pl.DataFrame({"l": s, "n": np.arange(first_line_no + 1, first_line_no + 1 + len(lines))})
-    comments = df.filter(pl.col("l").str.starts_with("#"))
-    counts["comments"] += comments.height
+    comment = df["l"].str.starts_with("#")
+    counts["comments"] += int(comment.sum())
     # the record's kind, field count and integer syntax from the line's text (one pass of
     # the string column each)
-    parts = df.filter(~pl.col("l").str.starts_with("#")).with_columns(
+    parts = df.filter(~comment).with_columns(
         (pl.col("l").str.count_matches(":", literal=True) + 1).alias("nf"),
         pl.col("l").str.extract(r"^([^:]*)", 1).alias("k"),
         pl.col("l").str.contains(LINE_RE).alias("ints"))
