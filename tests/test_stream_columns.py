@@ -410,21 +410,22 @@ CORPUS = corpus_cases(corpus_files())
 @pytest.mark.parametrize("db", CORPUS["params"], ids=CORPUS["ids"])
 def test_corpus_export_reads_the_same_on_both_paths(db, tmp_path):
     """Every real export: the columns of every type, the states of all rows and the
-    communications are the text's; so is what the windows the analysis reads hold."""
+    communications, and the distinct types, are the text's; so is what the windows the
+    analysis reads hold."""
     if db is None:
         pytest.skip("real-export corpus (../shared/corpus) not present")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the export's own translation warnings
         stream = nsys2prv.api.translate_stream([db], tmp_path, name="t")
         layout = read_layout(stream)
-        # every type, every row's states, the communications (the other selections, the
-        # distinct types among them, are compared on the synthetic streams above)
-        options = dict(types=None, state_rows=None, comms=True)
+        # every type, every row's states, the communications and the distinct types, in one
+        # read a path (the other selections are compared on the synthetic streams above)
+        options = dict(types=None, state_rows=None, comms=True, distinct_types=True)
         text = _text_columns(stream, layout, **options)
         binary = _binary_columns(stream, layout, 5000, **options)
         for key in (*COLUMNS, "bad", "lines", "types"):
             assert binary[key] == text[key], key
-        assert text["lines"] > 0
+        assert len(binary["types"]) > 0 and text["lines"] > 0
         xs = list(windows(TextOnly(stream), TYPES, comms=True))
         ys = list(windows(stream, TYPES, comms=True))
         if len(xs) == len(ys) == 1:  # smaller than a window: the same one
